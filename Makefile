@@ -1,0 +1,50 @@
+# The two commands a newcomer needs (see README):
+#   make demo   set up, start the local cluster, run the dispatcher on examples/
+#   make test   set up, lint, type-check, unit tests, then cluster tests on a local control plane
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup lint unit cluster-build cluster-up cluster-down cluster-test test demo bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[controller,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check dispatcher localcluster tests bench
+	$(VENV)/bin/mypy dispatcher
+	$(VENV)/bin/lint-imports
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+# --- local control plane (DESIGN.md §6) -------------------------------------
+cluster-build: setup
+	$(PY) -m localcluster build
+
+cluster-up: cluster-build
+	$(PY) -m localcluster up
+
+cluster-down: setup
+	$(PY) -m localcluster down
+
+cluster-test: cluster-build
+	$(VENV)/bin/pytest -q tests/cluster
+
+test: lint unit cluster-test
+
+demo: cluster-up
+	$(PY) -m dispatcher.demo
+
+bench: setup
+	$(PY) bench/engine.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,165 @@
+"""Engine benchmark: one admission cycle over 10,000 queued AppWrappers and 1,000 nodes.
+
+Gangs of 1 to 8 pods of 1 to 8 GPUs each (a PyTorchJob per AppWrapper), nodes of
+8 GPUs / 96 CPU / 1 TiB. Prints, per fit mode and policy: the full cycle, the time to
+decide the head alone, decisions per second, and the process's peak RSS. Targets on
+a 2-core machine: cycle < 1 s, head < 10 ms, RSS < 500 MB. Two cluster states: empty,
+and a fragmented one where half the GPUs are held by running pods spread at random.
+
+Usage: python bench/engine.py [--wrappers 10000] [--nodes 1000] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import time
+from typing import Any
+
+from dispatcher.admission import CycleStats, admit, queued_from_appwrapper
+from dispatcher.api.models import parse_appwrapper
+from dispatcher.cluster import BoundPod, ClusterState, node_from_object
+from dispatcher.fit import Capacity
+from dispatcher.policy_files import load_policy
+from dispatcher.queue import AdmissionQueue, QueuedWrapper
+
+GPU = "nvidia.com/gpu"
+
+
+def node_manifest(i: int) -> dict[str, Any]:
+    alloc = {"cpu": "96", "memory": "1Ti", "pods": "110", GPU: "8"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i:04d}"},
+            "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def appwrapper_manifest(i: int, rng: random.Random) -> dict[str, Any]:
+    pods, gpus = rng.randint(1, 8), rng.randint(1, 8)
+    container = {"name": "trainer", "image": "pytorch",
+                 "resources": {"limits": {GPU: gpus, "cpu": str(gpus * 4),
+                                          "memory": f"{gpus * 32}Gi"}}}
+    replica = {"replicas": pods - 1, "template": {"spec": {"containers": [container]}}}
+    master = {"replicas": 1, "template": {"spec": {"containers": [container]}}}
+    specs = {"Master": master} | ({"Worker": replica} if pods > 1 else {})
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": f"job-{i}"}, "spec": {"pytorchReplicaSpecs": specs}}
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": f"aw-{i:05d}", "namespace": "bench", "uid": f"uid-{i:05d}"},
+            "spec": {"priority": rng.randint(0, 3), "resources": {"GenericItems": [
+                {"generictemplate": job}]}}}
+
+
+def fragmented(state: ClusterState, rng: random.Random) -> None:
+    """Half the GPUs held by 1- to 4-GPU pods spread at random over the nodes."""
+    target = sum(n.allocatable[GPU] for n in state.nodes.values()) // 2
+    names = sorted(state.nodes)
+    held, k = 0, 0
+    while held < target:
+        name = rng.choice(names)
+        g = rng.randint(1, 4)
+        if state.free(name)[GPU] < g:
+            continue
+        state.upsert_pod(("other", f"p{k}"), BoundPod("other", f"p{k}", name,
+                                                      {GPU: g, "cpu": g * 4000, "pods": 1}))
+        held += g
+        k += 1
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn: Any, repeat: int = 5) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wrappers", type=int, default=10_000)
+    ap.add_argument("--nodes", type=int, default=1_000)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+
+    t0 = time.perf_counter()
+    manifests = [appwrapper_manifest(i, rng) for i in range(args.wrappers)]
+    t1 = time.perf_counter()
+    wrappers = [queued_from_appwrapper(parse_appwrapper(m), float(i))
+                for i, m in enumerate(manifests)]
+    t2 = time.perf_counter()
+    print(f"{args.wrappers} AppWrappers, {args.nodes} nodes x 8 GPU / 96 CPU / 1 TiB")
+    print(f"  parse + pod-set inference: {(t2 - t1) * 1e3:.0f} ms "
+          f"({(t2 - t1) / args.wrappers * 1e6:.0f} us per AppWrapper; manifests built in "
+          f"{(t1 - t0) * 1e3:.0f} ms)")
+
+    now = float(args.wrappers)
+    rows = []
+    for state_name in ("empty", "fragmented"):
+        state = ClusterState()
+        for i in range(args.nodes):
+            state.upsert_node(node_from_object(node_manifest(i)))
+        if state_name == "fragmented":
+            fragmented(state, random.Random(args.seed))
+        for policy_name in ("fifo", "priority", "backfill"):
+            policy = load_policy(policy_name)
+            queue = AdmissionQueue(policy)
+            t_q = time.perf_counter()
+            for w in wrappers:
+                queue.put(w)
+            queue_ms = (time.perf_counter() - t_q) * 1e3
+            ordered: list[QueuedWrapper] = list(queue.ordered(now))
+            for fit in ("per-node", "aggregate"):
+                stats = CycleStats()
+
+                def cycle(fit: Any = fit, policy: Any = policy,
+                          ordered: list[QueuedWrapper] = ordered) -> Any:
+                    return admit(ordered, Capacity.of(state), policy, now, fit)
+
+                def head(fit: Any = fit, policy: Any = policy,
+                         ordered: list[QueuedWrapper] = ordered) -> Any:
+                    return admit(ordered[:1], Capacity.of(state), policy, now, fit)
+
+                def head_only(fit: Any = fit, policy: Any = policy,
+                              ordered: list[QueuedWrapper] = ordered,
+                              cap: Capacity = Capacity.of(state)) -> Any:
+                    return admit(ordered[:1], cap, policy, now, fit)
+
+                cycle_s, decisions = timed(cycle)
+                head_s, _ = timed(head)
+                head_only_s, _ = timed(head_only, repeat=1)
+                admit(ordered, Capacity.of(state), policy, now, fit, stats)
+                dispatched = sum(d.decision == "dispatch" for d in decisions)
+                rows.append((state_name, policy_name, fit, cycle_s * 1e3, head_s * 1e3,
+                             head_only_s * 1e3, dispatched, stats.fit_checks, queue_ms))
+    cap_s, _ = timed(lambda: Capacity.of(state))
+    print(f"  capacity snapshot of {args.nodes} nodes: {cap_s * 1e3:.1f} ms")
+    print()
+    header = ("cluster", "policy", "fit", "cycle ms", "head ms", "head-only ms",
+              "dispatched", "fit checks", "queue build ms")
+    print("  ".join(f"{h:>14}" for h in header))
+    for r in rows:
+        print("  ".join(f"{v:>14.1f}" if isinstance(v, float) else f"{v!s:>14}" for v in r))
+    print()
+    worst_cycle = max(r[3] for r in rows)
+    worst_head = max(r[4] for r in rows)
+    print(f"worst full cycle {worst_cycle:.0f} ms (target < 1000 ms: "
+          f"{'met' if worst_cycle < 1000 else 'MISSED'}); worst head decision incl. snapshot "
+          f"{worst_head:.1f} ms (target < 10 ms: {'met' if worst_head < 10 else 'MISSED'}); "
+          f"peak RSS {rss_mb():.0f} MB (target < 500 MB: {'met' if rss_mb() < 500 else 'MISSED'})")
+    for state_name in ("empty", "fragmented"):
+        for policy_name in ("fifo", "backfill"):
+            pn = [r for r in rows if r[:3] == (state_name, policy_name, "per-node")][0]
+            ag = [r for r in rows if r[:3] == (state_name, policy_name, "aggregate")][0]
+            print(f"  {state_name}/{policy_name}: per-node cycle / aggregate cycle = "
+                  f"{pn[3] / max(ag[3], 1e-9):.1f}x; dispatched per-node {pn[6]} vs "
+                  f"aggregate {ag[6]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The cluster as the dispatcher sees it, kept up to date incrementally.
+
+Free capacity of a node = allocatable - requests of bound non-terminal pods
+- capacity reserved for dispatched AppWrappers whose pods are not bound yet.
+A reservation is the list of pods the dispatcher planned (node, request); each
+pod of that AppWrapper that binds takes one planned pod off the list, so capacity
+is never counted twice and never released before the pod holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from dispatcher.cluster.model import BoundPod, Node
+
+AppWrapperKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class PlannedPod:
+    node: str
+    request: Mapping[str, int]
+
+
+def _add_into(total: dict[str, int], amount: Mapping[str, int], sign: int = 1) -> None:
+    for name, value in amount.items():
+        total[name] = total.get(name, 0) + sign * value
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[tuple[str, str], BoundPod] = {}
+        self._used: dict[str, dict[str, int]] = {}
+        self._reservations: dict[AppWrapperKey, list[PlannedPod]] = {}
+        self._reserved: dict[str, dict[str, int]] = {}
+        self._pods_of: dict[AppWrapperKey, set[tuple[str, str]]] = {}
+        # Pods already taken off a reservation, so an update of the same pod does not
+        # take a second planned pod.
+        self._matched: dict[AppWrapperKey, set[tuple[str, str]]] = {}
+
+    # --- nodes --------------------------------------------------------------
+    def upsert_node(self, node: Node) -> None:
+        self._nodes[node.name] = node
+
+    def remove_node(self, name: str) -> None:
+        self._nodes.pop(name, None)
+
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        return self._nodes
+
+    # --- pods ---------------------------------------------------------------
+    def upsert_pod(self, key: tuple[str, str], pod: BoundPod | None) -> None:
+        """Record a pod's current state; None when it no longer holds capacity."""
+        old = self._pods.pop(key, None)
+        if old is not None:
+            _add_into(self._used.setdefault(old.node, {}), old.request, -1)
+            if old.appwrapper is not None:
+                self._pods_of.get((old.namespace, old.appwrapper), set()).discard(key)
+        if pod is None:
+            return
+        self._pods[key] = pod
+        _add_into(self._used.setdefault(pod.node, {}), pod.request)
+        if pod.appwrapper is not None:
+            owner = (pod.namespace, pod.appwrapper)
+            self._pods_of.setdefault(owner, set()).add(key)
+            self._match(owner, pod)
+
+    def remove_pod(self, key: tuple[str, str]) -> None:
+        self.upsert_pod(key, None)
+
+    def pods(self) -> Iterator[BoundPod]:
+        return iter(self._pods.values())
+
+    def bound_pods_of(self, owner: AppWrapperKey) -> list[BoundPod]:
+        return [self._pods[k] for k in sorted(self._pods_of.get(owner, ()))]
+
+    # --- reservations -------------------------------------------------------
+    def reserve(self, owner: AppWrapperKey, planned: Iterable[PlannedPod]) -> None:
+        """Hold capacity for a dispatched AppWrapper until its pods are bound."""
+        self.release(owner)
+        self._reservations[owner] = []
+        self._matched[owner] = set()
+        for p in planned:
+            self._reservations[owner].append(p)
+            _add_into(self._reserved.setdefault(p.node, {}), p.request)
+        for key in sorted(self._pods_of.get(owner, ())):
+            self._match(owner, self._pods[key])
+
+    def release(self, owner: AppWrapperKey) -> None:
+        for p in self._reservations.pop(owner, []):
+            _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)
+        self._matched.pop(owner, None)
+
+    def reserved_for(self, owner: AppWrapperKey) -> list[PlannedPod]:
+        return list(self._reservations.get(owner, ()))
+
+    def reservations(self) -> Mapping[AppWrapperKey, list[PlannedPod]]:
+        return self._reservations
+
+    def _match(self, owner: AppWrapperKey, pod: BoundPod) -> None:
+        planned = self._reservations.get(owner)
+        matched = self._matched.get(owner)
+        if not planned or matched is None or pod.key in matched:
+            return
+        # Prefer the planned pod on the node the scheduler chose, then one of the same
+        # size anywhere; the scheduler need not follow our plan.
+        same_size = [i for i, p in enumerate(planned) if dict(p.request) == dict(pod.request)]
+        on_node = [i for i in same_size if planned[i].node == pod.node]
+        index = (on_node or same_size or [0])[0]
+        taken = planned.pop(index)
+        _add_into(self._reserved.setdefault(taken.node, {}), taken.request, -1)
+        matched.add(pod.key)
+
+    # --- capacity -----------------------------------------------------------
+    def used(self, node: str) -> Mapping[str, int]:
+        return self._used.get(node, {})
+
+    def reserved(self, node: str) -> Mapping[str, int]:
+        return self._reserved.get(node, {})
+
+    def free(self, node: str) -> dict[str, int]:
+        n = self._nodes[node]
+        free = dict(n.allocatable)
+        _add_into(free, self.used(node), -1)
+        _add_into(free, self.reserved(node), -1)
+        return free

@@ -1,0 +1,68 @@
+"""Queue policies: the order wrappers are considered in and what a waiting head blocks.
+
+Built-in policies are YAML files in the repository's `policies/` folder; a user can
+write their own in the same shape and pass its path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Order = Literal["arrival", "priority"]
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one admission cycle walks the queue.
+
+    order: "arrival" (first seen first) or "priority" (effective priority, then arrival).
+    backfill: when the head does not fit, wrappers behind it that do fit may dispatch.
+    max_head_wait_seconds: the starvation guard of backfill (an age guard). A wrapper
+        that has waited longer than this and does not fit blocks everything behind it,
+        as under strict head-of-line, until the capacity it needs drains free.
+        None: no guard (backfill may pass a large gang over forever).
+    """
+
+    name: str
+    order: Order = "priority"
+    backfill: bool = False
+    max_head_wait_seconds: float | None = None
+    description: str = ""
+
+
+def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
+    known = {"name", "order", "backfill", "starvationGuard", "description"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise PolicyError(f"{source}: unknown field(s) {', '.join(unknown)}; "
+                          f"a policy has {', '.join(sorted(known))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"{source}: 'name' must be a non-empty string")
+    order = data.get("order", "priority")
+    if order not in ("arrival", "priority"):
+        raise PolicyError(f"{source}: 'order' must be 'arrival' or 'priority', got {order!r}")
+    backfill = data.get("backfill", False)
+    if not isinstance(backfill, bool):
+        raise PolicyError(f"{source}: 'backfill' must be true or false, got {backfill!r}")
+    guard = data.get("starvationGuard") or {}
+    if not isinstance(guard, Mapping) or set(guard) - {"maxHeadWaitSeconds"}:
+        raise PolicyError(f"{source}: 'starvationGuard' takes only maxHeadWaitSeconds")
+    wait = guard.get("maxHeadWaitSeconds")
+    if wait is not None and (
+        isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0
+    ):
+        raise PolicyError(f"{source}: starvationGuard.maxHeadWaitSeconds must be a number ≥ 0")
+    return Policy(
+        name=name,
+        order=order,
+        backfill=backfill,
+        max_head_wait_seconds=None if wait is None else float(wait),
+        description=str(data.get("description", "")),
+    )

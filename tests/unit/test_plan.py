@@ -1,0 +1,183 @@
+"""`dispatcher plan`, as a user runs it: files in, decisions out, exit 2 on unusable input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.cli import main
+
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, gpu: int = 8, **extra: Any) -> dict[str, Any]:
+    alloc = {"cpu": "96", "memory": "1Ti", "pods": "110", GPU: str(gpu)}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **extra},
+            "status": {"allocatable": alloc}}
+
+
+def pod(name: str, node_name: str | None, gpu: int, phase: str = "Running") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {GPU: gpu}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "x"},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def aw(name: str, pods: int, gpus: int, created: str | None = None,
+       priority: int = 0) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "team"}
+    if created:
+        meta["creationTimestamp"] = created
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+               "containers": [{"name": "c", "resources": {"limits": {GPU: gpus}}}]}}}}
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": meta, "spec": {"priority": priority,
+                                       "resources": {"GenericItems": [{"generictemplate": job}]}}}
+
+
+def write(tmp: Path, name: str, *docs: Any) -> str:
+    path = tmp / name
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["plan", "-o", "json", *argv]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_plan_dispatches_what_fits_and_says_why_the_rest_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "cluster.yaml",
+                    {"apiVersion": "v1", "kind": "List", "items": [node("n1"), node("n2")]},
+                    pod("busy", "n2", 6), pod("done", "n1", 8, phase="Succeeded"),
+                    pod("pending", None, 8))
+    wrappers = write(tmp_path, "aws.yaml", aw("two-by-4", 2, 4), aw("one-by-8", 1, 8))
+    out = plan_json(capsys, "--cluster", cluster, wrappers)
+    assert out["policy"] == "fifo" and out["fit"] == "per-node"
+    first, second = out["decisions"]
+    assert (first["name"], first["decision"], first["reason"]) == ("two-by-4", "dispatch",
+                                                                  "Dispatch")
+    assert first["placements"] == [
+        {"item": 0, "podSet": first["placements"][0]["podSet"], "pod": 0, "node": "n1"},
+        {"item": 0, "podSet": first["placements"][0]["podSet"], "pod": 1, "node": "n1"},
+    ]
+    assert (second["decision"], second["reason"]) == ("wait", "InsufficientResources")
+    assert "placements" not in second
+    assert second["namespace"] == "team"
+
+
+def test_queue_order_follows_creation_timestamps(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", aw("late", 1, 8, "2026-01-02T00:00:00Z"),
+                     aw("early", 1, 8, "2026-01-01T00:00:00Z"))
+    out = plan_json(capsys, "--cluster", cluster, "--now", "2026-01-03T00:00:00Z", wrappers)
+    assert [(d["name"], d["decision"]) for d in out["decisions"]] == [("early", "dispatch"),
+                                                                      ("late", "wait")]
+
+
+def test_fragmented_cluster_per_node_vs_aggregate(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", *(node(f"n{i}", gpu=2) for i in range(8)))
+    wrappers = write(tmp_path, "a.yaml", aw("needs-8", 1, 8))
+    per_node = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"][0]
+    assert per_node["decision"] == "wait"
+    assert per_node["message"].startswith(
+        "16 nvidia.com/gpu free in total, but at most 2 nvidia.com/gpu on any node")
+    aggregate = plan_json(capsys, "--cluster", cluster, "--fit", "aggregate", wrappers)
+    assert aggregate["decisions"][0]["decision"] == "dispatch"
+    assert aggregate["decisions"][0]["placements"][0]["node"] is None
+
+
+def test_backfill_and_priority_policies_by_name(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", aw("big", 2, 8, priority=5), aw("small", 1, 2))
+    fifo = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    assert [d["decision"] for d in fifo] == ["wait", "wait"]
+    backfill = plan_json(capsys, "--cluster", cluster, "--policy", "backfill", wrappers)
+    assert backfill["policy"] == "backfill"
+    assert [(d["name"], d["decision"]) for d in backfill["decisions"]] == [
+        ("big", "wait"), ("small", "dispatch")]
+
+
+def test_one_invalid_appwrapper_does_not_stop_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = aw("bad", 1, 1)
+    bad["spec"]["resources"]["GenericItems"] = []
+    unknown = aw("unknown-kind", 1, 1)
+    unknown["spec"]["resources"]["GenericItems"][0]["generictemplate"] = {
+        "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", bad, unknown, aw("good", 1, 1))
+    decisions = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    by_name = {d["name"]: d for d in decisions}
+    assert by_name["bad"]["decision"] == "invalid"
+    assert "GenericItems" in by_name["bad"]["message"]
+    assert by_name["unknown-kind"]["decision"] == "invalid"
+    assert "custompodresources" in by_name["unknown-kind"]["message"]
+    assert by_name["good"]["decision"] == "dispatch"
+
+
+def test_table_output_is_the_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", aw("one", 1, 8), aw("two", 1, 8))
+    assert main(["plan", "--cluster", cluster, wrappers]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "policy fifo, per-node fit: 1 dispatch, 1 wait, 0 invalid"
+    assert out[1].split()[:4] == ["#", "APPWRAPPER", "DECISION", "REASON"]
+    assert out[2].split()[:3] == ["1", "team/one", "dispatch"]
+    assert out[3].split()[:4] == ["2", "team/two", "wait", "(head)"]
+
+
+@pytest.mark.parametrize(
+    ("cluster_text", "aws_text", "expected"),
+    [
+        ("kind: Node\nmetadata: {name: [unclosed\n", None, "c.yaml: not valid YAML"),
+        ("- just\n- a list\n", None, "c.yaml, document 1: expected a Kubernetes object"),
+        ("kind: Service\nmetadata: {name: s}\n", None,
+         "c.yaml, document 1: a cluster file holds Nodes and Pods"),
+        ("kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: 'lots'}}\n", None,
+         "c.yaml, document 1: not a usable Node"),
+        (None, "---\nkind: AppWrapper\nmetadata: {name: a}\nspec: {}\n---\nkind: Pod\n",
+         "a.yaml, document 2: expected an AppWrapper, got Pod"),
+    ],
+)
+def test_unusable_files_exit_2_naming_file_and_document(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cluster_text: str | None,
+        aws_text: str | None, expected: str) -> None:
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(cluster_text or yaml.safe_dump(node("n1")))
+    aws = tmp_path / "a.yaml"
+    aws.write_text(aws_text or yaml.safe_dump(aw("x", 1, 1)))
+    assert main(["plan", "--cluster", str(cluster), str(aws)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert err.startswith("dispatcher plan: ")
+
+
+def test_missing_file_and_unknown_policy_exit_2(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    assert main(["plan", "--cluster", str(tmp_path / "nope.yaml"), cluster]) == 2
+    assert "nope.yaml: cannot read" in capsys.readouterr().err
+    assert main(["plan", "--cluster", cluster, "--policy", "lottery", cluster]) == 2
+    assert "unknown policy 'lottery': use one of backfill, fifo, priority" in (
+        capsys.readouterr().err)
+
+
+def test_duplicate_appwrapper_is_invalid_not_silently_merged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", aw("same", 1, 1), aw("same", 1, 2))
+    decisions = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    assert [d["decision"] for d in decisions] == ["dispatch", "invalid"]
+    assert "duplicate AppWrapper team/same" in decisions[1]["message"]
