@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[controller,test]'
+	$(PY) -m pip install -q -e '.[controller,plot,test]'
 	touch $(STAMP)
 
 setup: $(STAMP)

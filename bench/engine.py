@@ -18,12 +18,12 @@ import statistics
 import time
 from typing import Any
 
-from dispatcher.admission import CycleStats, admit, queued_from_appwrapper
+from dispatcher.admission import CycleStats, Fit, admit, queued_from_appwrapper
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState, node_from_object
 from dispatcher.fit import Capacity
 from dispatcher.policy_files import load_policy
-from dispatcher.queue import AdmissionQueue, QueuedWrapper
+from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper
 
 GPU = "nvidia.com/gpu"
 
@@ -79,6 +79,21 @@ def timed(fn: Any, repeat: int = 5) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def measure(state: ClusterState, ordered: list[QueuedWrapper], policy: Policy, fit: Fit,
+            now: float) -> tuple[float, float, float, int, int]:
+    """Full cycle and head decision (each with its capacity snapshot), head alone."""
+    cycle_s, decisions = timed(lambda: admit(ordered, Capacity.of(state), policy, now, fit))
+    head_s, _ = timed(lambda: admit(ordered[:1], Capacity.of(state), policy, now, fit))
+    cap = Capacity.of(state)
+    t0 = time.perf_counter()
+    admit(ordered[:1], cap, policy, now, fit)
+    head_only_s = time.perf_counter() - t0
+    stats = CycleStats()
+    admit(ordered, Capacity.of(state), policy, now, fit, stats)
+    dispatched = sum(d.decision == "dispatch" for d in decisions)
+    return cycle_s * 1e3, head_s * 1e3, head_only_s * 1e3, dispatched, stats.fit_checks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--wrappers", type=int, default=10_000)
@@ -99,7 +114,7 @@ def main() -> None:
           f"{(t1 - t0) * 1e3:.0f} ms)")
 
     now = float(args.wrappers)
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for state_name in ("empty", "fragmented"):
         state = ClusterState()
         for i in range(args.nodes):
@@ -114,29 +129,10 @@ def main() -> None:
                 queue.put(w)
             queue_ms = (time.perf_counter() - t_q) * 1e3
             ordered: list[QueuedWrapper] = list(queue.ordered(now))
-            for fit in ("per-node", "aggregate"):
-                stats = CycleStats()
-
-                def cycle(fit: Any = fit, policy: Any = policy,
-                          ordered: list[QueuedWrapper] = ordered) -> Any:
-                    return admit(ordered, Capacity.of(state), policy, now, fit)
-
-                def head(fit: Any = fit, policy: Any = policy,
-                         ordered: list[QueuedWrapper] = ordered) -> Any:
-                    return admit(ordered[:1], Capacity.of(state), policy, now, fit)
-
-                def head_only(fit: Any = fit, policy: Any = policy,
-                              ordered: list[QueuedWrapper] = ordered,
-                              cap: Capacity = Capacity.of(state)) -> Any:
-                    return admit(ordered[:1], cap, policy, now, fit)
-
-                cycle_s, decisions = timed(cycle)
-                head_s, _ = timed(head)
-                head_only_s, _ = timed(head_only, repeat=1)
-                admit(ordered, Capacity.of(state), policy, now, fit, stats)
-                dispatched = sum(d.decision == "dispatch" for d in decisions)
-                rows.append((state_name, policy_name, fit, cycle_s * 1e3, head_s * 1e3,
-                             head_only_s * 1e3, dispatched, stats.fit_checks, queue_ms))
+            fits: tuple[Fit, ...] = ("per-node", "aggregate")
+            for fit in fits:
+                rows.append((state_name, policy_name, fit,
+                             *measure(state, ordered, policy, fit, now), queue_ms))
     cap_s, _ = timed(lambda: Capacity.of(state))
     print(f"  capacity snapshot of {args.nodes} nodes: {cap_s * 1e3:.1f} ms")
     print()
@@ -154,8 +150,8 @@ def main() -> None:
           f"peak RSS {rss_mb():.0f} MB (target < 500 MB: {'met' if rss_mb() < 500 else 'MISSED'})")
     for state_name in ("empty", "fragmented"):
         for policy_name in ("fifo", "backfill"):
-            pn = [r for r in rows if r[:3] == (state_name, policy_name, "per-node")][0]
-            ag = [r for r in rows if r[:3] == (state_name, policy_name, "aggregate")][0]
+            pn = next(r for r in rows if r[:3] == (state_name, policy_name, "per-node"))
+            ag = next(r for r in rows if r[:3] == (state_name, policy_name, "aggregate"))
             print(f"  {state_name}/{policy_name}: per-node cycle / aggregate cycle = "
                   f"{pn[3] / max(ag[3], 1e-9):.1f}x; dispatched per-node {pn[6]} vs "
                   f"aggregate {ag[6]}")

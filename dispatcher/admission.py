@@ -65,7 +65,7 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     for i, item in enumerate(aw.spec.resources.GenericItems):
         custom = [c.model_dump() for c in item.custompodresources]
         try:
-            sets = item_pod_sets(item.generictemplate, custom or None)
+            sets = item_pod_sets(item.generictemplate, custom or None, index=i)
         except InvalidItem as e:
             problems.append(f"spec.resources.GenericItems[{i}]: {e}")
             continue
@@ -105,7 +105,7 @@ def admit(
     # not fit later in the same cycle: remember the answer.
     failed: dict[tuple[object, ...], Shortfall] = {}
     never: dict[tuple[object, ...], Shortfall | None] = {}
-    blocking: tuple[QueuedWrapper, Shortfall] | None = None
+    blocking: QueuedWrapper | None = None
     head_seen = False
     decisions: list[Decision] = []
     for w in ordered:
@@ -116,11 +116,12 @@ def admit(
                                       effective_priority=prio))
             continue
         if blocking is not None:
-            head, why = blocking
+            # The head's own decision says why it waits; repeating that here would
+            # rewrite every queued wrapper's status whenever the head's reason changes.
             decisions.append(Decision(
                 w.namespace, w.name, "wait", BEHIND_HEAD,
-                f"waiting behind {head.namespace}/{head.name} at the head of the line "
-                f"({policy.name} policy), which waits because {why.message}",
+                f"waiting behind {blocking.namespace}/{blocking.name} at the head of the "
+                f"line ({policy.name} policy)",
                 effective_priority=prio,
             ))
             continue
@@ -153,7 +154,7 @@ def admit(
                                   effective_priority=prio))
         head_seen = True
         if _blocks(policy, w, now):
-            blocking = (w, shortfall)
+            blocking = w
             stats.blocked_by = w.key
     return decisions
 

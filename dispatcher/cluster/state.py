@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from dispatcher.cluster.model import BoundPod, Node
 
@@ -39,13 +40,20 @@ class ClusterState:
         # Pods already taken off a reservation, so an update of the same pod does not
         # take a second planned pod.
         self._matched: dict[AppWrapperKey, set[tuple[str, str]]] = {}
+        # Free amounts per node as rows over every resource seen, rebuilt only for the
+        # nodes that changed: a snapshot per admission cycle then costs no arithmetic.
+        self._resources: set[str] = set()
+        self._row_resources: tuple[str, ...] = ()
+        self._rows: dict[str, tuple[int, ...]] = {}
 
     # --- nodes --------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
         self._nodes[node.name] = node
+        self._changed(node.name, node.allocatable)
 
     def remove_node(self, name: str) -> None:
         self._nodes.pop(name, None)
+        self._rows.pop(name, None)
 
     @property
     def nodes(self) -> Mapping[str, Node]:
@@ -57,12 +65,14 @@ class ClusterState:
         old = self._pods.pop(key, None)
         if old is not None:
             _add_into(self._used.setdefault(old.node, {}), old.request, -1)
+            self._changed(old.node)
             if old.appwrapper is not None:
                 self._pods_of.get((old.namespace, old.appwrapper), set()).discard(key)
         if pod is None:
             return
         self._pods[key] = pod
         _add_into(self._used.setdefault(pod.node, {}), pod.request)
+        self._changed(pod.node, pod.request)
         if pod.appwrapper is not None:
             owner = (pod.namespace, pod.appwrapper)
             self._pods_of.setdefault(owner, set()).add(key)
@@ -86,12 +96,14 @@ class ClusterState:
         for p in planned:
             self._reservations[owner].append(p)
             _add_into(self._reserved.setdefault(p.node, {}), p.request)
+            self._changed(p.node, p.request)
         for key in sorted(self._pods_of.get(owner, ())):
             self._match(owner, self._pods[key])
 
     def release(self, owner: AppWrapperKey) -> None:
         for p in self._reservations.pop(owner, []):
             _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)
+            self._changed(p.node)
         self._matched.pop(owner, None)
 
     def reserved_for(self, owner: AppWrapperKey) -> list[PlannedPod]:
@@ -112,6 +124,7 @@ class ClusterState:
         index = (on_node or same_size or [0])[0]
         taken = planned.pop(index)
         _add_into(self._reserved.setdefault(taken.node, {}), taken.request, -1)
+        self._changed(taken.node)
         matched.add(pod.key)
 
     # --- capacity -----------------------------------------------------------
@@ -127,3 +140,24 @@ class ClusterState:
         _add_into(free, self.used(node), -1)
         _add_into(free, self.reserved(node), -1)
         return free
+
+    def free_rows(self) -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
+        """Every resource seen (sorted), and each node's free amounts in that order."""
+        if len(self._resources) != len(self._row_resources):
+            self._row_resources = tuple(sorted(self._resources))
+            self._rows.clear()
+        resources = self._row_resources
+        rows: dict[str, tuple[int, ...]] = {}
+        for name in self._nodes:
+            row = self._rows.get(name)
+            if row is None:
+                free = self.free(name)
+                row = self._rows[name] = tuple(free.get(r, 0) for r in resources)
+            rows[name] = row
+        return resources, rows
+
+    def _changed(self, node: str, amounts: Mapping[str, int] = MappingProxyType({})) -> None:
+        self._rows.pop(node, None)
+        for r in amounts:
+            if r not in self._resources:
+                self._resources.add(r)

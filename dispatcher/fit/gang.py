@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.constraints import describe
 from dispatcher.kinds.podset import PodSet
@@ -63,18 +65,6 @@ def _size(ps: PodSet) -> tuple[int, int, int]:
     return (extended, req.get("cpu", 0), req.get("memory", 0))
 
 
-def _how_many(free: Mapping[str, int], request: Mapping[str, int]) -> int:
-    n: int | None = None
-    for r, v in request.items():
-        if v <= 0:
-            continue
-        k = free.get(r, 0) // v
-        if k <= 0:
-            return 0
-        n = k if n is None else min(n, k)
-    return 1 << 30 if n is None else n
-
-
 def _total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
     short = [
         f"needs {format_amount(r, v)}, {format_amount(r, max(cap.free_total.get(r, 0), 0))} free"
@@ -86,36 +76,58 @@ def _total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | N
     return None
 
 
-def _pod_set_shortfall(ps: PodSet, cap: Capacity) -> Shortfall:
-    """Why the pods of `ps` cannot all be placed on `cap` (as it is, nothing taken)."""
-    names = cap.eligible(ps.constraints)
-    if not names:
+def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) -> Shortfall:
+    """Why the pods shaped like `ps` cannot all be placed on `cap` (nothing taken).
+
+    Pod sets of one shape and rules (a PyTorchJob's Master and Worker, say) are
+    explained together: that is how a user counts them.
+    """
+    alike = [g.pod_set for g in gang
+             if dict(g.pod_set.request) == dict(ps.request)
+             and g.pod_set.constraints == ps.constraints]
+    count = sum(p.count for p in alike)
+    who = "/".join(p.name for p in alike)
+    rows = cap.eligible_rows(ps.constraints)
+    if not len(rows):
         return Shortfall(
             NO_MATCHING_NODE,
-            f"no schedulable node accepts the pods of {ps.name} ({describe(ps.constraints)})",
+            f"no schedulable node accepts the pods of {who} ({describe(ps.constraints)})",
         )
+    usable = (f"the {len(rows)} node(s) they may use" if len(rows) < cap.schedulable_count
+              else "the nodes")
     for r, v in sorted(ps.request.items()):
         if v <= 0:
             continue
-        best = max((cap.free[n].get(r, 0) for n in names), default=0)
+        total = int(np.maximum(cap.column(r, rows), 0).sum())
+        if total < v * count:
+            return Shortfall(
+                INSUFFICIENT,
+                f"the {count} pods of {who} need {format_amount(r, v * count)}, "
+                f"{format_amount(r, total)} free on {usable}",
+            )
+    for r, v in sorted(ps.request.items()):
+        if v <= 0:
+            continue
+        free = cap.column(r, rows)
+        best = int(free.max())
         if best < v:
-            total = sum(max(cap.free[n].get(r, 0), 0) for n in names)
+            total = int(np.maximum(free, 0).sum())
             return Shortfall(
                 FRAGMENTED,
                 f"{format_amount(r, total)} free in total, but at most "
-                f"{format_amount(r, max(best, 0))} on any node; a pod of {ps.name} needs "
+                f"{format_amount(r, max(best, 0))} on any node; a pod of {who} needs "
                 f"{format_amount(r, v)}",
             )
-    alone = sum(_how_many(cap.free[n], ps.request) for n in names)
-    if alone < ps.count:
+    alone = int(np.minimum(cap.how_many(rows, ps.request), count).sum())
+    if alone < count:
         return Shortfall(
             FRAGMENTED,
-            f"enough free in total, but only {alone} of the {ps.count} pods of {ps.name} "
-            f"({format_resources(_shown(ps.request))} each) fit on the nodes right now",
+            f"enough free in total, but only {alone} of the {count} pods of {who} "
+            f"({format_resources(_shown(ps.request))} each) fit on {usable} right now",
         )
     return Shortfall(
         FRAGMENTED,
-        f"the {ps.count} pods of {ps.name} fit on their own, but not beside the rest of "
+        f"the {count} pods of {who} fit on their own, but not beside the rest of "
         "the gang on the nodes free right now",
     )
 
@@ -126,13 +138,6 @@ def _shown(request: Mapping[str, int]) -> dict[str, int]:
 
 def _order(gang: Sequence[GangPodSet]) -> list[GangPodSet]:
     return sorted(gang, key=lambda g: _size(g.pod_set), reverse=True)
-
-
-def _score(free: Mapping[str, int], request: Mapping[str, int],
-           extended: tuple[str, ...], name: str) -> tuple[object, ...]:
-    left = tuple(free.get(r, 0) - request.get(r, 0) for r in extended)
-    return (*left, free.get("cpu", 0) - request.get("cpu", 0),
-            free.get("memory", 0) - request.get("memory", 0), name)
 
 
 def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
@@ -148,34 +153,36 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
     for g in ordered:  # cheap early answer: some pod larger than any node's free amount
         for r, v in g.pod_set.request.items():
             if g.pod_set.count and v > cap.max_free(r):
-                return _pod_set_shortfall(g.pod_set, cap)
+                return _pod_set_shortfall(gang, g.pod_set, cap)
     placements: list[Placement] = []
     for g in ordered:
         ps = g.pod_set
         if ps.count == 0:
             continue
-        candidates = []
-        for name in cap.eligible(ps.constraints):
-            free = cap.free[name]
-            k = _how_many(free, ps.request)
-            if k:
-                candidates.append((_score(free, ps.request, cap.extended, name), name, k))
-        candidates.sort()
-        placed = 0
-        for _, name, k in candidates:
-            n = min(k, ps.count - placed)
-            cap.take(name, ps.request, n)
-            placements.extend(
-                Placement(g.item, ps.name, placed + i, name, ps.request) for i in range(n)
-            )
-            placed += n
-            if placed == ps.count:
-                break
-        if placed < ps.count:
-            for p in placements:
-                assert p.node is not None
-                cap.give(p.node, p.request)
-            return _pod_set_shortfall(ps, cap)
+        rows = cap.eligible_rows(ps.constraints)
+        fits = cap.how_many(rows, ps.request)
+        candidates = rows[fits > 0]
+        if int(np.minimum(fits, ps.count).sum()) >= ps.count:
+            order = cap.best_fit_order(candidates)
+            counts = cap.how_many(order, ps.request)
+            # Fill the tightest nodes first; the last one takes only what is left.
+            before = np.cumsum(counts) - counts
+            take = np.clip(ps.count - before, 0, counts)
+            used = take > 0
+            chosen, taken = order[used], take[used]
+            cap.take_rows(chosen, ps.request, taken)
+            pod = 0
+            for row, n in zip(chosen.tolist(), taken.tolist(), strict=True):
+                name = cap.names[row]
+                placements.extend(
+                    Placement(g.item, ps.name, pod + i, name, ps.request) for i in range(n)
+                )
+                pod += n
+            continue
+        for p in placements:
+            assert p.node is not None
+            cap.give(p.node, p.request)
+        return _pod_set_shortfall(gang, ps, cap)
     return sorted(placements, key=lambda p: (p.item, p.pod_set, p.pod))
 
 

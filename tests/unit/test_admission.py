@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dispatcher.admission import BEHIND_HEAD, DISPATCH, INVALID, CycleStats, Decision, admit
+from dispatcher.cluster import BoundPod
 from dispatcher.fit import FRAGMENTED, INSUFFICIENT, NEVER_FITS, Capacity
 from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper
 
-from .builders import GPU, capacity, node, pod_set, wrapper
+from .builders import GPU, capacity, cluster, node, pod_set, wrapper
 
 FIFO = Policy("fifo", order="arrival")
 PRIORITY = Policy("priority", order="priority")
@@ -29,10 +30,17 @@ def two_nodes() -> Capacity:
     return capacity(node("a"), node("b"))
 
 
+def busy_two_nodes() -> Capacity:
+    """16 GPUs, 4 of them in use: a 2 x 8 gang could fit, but not now."""
+    state = cluster(node("a"), node("b"))
+    state.upsert_pod(("x", "p"), BoundPod("x", "p", "a", {GPU: 4, "pods": 1}))
+    return Capacity.of(state)
+
+
 def test_fifo_head_blocks_everything_behind_it() -> None:
     ws = [
         wrapper("small-1", pod_set(1, gpu=4), seen=1),
-        wrapper("huge", pod_set(3, gpu=8), seen=2),
+        wrapper("huge", pod_set(2, gpu=8), seen=2),
         wrapper("small-2", pod_set(1, gpu=4), seen=3, priority=100),
     ]
     decisions = run(FIFO, ws, two_nodes())
@@ -69,24 +77,25 @@ def test_priority_orders_by_priority_then_arrival() -> None:
 
 
 def test_priority_policy_is_strict_head_of_line() -> None:
-    ws = [wrapper("big", pod_set(3, gpu=8), priority=5, seen=1),
+    ws = [wrapper("big", pod_set(2, gpu=8), priority=5, seen=1),
           wrapper("small", pod_set(1, gpu=1), priority=1, seen=0)]
-    assert summary(run(PRIORITY, ws, two_nodes()))[1] == ("small", "wait", BEHIND_HEAD)
+    assert summary(run(PRIORITY, ws, busy_two_nodes())) == [
+        ("big", "wait", INSUFFICIENT), ("small", "wait", BEHIND_HEAD)]
 
 
 def test_backfill_dispatches_behind_a_head_that_does_not_fit() -> None:
-    ws = [wrapper("big", pod_set(3, gpu=8), priority=5, seen=90),
+    ws = [wrapper("big", pod_set(2, gpu=8), priority=5, seen=90),
           wrapper("small", pod_set(1, gpu=1), priority=1, seen=95)]
-    decisions = run(BACKFILL, ws, two_nodes(), now=100)
+    decisions = run(BACKFILL, ws, busy_two_nodes(), now=100)
     assert summary(decisions) == [("big", "wait", INSUFFICIENT),
                                   ("small", "dispatch", DISPATCH)]
     assert decisions[0].head_of_line
 
 
 def test_backfill_starvation_guard_stops_backfill_for_a_long_waiting_head() -> None:
-    ws = [wrapper("big", pod_set(3, gpu=8), priority=5, seen=0),
+    ws = [wrapper("big", pod_set(2, gpu=8), priority=5, seen=0),
           wrapper("small", pod_set(1, gpu=1), priority=1, seen=650)]
-    decisions = run(BACKFILL, ws, two_nodes(), now=700)  # big has waited 700 s > 600 s
+    decisions = run(BACKFILL, ws, busy_two_nodes(), now=700)  # big has waited 700 s > 600 s
     assert summary(decisions) == [("big", "wait", INSUFFICIENT), ("small", "wait", BEHIND_HEAD)]
 
 
@@ -94,7 +103,7 @@ def test_dynamic_priority_lets_an_old_wrapper_overtake() -> None:
     ws = [wrapper("new-high", pod_set(1, gpu=8), priority=10, seen=1000),
           wrapper("old-sloped", pod_set(1, gpu=8), priority=0, seen=0, slope=0.02)]
     cap = capacity(node("a"))
-    assert run(PRIORITY, ws, cap, now=1001)[0].name == "old-sloped"  # 0.02 × 1001 ≈ 20 > 10
+    assert run(PRIORITY, ws, cap, now=1001)[0].name == "old-sloped"  # 0.02 x 1001 = 20 > 10
     # At t=400 the old one's effective priority is 8, below 10.
     ws2 = [wrapper("new-high", pod_set(1, gpu=8), priority=10, seen=399),
            wrapper("old-sloped", pod_set(1, gpu=8), priority=0, seen=0, slope=0.02)]
@@ -122,23 +131,28 @@ def test_invalid_wrapper_is_reported_and_the_queue_goes_on() -> None:
 
 
 def test_fragmentation_reason_under_per_node_and_dispatch_under_aggregate() -> None:
-    frag = [node(f"n{i}", gpu=2) for i in range(8)]
+    def fragmented() -> Capacity:  # 8 nodes of 8 GPUs, 6 in use on each
+        state = cluster(*(node(f"n{i}") for i in range(8)))
+        for i in range(8):
+            state.upsert_pod(("x", f"p{i}"), BoundPod("x", f"p{i}", f"n{i}", {GPU: 6, "pods": 1}))
+        return Capacity.of(state)
+
     ws = [wrapper("needs-8", pod_set(1, gpu=8), seen=1)]
-    per_node = run(FIFO, ws, capacity(*frag))
+    per_node = run(FIFO, ws, fragmented())
     assert summary(per_node) == [("needs-8", "wait", FRAGMENTED)]
     assert "at most 2 nvidia.com/gpu on any node" in per_node[0].message
-    aggregate = run(FIFO, ws, capacity(*frag), fit="aggregate")
+    aggregate = run(FIFO, ws, fragmented(), fit="aggregate")
     assert summary(aggregate) == [("needs-8", "dispatch", DISPATCH)]
 
 
 def test_same_shaped_gangs_reuse_the_first_answer_within_a_cycle() -> None:
-    ws = [wrapper("head", pod_set(3, gpu=8), seen=0)] + [
-        wrapper(f"w{i}", pod_set(3, gpu=8), seen=i + 1) for i in range(50)]
+    ws = [wrapper("head", pod_set(2, gpu=8), seen=0)] + [
+        wrapper(f"w{i}", pod_set(2, gpu=8), seen=i + 1) for i in range(50)]
     queue = AdmissionQueue(BACKFILL)
     for w in ws:
         queue.put(w)
     stats = CycleStats()
-    decisions = admit(queue.ordered(10), two_nodes(), BACKFILL, 10, "per-node", stats)
+    decisions = admit(queue.ordered(10), busy_two_nodes(), BACKFILL, 10, "per-node", stats)
     assert all(d.decision == "wait" and d.reason == INSUFFICIENT for d in decisions)
     assert (stats.fit_checks, stats.cache_hits) == (1, 50)
 

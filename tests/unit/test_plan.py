@@ -86,7 +86,8 @@ def test_queue_order_follows_creation_timestamps(tmp_path: Path,
 
 def test_fragmented_cluster_per_node_vs_aggregate(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    cluster = write(tmp_path, "c.yaml", *(node(f"n{i}", gpu=2) for i in range(8)))
+    cluster = write(tmp_path, "c.yaml", *(node(f"n{i}") for i in range(8)),
+                    *(pod(f"p{i}", f"n{i}", 6) for i in range(8)))
     wrappers = write(tmp_path, "a.yaml", aw("needs-8", 1, 8))
     per_node = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"][0]
     assert per_node["decision"] == "wait"
@@ -99,7 +100,7 @@ def test_fragmented_cluster_per_node_vs_aggregate(tmp_path: Path,
 
 def test_backfill_and_priority_policies_by_name(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    cluster = write(tmp_path, "c.yaml", node("n1"))
+    cluster = write(tmp_path, "c.yaml", node("n1"), node("n2"), pod("p", "n2", 4))
     wrappers = write(tmp_path, "a.yaml", aw("big", 2, 8, priority=5), aw("small", 1, 2))
     fifo = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
     assert [d["decision"] for d in fifo] == ["wait", "wait"]

@@ -1,0 +1,103 @@
+"""AppWrapper conditions: their types, their reasons, and how a new one is recorded.
+
+MCAD keeps ``status.conditions`` as a history: a new condition is appended when the
+type changes, and ``status.queuejobstate`` names the type of the latest one. A happy life
+reads ``Init → Queueing → HeadOfLine → Dispatched → Running → Completed``.
+
+MCAD also defines the condition types ``Preempted``, ``Deleted`` and
+``RunningHoldCompletion``, and no ``Requeued``; the dispatcher records a requeue as
+``PreemptCandidate`` with a reason (MinPodsNotRunning, DispatchDeadlineExceeded,
+Preempted) and never writes those three. :class:`~dispatcher.api.models.Condition` keeps
+``type`` a plain string, so statuses written by MCAD still parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+
+from dispatcher.api.models import Condition
+
+# The oldest conditions are dropped beyond this many, so a wrapper that goes back and
+# forth between two conditions for days does not grow without bound.
+MAX_CONDITIONS = 20
+
+
+class ConditionType(StrEnum):
+    Init = "Init"
+    Queueing = "Queueing"
+    HeadOfLine = "HeadOfLine"
+    Dispatched = "Dispatched"
+    Running = "Running"
+    Completed = "Completed"
+    Backoff = "Backoff"
+    PreemptCandidate = "PreemptCandidate"
+    Failed = "Failed"
+
+
+class Reason(StrEnum):
+    AwaitingHeadOfLine = "AwaitingHeadOfLine"  # Queueing
+    FrontOfQueue = "FrontOfQueue"  # HeadOfLine
+    AppWrapperRunnable = "AppWrapperRunnable"  # Dispatched
+    PodsRunning = "PodsRunning"  # Running
+    PodsCompleted = "PodsCompleted"  # Completed
+    AppWrapperNotRunnable = "AppWrapperNotRunnable"  # Backoff
+    MinPodsNotRunning = "MinPodsNotRunning"  # PreemptCandidate (requeue)
+    DispatchDeadlineExceeded = "DispatchDeadlineExceeded"  # PreemptCandidate (requeue)
+    Preempted = "Preempted"  # PreemptCandidate (requeue)
+    ItemCreationFailure = "ItemCreationFailure"  # Failed
+    InvalidSpec = "InvalidSpec"  # Failed
+
+
+def latest(conditions: Sequence[Condition]) -> Condition | None:
+    """The most recent condition (the last one), or None for a new AppWrapper."""
+    return conditions[-1] if conditions else None
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    type: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    status: str = "True",
+) -> tuple[list[Condition], bool]:
+    """Record a condition; return the new list and whether anything changed.
+
+    - The latest condition already says exactly this (type, reason, message, status):
+      nothing changes and ``(conditions, False)`` comes back, so no status write is due.
+    - The latest condition has this type but another reason, message or status: it is
+      updated in place (``lastUpdateMicroTime = now``; ``lastTransitionMicroTime = now``
+      only when the status flips).
+    - Otherwise a new condition is appended, both times ``now``.
+
+    The input list and its conditions are never mutated.
+    """
+    type_, reason_, message_, status_ = str(type), str(reason), str(message), str(status)
+    current = latest(conditions)
+    if current is not None and current.type == type_:
+        if (current.reason, current.message, current.status) == (reason_, message_, status_):
+            return list(conditions), False
+        transition = now if current.status != status_ else current.lastTransitionMicroTime
+        updated = Condition.model_validate(
+            {
+                **current.model_dump(),
+                "status": status_,
+                "reason": reason_,
+                "message": message_,
+                "lastUpdateMicroTime": now,
+                "lastTransitionMicroTime": transition or now,
+            }
+        )
+        return [*conditions[:-1], updated], True
+    new = Condition(
+        type=type_,
+        status=status_,
+        reason=reason_,
+        message=message_,
+        lastUpdateMicroTime=now,
+        lastTransitionMicroTime=now,
+    )
+    result = [*conditions, new]
+    return result[-MAX_CONDITIONS:], True

@@ -1,0 +1,164 @@
+"""What a wrapped object will create, as pod sets.
+
+Kinds are matched by (API group, kind), any version of the group. With
+`custompodresources` the user's list wins (MCAD semantics); otherwise the pods are
+inferred from the object, with the defaults the API server would have applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dispatcher.kinds import batch, core, kubeflow, ray
+from dispatcher.kinds.base import InvalidItem, Template, as_map, count, path_text
+from dispatcher.kinds.podset import (
+    NO_CONSTRAINTS,
+    PodConstraints,
+    PodSet,
+    Requirement,
+    Toleration,
+)
+from dispatcher.kinds.podspec import constraints_of, pod_set_from_template
+from dispatcher.resources import PODS, ResourceSpecError, resource_list
+
+__all__ = [
+    "APPWRAPPER_KINDS",
+    "KNOWN_KINDS",
+    "NO_POD_KINDS",
+    "InvalidItem",
+    "PodConstraints",
+    "PodSet",
+    "Requirement",
+    "Toleration",
+    "constraints_of",
+    "group_kind",
+    "infer_pod_sets",
+    "item_pod_sets",
+    "pod_set_from_template",
+    "pod_template_paths",
+]
+
+_HANDLERS = {**core.HANDLERS, **batch.HANDLERS, **kubeflow.HANDLERS, **ray.HANDLERS}
+
+NO_POD_KINDS: frozenset[tuple[str, str]] = core.NO_POD_KINDS
+KNOWN_KINDS: frozenset[tuple[str, str]] = frozenset(_HANDLERS) - NO_POD_KINDS
+APPWRAPPER_KINDS: frozenset[tuple[str, str]] = frozenset({
+    ("workload.codeflare.dev", "AppWrapper"),
+    ("mcad.ibm.com", "AppWrapper"),  # MCAD's original group
+})
+
+
+def group_kind(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(API group, kind) of an object; the core group is ""."""
+    if not isinstance(obj, Mapping):
+        raise InvalidItem("the wrapped object must be a map with apiVersion, kind and metadata")
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    missing = [f for f, v in (("apiVersion", api_version), ("kind", kind)) if not v]
+    if missing:
+        raise InvalidItem(
+            f"the wrapped object has no {' and no '.join(missing)}: every object needs both, "
+            "e.g. apiVersion: batch/v1 and kind: Job"
+        )
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        raise InvalidItem("apiVersion and kind must be strings, e.g. apiVersion: batch/v1")
+    group, _, version = api_version.rpartition("/")
+    if not version or "/" in group:
+        raise InvalidItem(
+            f"apiVersion {api_version!r} is not group/version or version, e.g. batch/v1 or v1"
+        )
+    if (group, kind) in APPWRAPPER_KINDS:
+        raise InvalidItem("an AppWrapper cannot wrap another AppWrapper: wrap its items directly")
+    return group, kind
+
+
+def _templates(obj: Mapping[str, Any]) -> list[Template] | None:
+    handler = _HANDLERS.get(group_kind(obj))
+    return None if handler is None else handler(obj)
+
+
+def _pod_set(t: Template) -> PodSet:
+    path = t.path or ()
+    template = None if t.template is None else as_map(t.template, path)
+    return pod_set_from_template(t.name, t.count, template, path=path_text(path))
+
+
+def infer_pod_sets(obj: Mapping[str, Any]) -> list[PodSet] | None:
+    """The pod sets `obj` will create: None for a kind the dispatcher does not know,
+    [] for a known kind that creates no pods.
+
+    One set per pod template, in the object's order (kubeflow replica types in
+    case-insensitive alphabetical order), including sets of 0 pods (a suspended Ray
+    worker group, an MPIJob without workers), so sets line up with templates.
+    """
+    templates = _templates(obj)
+    return None if templates is None else [_pod_set(t) for t in templates]
+
+
+def pod_template_paths(obj: Mapping[str, Any]) -> list[list[str | int]]:
+    """JSON paths of every pod template in `obj` ([] for the object itself, a Pod).
+
+    Only templates present in the object: a RayJob's default submitter pod has none.
+    Unknown kinds have none. Raises InvalidItem as `infer_pod_sets` does.
+    """
+    templates = _templates(obj) or []
+    return [
+        list(t.path) for t in templates
+        if t.path is not None and isinstance(t.template, Mapping)
+    ]
+
+
+def _unknown_kind(obj: Mapping[str, Any], index: int | None) -> InvalidItem:
+    item = f"spec.resources.GenericItems[{'i' if index is None else index}]"
+    return InvalidItem(
+        f"kind {obj.get('kind')} ({obj.get('apiVersion')}) is not one the dispatcher knows how "
+        f"to count pods for: add {item}.custompodresources listing its pods' replicas and "
+        "requests"
+    )
+
+
+def _custom_pod_set(i: int, entry: object, constraints: PodConstraints) -> PodSet:
+    where = f"custompodresources[{i}]"
+    if not isinstance(entry, Mapping):
+        raise InvalidItem(f"{where} must be a map with replicas, requests and limits")
+    replicas = count(entry, "replicas", (where,), 1)
+    try:
+        limits = resource_list(entry.get("limits"), f"{where}.limits")
+        requests = resource_list(entry.get("requests"), f"{where}.requests")
+    except ResourceSpecError as e:
+        raise InvalidItem(str(e)) from None
+    request = {**limits, **requests}  # a missing request is its limit, as for containers
+    request[PODS] = request.get(PODS, 0) + 1
+    return PodSet(f"custom/{i}", replicas, request, constraints)
+
+
+def item_pod_sets(
+    obj: Mapping[str, Any],
+    custompodresources: Sequence[Mapping[str, Any]] | None,
+    *,
+    index: int | None = None,
+) -> list[PodSet]:
+    """The pod sets of one GenericItem: its custompodresources if any, else inferred.
+
+    A custompodresources entry is `replicas` pods (missing: 1) each requesting
+    `requests`, any missing resource defaulting to `limits`. Their node rules come from
+    the object when it can say: pairwise when its kind is known and it has as many pod
+    templates as there are entries, else from its only template, else none.
+    `index` (the item's position) makes error messages point at the exact item.
+    """
+    if not custompodresources:
+        inferred = infer_pod_sets(obj)
+        if inferred is None:
+            raise _unknown_kind(obj, index)
+        return inferred
+    templates = infer_pod_sets(obj) or []
+    if len(templates) == len(custompodresources):
+        constraints = [t.constraints for t in templates]
+    elif len(templates) == 1:
+        constraints = [templates[0].constraints] * len(custompodresources)
+    else:
+        constraints = [NO_CONSTRAINTS] * len(custompodresources)
+    return [
+        _custom_pod_set(i, entry, c)
+        for i, (entry, c) in enumerate(zip(custompodresources, constraints, strict=True))
+    ]
