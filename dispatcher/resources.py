@@ -17,6 +17,7 @@ Resources = dict[str, int]
 
 CPU = "cpu"
 PODS = "pods"
+GPU = "nvidia.com/gpu"  # the extended resource most AppWrappers are about
 INT64_MAX = 2**63 - 1
 
 QUANTITY_HINT = (

@@ -86,12 +86,13 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
              if dict(g.pod_set.request) == dict(ps.request)
              and g.pod_set.constraints == ps.constraints]
     count = sum(p.count for p in alike)
-    who = "/".join(p.name for p in alike)
+    # Name the pod sets only when the gang has others: "a pod of Worker", "a pod".
+    of = f" of {'/'.join(p.name for p in alike)}" if len(alike) < len(gang) else ""
     rows = cap.eligible_rows(ps.constraints)
     if not len(rows):
         return Shortfall(
             NO_MATCHING_NODE,
-            f"no schedulable node accepts the pods of {who} ({describe(ps.constraints)})",
+            f"no schedulable node accepts the pods{of} ({describe(ps.constraints)})",
         )
     usable = (f"the {len(rows)} node(s) they may use" if len(rows) < cap.schedulable_count
               else "the nodes")
@@ -102,7 +103,7 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
         if total < v * count:
             return Shortfall(
                 INSUFFICIENT,
-                f"the {count} pods of {who} need {format_amount(r, v * count)}, "
+                f"the {count} pods{of} need {format_amount(r, v * count)}, "
                 f"{format_amount(r, total)} free on {usable}",
             )
     for r, v in sorted(ps.request.items()):
@@ -115,19 +116,19 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
             return Shortfall(
                 FRAGMENTED,
                 f"{format_amount(r, total)} free in total, but at most "
-                f"{format_amount(r, max(best, 0))} on any node; a pod of {who} needs "
+                f"{format_amount(r, max(best, 0))} on any node; a pod{of} needs "
                 f"{format_amount(r, v)}",
             )
     alone = int(np.minimum(cap.how_many(rows, ps.request), count).sum())
     if alone < count:
         return Shortfall(
             FRAGMENTED,
-            f"enough free in total, but only {alone} of the {count} pods of {who} "
+            f"enough free in total, but only {alone} of the {count} pods{of} "
             f"({format_resources(_shown(ps.request))} each) fit on {usable} right now",
         )
     return Shortfall(
         FRAGMENTED,
-        f"the {count} pods of {who} fit on their own, but not beside the rest of "
+        f"the {count} pods{of} fit on their own, but not beside the rest of "
         "the gang on the nodes free right now",
     )
 

@@ -42,7 +42,7 @@ def test_fragmented_gpus_wait_with_the_message_that_says_so() -> None:
     assert result.reason == FRAGMENTED
     assert result.message == (
         "16 nvidia.com/gpu free in total, but at most 2 nvidia.com/gpu on any node; "
-        "a pod of worker needs 8 nvidia.com/gpu"
+        "a pod needs 8 nvidia.com/gpu"
     )
 
 
@@ -70,7 +70,7 @@ def test_failed_gang_takes_nothing() -> None:
     assert cap.free == before
     assert result.reason == FRAGMENTED
     assert result.message.startswith(
-        "enough free in total, but only 1 of the 2 pods of worker (")
+        "enough free in total, but only 1 of the 2 pods (")
     assert result.message.endswith(" each) fit on the nodes right now")
 
 

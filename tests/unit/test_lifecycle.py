@@ -1,0 +1,139 @@
+"""Lifecycle of a dispatched AppWrapper: running, completion, requeue, deadlines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.api import parse_appwrapper
+from dispatcher.api.models import AppWrapper, Requeuing
+from dispatcher.kinds.completion import item_outcome, wrapper_outcome
+from dispatcher.lifecycle import (
+    REQUEUE_LIMIT_REACHED,
+    WRAPPED_OBJECT_FAILED,
+    PodCounts,
+    judge,
+    min_available,
+    pods_allowed_seconds,
+)
+
+
+def aw(scheduling: dict[str, Any] | None = None, requeues: int = 0) -> AppWrapper:
+    return parse_appwrapper({
+        "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+        "metadata": {"name": "a", "namespace": "n"},
+        "spec": {"schedulingSpec": scheduling or {}, "resources": {"GenericItems": [
+            {"generictemplate": {"apiVersion": "batch/v1", "kind": "Job",
+                                 "metadata": {"name": "j"}}}]}},
+        "status": {"numberOfRequeueings": requeues},
+    })
+
+
+@pytest.mark.parametrize(("growth", "requeues", "expected"), [
+    ("exponential", 0, 60), ("exponential", 1, 120), ("exponential", 3, 480),
+    ("linear", 0, 60), ("linear", 2, 180), ("none", 5, 60),
+])
+def test_time_allowed_grows_with_requeues(growth: str, requeues: int, expected: int) -> None:
+    r = Requeuing(timeInSeconds=60, growthType=growth)  # type: ignore[arg-type]
+    assert pods_allowed_seconds(r, requeues) == expected
+
+
+def test_time_allowed_is_capped() -> None:
+    assert pods_allowed_seconds(Requeuing(timeInSeconds=60, maxTimeInSeconds=200), 4) == 200
+
+
+def test_min_available_defaults_to_every_pod() -> None:
+    assert min_available(aw(), 4) == 4
+    assert min_available(aw({"minAvailable": 2}), 4) == 2
+    assert min_available(aw({"minAvailable": 9}), 4) == 4
+
+
+def test_running_once_min_available_pods_run() -> None:
+    v = judge(aw({"minAvailable": 2}), PodCounts(pending=2, running=2), 4, "running",
+              dispatched_at=0, running=False, now=10)
+    assert v.action == "running" and v.message == "2 of 4 pods running"
+
+
+def test_waits_until_the_deadline_then_requeues_with_a_reason() -> None:
+    w = aw({"requeuing": {"timeInSeconds": 60}})
+    early = judge(w, PodCounts(pending=3, running=1), 4, "running", 100, False, now=150)
+    assert early.action == "wait" and early.check_at == 160
+    late = judge(w, PodCounts(pending=3, running=1), 4, "running", 100, False, now=160)
+    assert late.action == "requeue" and late.reason == "MinPodsNotRunning"
+    assert late.message == ("1 of the 4 pods needed (minAvailable) running or succeeded 60 s "
+                            "after dispatch (3 pending, 0 failed); torn down and requeued, "
+                            "120 s allowed next time")
+
+
+def test_requeue_limit_fails_it() -> None:
+    w = aw({"requeuing": {"timeInSeconds": 60, "maxNumRequeuings": 2}}, requeues=2)
+    v = judge(w, PodCounts(pending=4), 4, "running", 0, False, now=10_000)
+    assert v.action == "failed" and v.reason == REQUEUE_LIMIT_REACHED
+    assert "already requeued 2 times" in v.message
+
+
+def test_no_requeue_once_running() -> None:
+    w = aw({"requeuing": {"timeInSeconds": 60}})
+    v = judge(w, PodCounts(pending=2, running=1, failed=1), 4, "running", 0, True, now=10_000)
+    assert v.action == "wait"
+
+
+def test_dispatch_duration_limit_fails_it() -> None:
+    w = aw({"dispatchDuration": {"limit": 300}})
+    assert judge(w, PodCounts(running=4), 4, "running", 0, True, now=299).action == "running"
+    v = judge(w, PodCounts(running=4), 4, "running", 0, True, now=300)
+    assert v.action == "failed" and v.reason == "DispatchDeadlineExceeded"
+
+
+def test_outcomes_end_it() -> None:
+    assert judge(aw(), PodCounts(), 4, "succeeded", 0, True, 1).action == "completed"
+    failed = judge(aw(), PodCounts(failed=1), 4, "failed", 0, True, 1)
+    assert failed.action == "failed" and failed.reason == WRAPPED_OBJECT_FAILED
+
+
+def test_without_an_outcome_all_pods_succeeding_completes_it() -> None:
+    assert judge(aw(), PodCounts(succeeded=4), 4, None, 0, True, 1).action == "completed"
+    assert judge(aw(), PodCounts(succeeded=3, running=1), 4, None, 0, True, 1).action \
+        == "running"
+
+
+def _obj(api: str, kind: str, status: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": "x"}, "status": status}
+
+
+def _cond(t: str) -> dict[str, Any]:
+    return {"conditions": [{"type": t, "status": "True"}]}
+
+
+@pytest.mark.parametrize(("obj", "expected"), [
+    (_obj("batch/v1", "Job", _cond("Complete")), "succeeded"),
+    (_obj("batch/v1", "Job", _cond("Failed")), "failed"),
+    (_obj("batch/v1", "Job", {}), "running"),
+    (_obj("kubeflow.org/v1", "PyTorchJob", _cond("Succeeded")), "succeeded"),
+    (_obj("kubeflow.org/v1", "TFJob", _cond("Failed")), "failed"),
+    (_obj("kubeflow.org/v1", "MPIJob", _cond("Running")), "running"),
+    (_obj("ray.io/v1", "RayJob", {"jobDeploymentStatus": "Complete",
+                                  "jobStatus": "SUCCEEDED"}), "succeeded"),
+    (_obj("ray.io/v1", "RayJob", {"jobStatus": "FAILED"}), "failed"),
+    (_obj("v1", "Pod", {"phase": "Succeeded"}), "succeeded"),
+    (_obj("v1", "Pod", {"phase": "Running"}), "running"),
+    (_obj("jobset.x-k8s.io/v1alpha2", "JobSet", _cond("Completed")), "succeeded"),
+    (_obj("ray.io/v1", "RayCluster", {"state": "ready"}), None),
+    (_obj("apps/v1", "Deployment", {}), None),
+])
+def test_item_outcome_per_kind(obj: dict[str, Any], expected: str | None) -> None:
+    assert item_outcome(obj) == expected
+
+
+def test_completionstatus_overrides_the_kind() -> None:
+    deploy = _obj("apps/v1", "Deployment", _cond("Available"))
+    assert item_outcome(deploy, "Available") == "succeeded"
+    assert item_outcome(_obj("apps/v1", "Deployment", {}), "Available") == "running"
+
+
+def test_wrapper_outcome() -> None:
+    assert wrapper_outcome([None, "succeeded"]) == "succeeded"
+    assert wrapper_outcome(["succeeded", "running"]) == "running"
+    assert wrapper_outcome(["succeeded", "failed"]) == "failed"
+    assert wrapper_outcome([None]) is None
