@@ -41,6 +41,32 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from dispatcher.controller.operator import operate
+    from dispatcher.policy_files import load_policy
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+    asyncio.run(operate(policy, args.fit, args.kubeconfig, args.liveness))
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from dispatcher.simulate import command
+
+    return command.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
@@ -61,6 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--now", help="the time to plan at (ISO 8601; default: now)")
     p.add_argument("appwrappers", nargs="+", metavar="APPWRAPPERS.yaml")
     p.set_defaults(func=_cmd_plan)
+
+    r = sub.add_parser(
+        "run",
+        help="run the dispatcher against a cluster",
+        description="Queue AppWrappers and create their objects only when every pod fits.",
+    )
+    r.add_argument("--kubeconfig", help="default: in-cluster config, else $KUBECONFIG")
+    r.add_argument("--policy", default="fifo",
+                   help="fifo, priority, backfill, or a policy YAML file (default fifo)")
+    r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
+    r.add_argument("--liveness", metavar="URL",
+                   help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    r.add_argument("-v", "--verbose", action="store_true")
+    r.set_defaults(func=_cmd_run)
+
+    from dispatcher.simulate.command import DESCRIPTION, add_arguments
+
+    s = sub.add_parser("simulate", help="replay a job trace through the admission core",
+                       description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(s)
+    s.set_defaults(func=_cmd_simulate)
     return parser
 
 

@@ -1,0 +1,81 @@
+"""kopf wiring: watches feed the Dispatcher; nothing else happens here.
+
+Only stateless event handlers are used, so kopf writes nothing to the objects it
+watches (no finalizers, no progress annotations): the dispatcher's own status is the
+only state, and deleting an AppWrapper is never held up by the dispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from typing import Any
+
+import kopf
+
+from dispatcher.admission import Fit
+from dispatcher.queue import Policy
+
+from .kube import Kube
+from .runtime import Dispatcher
+
+log = logging.getLogger("dispatcher")
+
+
+def make_registry() -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.posting.enabled = False  # the dispatcher posts its own Events
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 60
+        kube = await Kube.connect(memo.kubeconfig)
+        memo.dispatcher = Dispatcher(kube, memo.policy, memo.fit)
+        await memo.dispatcher.start()
+        log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
+                 memo.policy.name, memo.fit, len(memo.dispatcher.state.nodes),
+                 len(memo.dispatcher.tracked))
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        d: Dispatcher | None = getattr(memo, "dispatcher", None)
+        if d is not None:
+            await d.stop()
+            await d.kube.close()
+
+    @kopf.on.login(registry=registry)
+    def login(memo: kopf.Memo, **kwargs: Any) -> Any:
+        if memo.kubeconfig:
+            os.environ["KUBECONFIG"] = memo.kubeconfig
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.dispatcher.on_node(event["type"] or "ADDED", event["object"])
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.dispatcher.on_pod(event["type"] or "ADDED", event["object"])
+
+    @kopf.on.event("workload.codeflare.dev", "v1beta1", "appwrappers", registry=registry)
+    async def appwrapper_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+        memo.dispatcher.on_appwrapper(event["type"] or "ADDED", event["object"])
+
+    return registry
+
+
+async def operate(policy: Policy, fit: Fit, kubeconfig: str | None,
+                  liveness: str | None = None,
+                  stop_flag: asyncio.Event | threading.Event | None = None) -> None:
+    """Run until stopped (a signal, or `stop_flag`)."""
+    memo = kopf.Memo(policy=policy, fit=fit, kubeconfig=kubeconfig)
+    await kopf.operator(
+        registry=make_registry(), clusterwide=True, memo=memo,
+        liveness_endpoint=liveness, stop_flag=stop_flag,
+    )

@@ -1,0 +1,93 @@
+"""`make demo`: the dispatcher on the local cluster, with one AppWrapper per wrapped kind.
+
+Starts (or reuses) the local cluster, installs the CRD, runs `dispatcher run` in the
+background, applies examples/demo/ and prints `kubectl get appwrappers` whenever the
+queue changes, until every AppWrapper has settled (or --timeout). The cluster is left
+running; the dispatcher is stopped.
+
+    python -m dispatcher.demo [--policy fifo|priority|backfill] [--timeout 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SETTLED = {"Running", "Completed", "Failed"}
+QUIET_SECONDS = 30
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dispatcher.demo")
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--examples", default=str(REPO / "examples" / "demo"))
+    args = ap.parse_args(argv)
+
+    from localcluster import Cluster
+
+    cluster = Cluster()
+    cluster.up()
+    kubectl = cluster.kubectl()
+    namespace = "demo"
+    kubectl("apply", "--server-side", "--force-conflicts", "-f",
+            str(REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml"))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s",
+            "crd/appwrappers.workload.codeflare.dev")
+    kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true",
+            timeout=180)
+    kubectl("create", "namespace", namespace)
+
+    log_path = cluster.logs / "dispatcher-demo.log"
+    print(f"starting the dispatcher (policy {args.policy}); its log: {log_path}")
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig",
+             str(cluster.kubeconfig), "--policy", args.policy],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        time.sleep(3)
+        k = kubectl.in_namespace(namespace)
+        print(k("apply", "-f", args.examples), end="")
+        return _watch(k, proc, args.timeout, cluster.kubeconfig)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig: Path) -> int:
+    from localcluster import Kubectl
+
+    assert isinstance(k, Kubectl)
+    start = time.monotonic()
+    last, changed = "", start
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            print(f"the dispatcher exited with {proc.returncode}", file=sys.stderr)
+            return 1
+        table = k("get", "appwrappers", "-o", "wide")
+        if table != last:
+            print(f"\n--- t+{time.monotonic() - start:.0f}s: kubectl get appwrappers -o wide")
+            print(table, end="")
+            last, changed = table, time.monotonic()
+        states = [aw.get("status", {}).get("queuejobstate", "")
+                  for aw in k.items("appwrappers")]
+        # Done when nothing waits any more and the table has been still for a while
+        # (a RayCluster runs until deleted, so "all completed" may never come).
+        if states and all(s in SETTLED for s in states) \
+                and time.monotonic() - changed > QUIET_SECONDS:
+            break
+        time.sleep(2)
+    print(f"\nGPU pods now:\n{k('get', 'pods', '-o', 'wide')}")
+    print(f"The cluster keeps running: export KUBECONFIG={kubeconfig}; "
+          "`python -m localcluster down` stops it.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

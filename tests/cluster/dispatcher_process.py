@@ -1,0 +1,99 @@
+"""Run `dispatcher run` as a real process against the local cluster, for cluster tests.
+
+A process (not a thread) so a test can kill it with SIGKILL at any moment and start a
+new one, exactly as a crashed pod would be restarted. Its log is kept in the cluster's
+log directory and quoted when a test fails waiting for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from localcluster import Kubectl, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml"
+
+
+def install_crd(kubectl: Kubectl) -> None:
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s",
+            "crd/appwrappers.workload.codeflare.dev")
+
+
+class DispatcherProcess:
+    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.policy = "fifo"
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "dispatcher.log"
+
+    def start(self, policy: str | None = None, fit: str = "per-node") -> None:
+        self.stop()
+        if policy is not None:
+            self.policy = policy
+        self.starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        log.write(f"\n===== start {self.starts}: policy {self.policy} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig", str(self.kubeconfig),
+             "--policy", self.policy, "--fit", fit, "-v"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        wait_for(self._ready, 60, "the dispatcher to list the cluster and start its loop")
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"dispatcher exited with {self.proc.returncode}; "
+                               f"log: {self.log_path}\n{self.tail()}")
+        return "dispatcher ready:" in self.log_path.read_text(errors="replace").split(
+            f"===== start {self.starts}:")[-1]
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last status write — a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def wait_quiet(kubectl: Kubectl, timeout: float = 90) -> None:
+    """Wait until no pod of any AppWrapper is left from earlier tests (they hold GPUs)."""
+    def quiet() -> bool:
+        pods = kubectl.items("pods", "-A", "-l", "workload.codeflare.dev/appwrapper")
+        return not pods
+
+    wait_for(quiet, timeout, "pods of earlier tests' AppWrappers to be gone")
+    time.sleep(0.2)
