@@ -129,6 +129,7 @@ class Dispatcher:
         self.last_cycle_at = time.monotonic()
         self._events: list[tuple[Tracked, str, str, str]] = []
         self._pending_teardown: set[Key] = set()
+        self._unwritten: set[Key] = set()  # status changed outside a cycle's own writes
 
     # --- watch events: update memory, wake the loop ---------------------------------
 
@@ -252,6 +253,7 @@ class Dispatcher:
         now = self.clock()
         t.status.state = "Failed"
         self._condition(t, ConditionType.Failed, Reason.InvalidSpec, message, now)
+        self._unwritten.add(t.key)
 
     # --- status ----------------------------------------------------------------------
 
@@ -306,6 +308,7 @@ class Dispatcher:
                                 ConditionType.PreemptCandidate)
             now = _now_dt(self.clock()).strftime("%Y-%m-%dT%H:%M:%SZ")
             body = {
+                "apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{t.key[1][:200]}.", "namespace": t.key[0]},
                 "involvedObject": {"apiVersion": APPWRAPPERS.api_version,
                                    "kind": "AppWrapper", "namespace": t.key[0],
@@ -369,6 +372,9 @@ class Dispatcher:
         started = time.perf_counter()
         await self._lifecycle(now)
         queued, decided = len(self.queue), await self._admit(now)
+        unwritten = [self.tracked[k] for k in self._unwritten if k in self.tracked]
+        self._unwritten.clear()
+        await _gather(self._write_or_forget(t) for t in unwritten)
         await self._post_events()
         self.last_cycle_at = time.monotonic()
         self.observer.cycle(time.perf_counter() - started, queued, decided)

@@ -1,0 +1,268 @@
+"""The controller's runtime against an in-memory API: what a user would see in status."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from dispatcher.controller.kube import ApiError, Resource
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.queue import Policy
+
+from .fake_kube import FakeKube
+
+FIFO = Policy("fifo", order="arrival")
+LABEL = "workload.codeflare.dev/appwrapper"
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def job(name: str, pods: int, gpus: int) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "containers": [{"name": "c", "resources": {
+                    "limits": {"nvidia.com/gpu": gpus}}}]}}}}
+
+
+def appwrapper(name: str, *items: dict[str, Any], created: int = 0,
+               **spec: Any) -> dict[str, Any]:
+    stamp = f"2027-01-15T08:00:{created:02d}Z"
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": "team", "creationTimestamp": stamp},
+            "spec": {"resources": {"GenericItems": [{"generictemplate": i} for i in items]},
+                     **spec}}
+
+
+def pod(aw: str, name: str, node_name: str, phase: str, gpus: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team", "labels": {LABEL: aw}},
+            "spec": {"nodeName": node_name, "containers": [
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+            "status": {"phase": phase}}
+
+
+def run(scenario: Callable[[FakeKube, Clock], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario(FakeKube(), Clock()))
+
+
+async def started(kube: FakeKube, clock: Clock, policy: Policy = FIFO) -> Dispatcher:
+    d = Dispatcher(kube, policy, clock=clock)  # type: ignore[arg-type]
+    for obj in await kube.list(_res("Node")):
+        d.on_node("ADDED", obj)
+    for obj in await kube.list(_res("AppWrapper")):
+        d.on_appwrapper("ADDED", obj)
+    for obj in await kube.list(_res("Pod")):
+        d.on_pod("ADDED", obj)
+    return d
+
+
+def _res(kind: str) -> Resource:
+    return Resource("", kind, "", True)
+
+
+def aw_status(kube: FakeKube, name: str) -> dict[str, Any]:
+    obj = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", name)
+    assert obj is not None
+    status: dict[str, Any] = obj.get("status", {})
+    return status
+
+
+def types(kube: FakeKube, name: str) -> list[str]:
+    return [c["type"] for c in aw_status(kube, name).get("conditions", [])]
+
+
+def test_only_the_gang_that_fits_is_created_and_the_other_says_why() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("first", job("first", 2, 4), created=1))
+        kube.put(appwrapper("second", job("second", 2, 4), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "first") == ["Init", "HeadOfLine", "Dispatched"]
+        assert aw_status(kube, "first")["state"] == "Running"
+        created = kube.get("batch/v1", "Job", "team", "first")
+        assert created is not None
+        assert created["metadata"]["labels"][LABEL] == "first"
+        assert created["spec"]["template"]["metadata"]["labels"][LABEL] == "first"
+        (owner,) = created["metadata"]["ownerReferences"]
+        assert owner["kind"] == "AppWrapper" and owner["name"] == "first"
+        assert owner["controller"] is True
+        second = aw_status(kube, "second")
+        assert types(kube, "second") == ["Init", "Backoff"]
+        assert second["conditions"][-1]["reason"] == "AppWrapperNotRunnable"
+        assert second["message"].startswith("InsufficientResources:")
+        assert kube.get("batch/v1", "Job", "team", "second") is None
+        assert aw_status(kube, "second")["requestedGPUs"] == 8
+        writes = kube.status_writes("second")
+        await d.cycle()
+        await d.cycle()
+        assert kube.status_writes("second") == writes  # nothing changed: nothing written
+        events = kube.of_kind("Event")
+        assert {e["reason"] for e in events} >= {"AppWrapperRunnable", "AppWrapperNotRunnable"}
+
+    run(scenario)
+
+
+def test_running_then_completed_with_pod_counts() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 2, 4)))
+        d = await started(kube, clock)
+        await d.cycle()
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 4))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"  # one of two pods is not a gang
+        d.on_pod("ADDED", pod("a", "a-1", "n1", "Running", 4))
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert types(kube, "a")[-1] == "Running" and status["running"] == 2
+        j = kube.get("batch/v1", "Job", "team", "a")
+        assert j is not None
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 4))
+        d.on_pod("MODIFIED", pod("a", "a-1", "n1", "Succeeded", 4))
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "Completed" and status["Succeeded"] == 2
+
+    run(scenario)
+
+
+def test_gang_that_does_not_start_is_torn_down_and_requeued() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 2, 4), schedulingSpec={
+            "requeuing": {"timeInSeconds": 60}}))
+        d = await started(kube, clock)
+        await d.cycle()
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Pending", 4))
+        clock.now += 59
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        clock.now += 1
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["numberOfRequeueings"] == 1
+        assert status["requeueingTimeInSeconds"] == 120
+        assert "PreemptCandidate" in types(kube, "a")
+        assert kube.get("batch/v1", "Job", "team", "a") is None  # torn down
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Backoff"  # its old pod still holds the GPUs
+        d.on_pod("DELETED", pod("a", "a-0", "n1", "Pending", 4))  # garbage-collected
+        await d.cycle()  # back in the queue, and it fits again
+        assert types(kube, "a")[-1] == "Dispatched"
+        assert kube.get("batch/v1", "Job", "team", "a") is not None
+
+    run(scenario)
+
+
+def test_restart_after_dispatched_was_written_creates_the_items_once() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 1), job("a2", 1, 1)))
+        d = await started(kube, clock)
+        kube.fail[("POST", "/apis/batch/v1/namespaces/team/jobs")] = ApiError(
+            503, "ServiceUnavailable", "crash")
+        await d.cycle()  # status written, then "crashed" before the items
+        kube.fail.clear()
+        assert types(kube, "a")[-1] == "Failed"  # an API error on create fails it...
+        # ...but a real crash leaves Dispatched: replay that state and restart.
+        obj = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "a")
+        assert obj is not None
+        obj["status"]["conditions"] = obj["status"]["conditions"][:3]
+        obj["status"]["state"] = "Running"
+        kube.put(job("a", 1, 1) | {"metadata": {
+            "name": "a", "namespace": "team",
+            "ownerReferences": [{"uid": obj["metadata"]["uid"], "kind": "AppWrapper"}]}})
+        d2 = await started(kube, clock)
+        await d2.cycle()
+        jobs = sorted(j["metadata"]["name"] for j in kube.of_kind("Job"))
+        assert jobs == ["a", "a2"]  # the missing one created, the existing one adopted
+        await d2.cycle()
+        assert len(kube.of_kind("Job")) == 2
+
+    run(scenario)
+
+
+def test_object_of_someone_else_is_never_taken_over() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(job("taken", 1, 1) | {"metadata": {"name": "taken", "namespace": "team"}})
+        kube.put(appwrapper("a", job("taken", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "ItemCreationFailure"
+        assert "already exists and does not belong to this AppWrapper" in status["message"]
+        assert kube.get("batch/v1", "Job", "team", "taken") is not None  # left alone
+
+    run(scenario)
+
+
+def test_bad_input_fails_alone_and_the_queue_goes_on() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("empty", created=1))
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        kube.put(appwrapper("unknown", widget, created=2))
+        uninstalled = appwrapper("uninstalled", widget, created=3)
+        uninstalled["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+            {"replicas": 1, "requests": {"cpu": "1"}}]
+        kube.put(uninstalled)
+        kube.put(appwrapper("good", job("good", 1, 1), created=4))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert aw_status(kube, "empty")["message"] == \
+            "spec.resources.GenericItems is empty: wrap at least one object"
+        assert "custompodresources" in aw_status(kube, "unknown")["message"]
+        assert "is not served by this cluster" in aw_status(kube, "uninstalled")["message"]
+        for name in ("empty", "unknown", "uninstalled"):
+            assert aw_status(kube, name)["state"] == "Failed"
+        assert types(kube, "good")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def test_deleted_appwrapper_frees_its_reservation() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "b")[-1] == "Backoff"
+        a = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "a")
+        assert a is not None
+        d.on_appwrapper("DELETED", a)
+        await d.cycle()
+        assert types(kube, "b")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def test_priority_policy_orders_by_priority() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("low", job("low", 1, 8), created=1, priority=1))
+        kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=9))
+        d = await started(kube, clock, Policy("priority", order="priority"))
+        await d.cycle()
+        assert types(kube, "high")[-1] == "Dispatched"
+        assert types(kube, "low")[-1] == "Backoff"
+
+    run(scenario)
