@@ -81,6 +81,9 @@ class ClusterState:
     def remove_pod(self, key: tuple[str, str]) -> None:
         self.upsert_pod(key, None)
 
+    def pod(self, key: tuple[str, str]) -> BoundPod | None:
+        return self._pods.get(key)
+
     def pods(self) -> Iterator[BoundPod]:
         return iter(self._pods.values())
 

@@ -138,14 +138,20 @@ class Dispatcher:
         if event == "DELETED":
             self.state.remove_node(name)
         else:
-            self.state.upsert_node(node_from_object(obj))
+            node = node_from_object(obj)
+            if self.state.nodes.get(name) == node:
+                return  # a heartbeat: nothing the fit looks at has changed
+            self.state.upsert_node(node)
         self.wake.set()
 
     def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
         gone = event == "DELETED"
-        self.state.upsert_pod(key, None if gone else bound_pod_from_object(obj))
+        bound = None if gone else bound_pod_from_object(obj)
+        changed = self.state.pod(key) != bound
+        if changed:
+            self.state.upsert_pod(key, bound)
         owner = (meta.get("labels") or {}).get(APPWRAPPER_LABEL)
         if owner:
             t = self.tracked.get((key[0], str(owner)))
@@ -158,7 +164,9 @@ class Dispatcher:
                     t.pods[key[1]] = bucket
                 if bucket != before:
                     t.outcome_stale = True
-        self.wake.set()
+                    changed = True
+        if changed:
+            self.wake.set()
 
     def on_appwrapper(self, event: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
