@@ -1,0 +1,551 @@
+"""Start, check and stop the local control plane.
+
+kwokctl (``--runtime binary``) runs etcd, kube-apiserver (TLS, RBAC, admission),
+kube-controller-manager, kube-scheduler and the kwok controller from the binaries built by
+``localcluster.build``; it writes the certificates, the kubeconfig and one log file per
+component into the cluster directory. On top of that this module installs the pod/node
+Stage resources, the fake nodes of a profile, the upstream CRDs, and runs the KubeRay and
+Kubeflow training operators as local processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import build, config, profiles, versions
+from .kube import Kubectl, KubectlError, wait_for
+
+TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
+# The training operator's cert rotator and webhook server both read this directory (in a
+# Deployment the Secret is mounted there); we play the kubelet and write the Secret's files.
+TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+READY_FILE = "dispatcher-ready.json"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+_T0 = time.monotonic()
+
+
+def _say(msg: str) -> None:
+    # Seconds since start, so a slow step of `up` shows itself.
+    print(f"[localcluster +{time.monotonic() - _T0:5.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Operator:
+    """A controller process we run next to the control plane."""
+
+    name: str
+    wrapper: str
+    binary: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    probe_port: int = 0
+
+
+@dataclass
+class Cluster:
+    """A handle on the (possibly not yet running) local cluster called ``name``."""
+
+    name: str = field(default_factory=config.cluster_name)
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def dir(self) -> Path:
+        return config.cluster_dir(self.name)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return config.kubeconfig_path(self.name)
+
+    @property
+    def logs(self) -> Path:
+        return config.logs_dir(self.name)
+
+    @property
+    def pids(self) -> Path:
+        return self.dir / "dispatcher-pids"
+
+    def kubectl(self, namespace: str | None = None) -> Kubectl:
+        return Kubectl(build.binary("kubernetes", "kubectl"), self.kubeconfig, namespace)
+
+    def log_hint(self) -> str:
+        return (f"component logs: {self.logs}/ (kwokctl.log, etcd.log, kube-apiserver.log, "
+                f"kube-controller-manager.log, kube-scheduler.log, kwok-controller.log, "
+                f"crds.log, kuberay-operator.log, training-operator.log)")
+
+    # ------------------------------------------------------------------ state
+    def ready_info(self) -> dict[str, Any] | None:
+        p = self.dir / READY_FILE
+        if not p.exists():
+            return None
+        try:
+            data: dict[str, Any] = json.loads(p.read_text())
+        except ValueError:
+            return None
+        return data
+
+    def apiserver_ready(self) -> bool:
+        if not self.kubeconfig.exists():
+            return False
+        try:
+            out = self.kubectl()("get", "--raw=/readyz", timeout=10)
+        except (KubectlError, subprocess.TimeoutExpired, build.BuildError):
+            return False
+        return out.strip() == "ok"
+
+    def operator_pids(self) -> dict[str, int]:
+        """The operators we started (``dispatcher-pids/``)."""
+        return _read_pids(self.pids)
+
+    def component_pids(self) -> dict[str, int]:
+        """The processes kwokctl started (its ``pids/``): etcd, kube-*, kwok-controller."""
+        return _read_pids(self.dir / "pids")
+
+    def processes(self) -> dict[str, bool]:
+        """Every process of the cluster -> whether it is running."""
+        procs = {**self.component_pids(), **self.operator_pids()}
+        return {name: _runs_in(pid, self.dir) for name, pid in sorted(procs.items())}
+
+    def is_running(self) -> bool:
+        """Up, healthy, fully set up by this code, and built from the current binaries."""
+        info = self.ready_info()
+        if info is None or info.get("build") != _build_ids():
+            return False
+        # A dead scheduler or kwok would not show in /readyz but would break every test.
+        procs = self.processes()
+        if not procs or not all(procs.values()):
+            return False
+        return self.apiserver_ready()
+
+    # ------------------------------------------------------------------ up
+    def up(self, profile: str = config.DEFAULT_PROFILE, operators: bool = True,
+           reuse: bool = True, timeout: float = 180) -> None:
+        """Start the cluster (or reuse a healthy one) and wait until it is ready."""
+        start = time.monotonic()
+        bins = _binaries()
+        if reuse and self.is_running():
+            # Reuse is what makes a second `up` (or a second test run) take a second; only
+            # the fake nodes may differ from what this caller wants.
+            if (self.ready_info() or {}).get("profile") != profile:
+                self.use_profile(profile, timeout)
+            _say(f"cluster {self.name!r} is already running")
+            self.print_usage()
+            return
+        if self.dir.exists():
+            _say(f"removing stale state of cluster {self.name!r}")
+            self.down(quiet=True)
+        try:
+            self._create(bins, timeout)
+            kubectl = self.kubectl()
+            # The CRDs are 8 MB of OpenAPI schema that the API server chews on for a while:
+            # let it do that while kwok's stages and the fake nodes are set up.
+            crds = self._start_crd_install(kubectl)
+            self._apply_stages(kubectl)
+            names = profiles.apply(kubectl, profile, timeout=timeout)
+            _say(f"{len(names)} fake nodes Ready (profile {profile!r})")
+            self._finish_crd_install(kubectl, crds, timeout)
+            self._wait_default_serviceaccount(kubectl, "default", timeout)
+            ops = self._start_operators(kubectl, timeout) if operators else []
+        except Exception as exc:
+            raise ClusterError(f"the local cluster did not start: {exc}\n{self.log_hint()}"
+                               ) from exc
+        info = {
+            "name": self.name,
+            "kubeconfig": str(self.kubeconfig),
+            "kubectl": str(bins["kubectl"]),
+            "profile": profile,
+            "operators": ops,
+            "build": _build_ids(),
+            "started_seconds": round(time.monotonic() - start, 1),
+        }
+        (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        (self.dir / "env.sh").write_text(self.env_script())
+        _say(f"cluster {self.name!r} ready in {time.monotonic() - start:.1f}s")
+        self.print_usage()
+
+    def use_profile(self, profile: str, timeout: float = 60) -> list[str]:
+        """Replace the fake nodes of the running cluster with those of ``profile``."""
+        names = profiles.apply(self.kubectl(), profile, timeout=timeout)
+        _say(f"{len(names)} fake nodes Ready (profile {profile!r})")
+        info = self.ready_info()
+        if info is not None:
+            info["profile"] = profile
+            (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        return names
+
+    def _create(self, bins: dict[str, Path], timeout: float) -> None:
+        config.state_root().mkdir(parents=True, exist_ok=True)
+        cfg = config.state_root() / f"{self.name}-kwokctl.yaml"
+        cfg.write_text(yaml.safe_dump(_kwokctl_config(bins)))
+        cmd = [str(bins["kwokctl"]), "create", "cluster", "--name", self.name,
+               "--config", str(cfg), "--kubeconfig", "", "--timeout", f"{int(timeout)}s"]
+        _say(f"starting control plane {self.name!r} with kwokctl (state: {self.dir})")
+        proc = subprocess.run(cmd, env=_kwok_env(), capture_output=True, text=True,
+                              timeout=timeout + 30)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.logs / "kwokctl.log").write_text(
+            f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+            raise ClusterError(f"kwokctl create cluster failed (exit {proc.returncode}):\n{tail}")
+        wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz")
+
+    def _apply_stages(self, kubectl: Kubectl) -> None:
+        wait_for(lambda: _crd_established(kubectl, "stages.kwok.x-k8s.io"), 60,
+                 "the kwok Stage CRD")
+        kwok_dir = Path(build.module_dirs("kwok")["sigs.k8s.io/kwok"])
+        docs = [
+            (kwok_dir / "kustomize/stage/node/fast/node-initialize.yaml").read_text(),
+            (kwok_dir / "kustomize/stage/node/heartbeat-with-lease/"
+             "node-heartbeat-with-lease.yaml").read_text(),
+            (config.STAGES_DIR / "pods.yaml").read_text(),
+        ]
+        kubectl.apply("\n---\n".join(docs))
+
+    def _start_crd_install(self, kubectl: Kubectl) -> subprocess.Popen[bytes]:
+        # `create`, not `apply`: the cluster is new, and the RayCluster CRD is too large for
+        # client-side apply's last-applied annotation anyway.
+        args = [a for f in crd_files() for a in ("-f", str(f))]
+        with (self.logs / "crds.log").open("wb") as log:
+            return subprocess.Popen(kubectl.command("create", *args), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def _finish_crd_install(self, kubectl: Kubectl, proc: subprocess.Popen[bytes],
+                            timeout: float) -> None:
+        rc = proc.wait(timeout=timeout)
+        if rc != 0:
+            raise ClusterError(f"installing the CRDs failed (exit {rc}):\n"
+                               f"{_tail(self.logs / 'crds.log')}")
+        names = [crd_name(f) for f in crd_files()]
+        kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s",
+                *(f"crd/{n}" for n in names), timeout=timeout + 10)
+        _say(f"{len(names)} CRDs established")
+
+    def _wait_default_serviceaccount(self, kubectl: Kubectl, ns: str, timeout: float) -> None:
+        wait_for(lambda: kubectl.run("get", "serviceaccount", "default", "-n", ns,
+                                     check=False).returncode == 0,
+                 timeout, f"service account default in namespace {ns}")
+
+    # ------------------------------------------------------------------ operators
+    def _operators(self) -> list[Operator]:
+        kc = str(self.kubeconfig)
+        kuberay_probe, training_probe = _free_port(), _free_port()
+        return [
+            Operator(
+                "kuberay-operator", "kuberay", "ray-operator",
+                ["--kubeconfig", kc, "--metrics-addr", "0",
+                 "--health-probe-bind-address", f"127.0.0.1:{kuberay_probe}",
+                 "--enable-leader-election=false", "--log-stdout-encoder", "console"],
+                probe_port=kuberay_probe,
+            ),
+            Operator(
+                "training-operator", "training-operator", "training-operator.v1",
+                ["--kubeconfig", kc, "--metrics-bind-address", "0",
+                 "--health-probe-bind-address", f"127.0.0.1:{training_probe}",
+                 "--webhook-server-port", str(_free_port()), "--leader-elect=false"],
+                env={"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"},
+                probe_port=training_probe,
+            ),
+        ]
+
+    def _start_operators(self, kubectl: Kubectl, timeout: float) -> list[str]:
+        kubectl.apply({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": TRAINING_OPERATOR_NAMESPACE}})
+        # The training operator's cert rotator fills this Secret; it must exist first.
+        kubectl.in_namespace(TRAINING_OPERATOR_NAMESPACE).apply({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": TRAINING_WEBHOOK_SECRET,
+                         "namespace": TRAINING_OPERATOR_NAMESPACE}})
+        # Certificates left by an earlier cluster would be taken as already "mounted" and
+        # served although the new Secret holds other ones.
+        shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
+        self.pids.mkdir(parents=True, exist_ok=True)
+        ops = self._operators()
+        for op in ops:
+            self._spawn(op)
+        self._mount_training_certs(kubectl, timeout)
+        for op in ops:
+            self._wait_operator(op, timeout)
+        _say("operators ready: " + ", ".join(op.name for op in ops))
+        return [op.name for op in ops]
+
+    def _spawn(self, op: Operator) -> None:
+        exe = build.binary(op.wrapper, op.binary)
+        log = self.logs / f"{op.name}.log"
+        with log.open("ab") as fh:
+            proc = subprocess.Popen(
+                [str(exe), *op.args], stdout=fh, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig), **op.env},
+                start_new_session=True, cwd=self.dir,
+            )
+        (self.pids / f"{op.name}.pid").write_text(f"{proc.pid}\n")
+
+    def _mount_training_certs(self, kubectl: Kubectl, timeout: float) -> None:
+        k = kubectl.in_namespace(TRAINING_OPERATOR_NAMESPACE)
+
+        def secret_data() -> dict[str, str] | None:
+            data: dict[str, str] = k.json("secret", TRAINING_WEBHOOK_SECRET).get("data") or {}
+            return data if data.get("tls.crt") and data.get("tls.key") else None
+
+        data = wait_for(secret_data, timeout,
+                        f"the training operator to fill Secret {TRAINING_WEBHOOK_SECRET}")
+        TRAINING_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            if key in data:
+                tmp = TRAINING_CERT_DIR / f".{key}.tmp"
+                tmp.write_bytes(base64.b64decode(data[key]))
+                tmp.rename(TRAINING_CERT_DIR / key)
+
+    def _wait_operator(self, op: Operator, timeout: float) -> None:
+        pid = self.operator_pids()[op.name]
+        url = f"http://127.0.0.1:{op.probe_port}/readyz"
+
+        def ready() -> bool:
+            if not _alive(pid):
+                tail = _tail(self.logs / f"{op.name}.log")
+                raise ClusterError(f"{op.name} exited; log {self.logs / (op.name + '.log')}:"
+                                   f"\n{tail}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    return bool(resp.status == 200)
+            except (urllib.error.URLError, OSError):
+                return False
+
+        wait_for(ready, timeout, f"{op.name} to be ready ({url}); log: "
+                                 f"{self.logs / (op.name + '.log')}")
+
+    # ------------------------------------------------------------------ down
+    def down(self, quiet: bool = False) -> None:
+        """Stop every process of the cluster and remove its state."""
+        # Our operators and kwokctl's components (its pid files), all at once: stopping them
+        # one by one, as `kwokctl delete cluster` does, takes ten seconds for nothing since
+        # the state is deleted anyway.
+        procs = {**self.component_pids(), **self.operator_pids()}
+        # A pid file may outlive its process and the pid be reused: only processes whose
+        # command line names this cluster's directory are ours.
+        ours = {name: pid for name, pid in procs.items() if _runs_in(pid, self.dir)}
+        _terminate_all(list(ours.values()))
+        if not quiet and ours:
+            _say("stopped " + ", ".join(sorted(ours)))
+        shutil.rmtree(self.dir, ignore_errors=True)
+        (config.state_root() / f"{self.name}-kwokctl.yaml").unlink(missing_ok=True)
+        if "training-operator" in ours:
+            # The certificates we wrote for it (the training operator hard-codes the path).
+            shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
+        if not quiet:
+            _say(f"cluster {self.name!r} stopped and its state removed")
+
+    # ------------------------------------------------------------------ info
+    def env_script(self) -> str:
+        kubectl_dir = build.installed("kubernetes")
+        return (f"export KUBECONFIG={self.kubeconfig}\n"
+                f"export PATH={kubectl_dir}:$PATH\n")
+
+    def print_usage(self) -> None:
+        print(
+            f"Local cluster {self.name!r} is up.\n"
+            f"  kubeconfig: {self.kubeconfig}\n"
+            f"  use it:     eval \"$(python -m localcluster env)\"   # sets KUBECONFIG, PATH\n"
+            f"              kubectl get nodes\n"
+            f"  logs:       {self.logs}/\n"
+            f"  stop:       python -m localcluster down"
+        )
+
+    def status(self) -> dict[str, Any]:
+        info = self.ready_info() or {}
+        return {
+            "name": self.name,
+            "state_dir": str(self.dir),
+            "set_up": bool(info),
+            "apiserver_ready": self.apiserver_ready(),
+            "processes": self.processes(),
+            "kubeconfig": str(self.kubeconfig) if self.kubeconfig.exists() else None,
+            "profile": info.get("profile"),
+        }
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _binaries(required: bool = True) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    wanted = {
+        "etcd": ("etcd", "etcd"),
+        "kube-apiserver": ("kubernetes", "kube-apiserver"),
+        "kube-controller-manager": ("kubernetes", "kube-controller-manager"),
+        "kube-scheduler": ("kubernetes", "kube-scheduler"),
+        "kubectl": ("kubernetes", "kubectl"),
+        "kwok": ("kwok", "kwok"),
+        "kwokctl": ("kwok", "kwokctl"),
+    }
+    for key, (wrapper, exe) in wanted.items():
+        try:
+            out[key] = build.binary(wrapper, exe)
+        except build.BuildError:
+            if required:
+                raise
+    return out
+
+
+def _build_ids() -> dict[str, str]:
+    return {name: build.bin_dir(w).name for name, w in versions.WRAPPERS.items()}
+
+
+def _kwok_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["KWOK_WORKDIR"] = str(config.state_root())
+    return env
+
+
+def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "etcdBinary": str(bins["etcd"]),
+            "kubeApiserverBinary": str(bins["kube-apiserver"]),
+            "kubeControllerManagerBinary": str(bins["kube-controller-manager"]),
+            "kubeSchedulerBinary": str(bins["kube-scheduler"]),
+            "kwokControllerBinary": str(bins["kwok"]),
+            "kubectlBinary": str(bins["kubectl"]),
+            "securePort": True,
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "enableCRDs": ["Stage"],
+            "disableQPSLimits": True,
+            "cacheDir": str(config.state_root() / "kwokctl-cache"),
+        },
+    }
+
+
+def crd_files() -> list[Path]:
+    files = []
+    for src in versions.CRDS:
+        d = Path(build.module_dirs(src.wrapper)[src.module])
+        for f in src.files:
+            p = d / f
+            if not p.exists():
+                raise ClusterError(f"CRD file {f} not found in {d} (module {src.module})")
+            files.append(p)
+    return files
+
+
+_CRD_NAME = re.compile(r"^metadata:[ \t]*\n(?:[ \t]+.*\n)*?[ \t]+name:[ \t]*(\S+)", re.M)
+
+
+def crd_name(path: Path) -> str:
+    """``metadata.name`` of a CRD file, without parsing megabytes of schema as YAML."""
+    m = _CRD_NAME.search(path.read_text())
+    if not m:
+        raise ClusterError(f"no metadata.name in {path}")
+    return m.group(1).strip("'\"")
+
+
+def _crd_established(kubectl: Kubectl, name: str) -> bool:
+    r = kubectl.run("get", "crd", name, "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                    check=False)
+    return r.returncode == 0 and r.stdout.strip() == "True"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _read_pids(directory: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in directory.glob("*.pid") if directory.is_dir() else []:
+        with contextlib.suppress(ValueError):
+            out[f.stem] = int(f.read_text().strip())
+    return out
+
+
+def _runs_in(pid: int, directory: Path) -> bool:
+    """True if ``pid`` is alive and its command line mentions ``directory``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return _alive(pid) and str(directory).encode() in cmdline
+
+
+def _terminate_all(pids: list[int], grace: float = 2) -> None:
+    """SIGTERM every process, then SIGKILL whatever is still alive after ``grace``.
+
+    The grace is short on purpose: kube-apiserver drains for many seconds and etcd and
+    kube-scheduler take five or more, which buys nothing when their state is deleted next.
+    """
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextlib.contextmanager
+def running(profile: str = config.DEFAULT_PROFILE, keep: bool = False) -> Iterator[Cluster]:
+    """Context manager: a ready cluster; stopped on exit unless it was already running."""
+    c = Cluster()
+    was_running = c.is_running()
+    c.up(profile=profile)
+    try:
+        yield c
+    finally:
+        if not was_running and not keep:
+            c.down()

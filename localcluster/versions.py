@@ -1,0 +1,170 @@
+"""Every version the local cluster uses, in one place.
+
+Change a version here, run ``python -m localcluster pin`` (it rewrites the wrapper modules'
+``go.mod``/``go.sum`` under ``localcluster/go/``) and commit the result: ``go.sum`` pins the
+hash of every module download. ``python -m localcluster build`` refuses to build when a
+``go.mod`` disagrees with this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Kubernetes control plane and kubectl (``k8s.io/kubernetes``); its staging modules
+#: (``k8s.io/api``, ``k8s.io/client-go``, …) are pinned to the matching ``v0.x`` release.
+KUBERNETES = "v1.34.3"
+#: etcd server (``go.etcd.io/etcd/server/v3``).
+ETCD = "v3.6.16"
+#: kwok and kwokctl (``sigs.k8s.io/kwok``).
+KWOK = "v0.7.0"
+#: KubeRay operator and its CRDs (``github.com/ray-project/kuberay/ray-operator``).
+KUBERAY = "v1.5.1"
+#: Kubeflow training operator v1 and its CRDs (``github.com/kubeflow/training-operator``).
+TRAINING_OPERATOR = "v1.9.3"
+#: The last training-operator release that ships the MXJob CRD (CRD only).
+TRAINING_OPERATOR_MXJOB = "v1.8.1"
+#: JobSet CRD (``sigs.k8s.io/jobset``), CRD only.
+JOBSET = "v0.10.1"
+#: ``go`` directive written into the wrapper modules.
+GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0"}
+
+
+def staging_version(kubernetes: str = KUBERNETES) -> str:
+    """``v1.34.3`` -> ``v0.34.3``: the release of the k8s.io staging modules."""
+    return "v0." + kubernetes.removeprefix("v1.")
+
+
+def _k8s_ldflags(version: str) -> list[str]:
+    """The version stamps Kubernetes' own build (hack/lib/version.sh) links in.
+
+    Without them the binaries report ``v0.0.0-master``: kwokctl reads ``--version`` of every
+    binary to choose its flags, and kubectl would warn about version skew.
+    """
+    major, minor = version.removeprefix("v").split(".")[:2]
+    out = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        out += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return out
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A Go wrapper module under ``localcluster/go/<name>``."""
+
+    name: str
+    #: module path -> version, written as ``require`` lines.
+    requires: dict[str, str]
+    #: package paths built into binaries (``tool`` lines; ``.`` for a main in the wrapper).
+    packages: tuple[str, ...] = ()
+    #: binary file names produced by ``go build -o DIR packages...``.
+    binaries: tuple[str, ...] = ()
+    #: extra ``-ldflags`` (besides ``-s -w``).
+    ldflags: tuple[str, ...] = ()
+    #: True when ``k8s.io/*`` staging modules must be replaced by their releases.
+    replace_staging: bool = False
+    go: str = field(default=GO_DIRECTIVE["default"])
+
+    @property
+    def version(self) -> str:
+        """The version of the wrapper's main requirement (first ``requires`` entry)."""
+        return next(iter(self.requires.values()))
+
+
+WRAPPERS: dict[str, Wrapper] = {
+    w.name: w
+    for w in (
+        Wrapper(
+            name="etcd",
+            requires={"go.etcd.io/etcd/server/v3": ETCD},
+            packages=(".",),
+            binaries=("etcd",),
+            go=GO_DIRECTIVE["etcd"],
+        ),
+        Wrapper(
+            name="kubernetes",
+            requires={"k8s.io/kubernetes": KUBERNETES},
+            packages=tuple(
+                f"k8s.io/kubernetes/cmd/{c}"
+                for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+            ),
+            binaries=("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+            ldflags=tuple(_k8s_ldflags(KUBERNETES)),
+            replace_staging=True,
+        ),
+        Wrapper(
+            name="kwok",
+            requires={"sigs.k8s.io/kwok": KWOK},
+            packages=("sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok/cmd/kwokctl"),
+            binaries=("kwok", "kwokctl"),
+        ),
+        Wrapper(
+            name="kuberay",
+            requires={"github.com/ray-project/kuberay/ray-operator": KUBERAY},
+            packages=("github.com/ray-project/kuberay/ray-operator",),
+            binaries=("ray-operator",),
+        ),
+        Wrapper(
+            name="training-operator",
+            requires={"github.com/kubeflow/training-operator": TRAINING_OPERATOR},
+            packages=("github.com/kubeflow/training-operator/cmd/training-operator.v1",),
+            binaries=("training-operator.v1",),
+        ),
+        Wrapper(
+            name="crds",
+            requires={
+                "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
+                "sigs.k8s.io/jobset": JOBSET,
+            },
+        ),
+    )
+}
+
+#: Build order: the slow Kubernetes build last, so a quick failure elsewhere shows early.
+BUILD_ORDER: tuple[str, ...] = (
+    "etcd", "kwok", "kuberay", "training-operator", "crds", "kubernetes"
+)
+
+
+@dataclass(frozen=True)
+class CrdSource:
+    """CRD YAML files inside a module download."""
+
+    wrapper: str
+    module: str
+    files: tuple[str, ...]
+
+
+CRDS: tuple[CrdSource, ...] = (
+    CrdSource(
+        "kuberay",
+        "github.com/ray-project/kuberay/ray-operator",
+        tuple(
+            f"config/crd/bases/ray.io_{k}.yaml"
+            for k in ("rayclusters", "rayjobs", "rayservices")
+        ),
+    ),
+    CrdSource(
+        "training-operator",
+        "github.com/kubeflow/training-operator",
+        tuple(
+            f"manifests/base/crds/kubeflow.org_{k}.yaml"
+            for k in ("tfjobs", "pytorchjobs", "xgboostjobs", "jaxjobs", "paddlejobs", "mpijobs")
+        ),
+    ),
+    CrdSource(
+        "crds",
+        "github.com/kubeflow/training-operator",
+        ("manifests/base/crds/kubeflow.org_mxjobs.yaml",),
+    ),
+    CrdSource(
+        "crds",
+        "sigs.k8s.io/jobset",
+        ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+    ),
+)

@@ -1,0 +1,145 @@
+"""Fixtures for tests on the local Kubernetes control plane (localcluster, DESIGN.md §6).
+
+The cluster is real: etcd, kube-apiserver (TLS, RBAC, admission), kube-controller-manager,
+kube-scheduler, the KubeRay operator and the Kubeflow training operator, with kwok playing
+the kubelet of fake GPU nodes. One control plane serves the whole test run.
+
+Fixtures
+- ``local_cluster`` (session): a ready :class:`localcluster.Cluster`, started once per run
+  (or reused when one is already running, healthy and built from the current binaries) and
+  stopped at the end if this run started it; ``DISPATCHER_KEEP_CLUSTER=1`` keeps it for the
+  next run (``python -m localcluster down`` stops it). If it cannot start, every test using
+  it FAILS with the reason and the log directory; nothing is skipped.
+- ``kubeconfig`` (session): path of the cluster's admin kubeconfig (also in
+  ``local_cluster.kubeconfig``); hand it to a process under test.
+- ``kubectl`` (session): :class:`localcluster.Kubectl`, cluster-wide. ``kubectl("get", ...)``
+  returns stdout, ``.json(...)``/``.items(...)`` parse ``get -o json``, ``.apply(obj)``
+  takes YAML text or dicts, ``.in_namespace(ns)`` rebinds.
+- ``namespace`` (function): a fresh namespace per test (default service account ready);
+  deleted afterwards, and the teardown waits until its pods are gone so the next test sees
+  every GPU free.
+- ``k`` (function): :class:`localcluster.Kubectl` bound to ``namespace``.
+- ``node_profile`` (function): ``node_profile("fragmented")`` replaces the fake nodes with
+  those of another profile (``localcluster/profiles/*.yaml``, or a path to a YAML file) and
+  returns their names; the default profile is restored after the test. Profiles:
+  ``default`` 4 x 8 GPUs; ``pool`` 2 x 8 GPUs (a whole pool a test can fill);
+  ``fragmented`` 4 x 4 GPUs (16 free GPUs, but no node takes an 8-GPU pod); ``mixed``
+  2x8 + 2x4 + 1x1 GPU nodes and 2 CPU-only nodes; ``tainted`` GPU nodes tainted
+  ``nvidia.com/gpu=present:NoSchedule`` plus CPU-only nodes; ``labelled`` A100 nodes in
+  zone-a and H100 nodes in zone-b.
+- ``kube_api_client`` (session): a ``kubernetes.client.ApiClient`` for the cluster.
+
+What pods do (localcluster.testing, localcluster/stages/pods.yaml): a pod bound to a fake
+node becomes Running and Ready. The annotation or label ``dispatcher.local/outcome``
+(``testing.outcome(kind, run_for=, start_after=, exit_code=)`` builds it, for a pod or a
+pod template) makes it instead ``succeed`` or ``fail`` after ``run_for``, ``crashloop``,
+stay ``pending`` on its node, or sit in ``image-pull-backoff``. ``testing.set_outcome(k,
+"fail", selector="app=x")`` changes the outcome of existing pods (release pending ones,
+make running ones finish). A pod no node can hold stays Pending with the scheduler's
+``PodScheduled=False/Unschedulable`` condition and a ``FailedScheduling`` event.
+``testing.wait_pods``, ``wait_phase``, ``condition``, ``events`` and ``fake_gpu_nodes`` wait
+for and read those states.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import Cluster, Kubectl, wait_for
+from localcluster import config as lc_config
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Everything under tests/cluster needs the control plane: `-m "not cluster"` skips it.
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[Cluster]:
+    cluster = Cluster()
+    was_running = cluster.is_running()
+    error = None
+    try:
+        cluster.up(profile=lc_config.DEFAULT_PROFILE)
+    except Exception as exc:  # any failure to start is reported as a test failure
+        error = exc
+    if error is not None:
+        pytest.fail(
+            f"the local Kubernetes cluster could not start: {error}\n"
+            f"Logs: {cluster.logs}/ and build logs in {lc_config.build_log_dir()}/ "
+            f"(run `make cluster-build` then `python -m localcluster up` to reproduce).",
+            pytrace=False,
+        )
+    yield cluster
+    if not was_running and not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(local_cluster: Cluster) -> Path:
+    return local_cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def kubectl(local_cluster: Cluster) -> Kubectl:
+    return local_cluster.kubectl()
+
+
+def _namespace_name(nodeid: str) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", nodeid.split("::")[-1].lower()).strip("-")[:40]
+    return f"t-{base.rstrip('-')}-{uuid.uuid4().hex[:5]}"
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = _namespace_name(request.node.nodeid)
+    kubectl("create", "namespace", name)
+    wait_for(lambda: kubectl.run("get", "serviceaccount", "default", "-n", name,
+                                 check=False).returncode == 0,
+             30, f"service account default in namespace {name}")
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+    # The namespace controller gets round to the pods only after it has walked every API
+    # type (seconds). A terminating namespace admits no new objects, so no controller can
+    # recreate the pods: delete them now and wait (kwok removes them at once), so the next
+    # test finds every GPU free. The namespace object itself may linger; that is harmless.
+    ns = kubectl.in_namespace(name)
+    ns("delete", "pods", "--all", "--wait=false", "--ignore-not-found")
+    wait_for(lambda: not ns.items("pods"), 60, f"the pods of namespace {name} to be deleted")
+
+
+@pytest.fixture
+def k(kubectl: Kubectl, namespace: str) -> Kubectl:
+    return kubectl.in_namespace(namespace)
+
+
+@pytest.fixture
+def node_profile(local_cluster: Cluster) -> Iterator[Callable[[str], list[str]]]:
+    applied: list[str] = []
+
+    def use(name: str) -> list[str]:
+        applied.append(name)
+        # Through the cluster, which records the profile: a run interrupted here leaves a
+        # cluster whose next `up` knows to put the default nodes back.
+        return local_cluster.use_profile(name)
+
+    yield use
+    if applied:
+        local_cluster.use_profile(lc_config.DEFAULT_PROFILE)
+
+
+@pytest.fixture(scope="session")
+def kube_api_client(kubeconfig: Path) -> Any:
+    from kubernetes import config as k8s_config
+
+    return k8s_config.new_client_from_config(config_file=str(kubeconfig))
