@@ -1,0 +1,101 @@
+"""`dispatcher simulate`: the command's flags turned into a run and its report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from dispatcher.policy_files import load_policy
+from dispatcher.queue.policy import PolicyError
+from dispatcher.simulate.engine import simulate
+from dispatcher.simulate.plot import PlotError, check_available, plot
+from dispatcher.simulate.progress import ProgressBar
+from dispatcher.simulate.report import summarise, to_json, to_table
+from dispatcher.simulate.traces import TraceError, read_trace
+
+EXIT_INPUT = 2
+
+DESCRIPTION = """\
+Replay a job trace through the dispatcher's admission core on a modelled cluster of
+identical GPU nodes and report GPU utilisation, queueing delay (overall and by gang
+size), makespan, jobs delayed by fragmentation, partial gangs and the longest wait.
+
+Trace formats (by extension):
+  .csv   job_id,submission_time,duration,num_gpu (seconds), as in the ITP traces; a job
+         of N GPUs is a gang of ceil(N/G) pods of min(N, G) GPUs, G = --gpus-per-node
+  .yaml  a list of {submitTime, duration, appwrapper} entries, or AppWrappers annotated
+         simulate.workload.codeflare.dev/submit-time and .../duration (seconds); pod
+         sets are inferred as the controller does
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, metavar="FILE",
+                   help="a CSV trace or a YAML list of AppWrappers (see above)")
+    p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the cluster")
+    p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="GPUs per node (default 8)")
+    p.add_argument("--policy", default="fifo",
+                   help="fifo, priority, backfill, or a policy YAML file (default fifo)")
+    p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw utilisation and queue length over time (needs matplotlib)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace")
+    p.add_argument("--cycle-interval", type=float, metavar="SECONDS",
+                   help="also run an admission cycle every SECONDS while jobs wait (for "
+                        "dynamic priorities); default: only after arrivals and completions")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only when stderr is a terminal)")
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if args.nodes < 1:
+        return f"--nodes must be at least 1, got {args.nodes}"
+    if args.gpus_per_node < 1:
+        return f"--gpus-per-node must be at least 1, got {args.gpus_per_node}"
+    if args.limit is not None and args.limit < 1:
+        return f"--limit must be at least 1, got {args.limit}"
+    if args.cycle_interval is not None and not args.cycle_interval > 0:
+        return f"--cycle-interval must be a number of seconds above 0, got {args.cycle_interval}"
+    return None
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+
+    def fail(message: str) -> int:
+        print(f"dispatcher simulate: {message}", file=err)
+        return EXIT_INPUT
+
+    problem = _check(args)
+    if problem is not None:
+        return fail(problem)
+    try:
+        policy = load_policy(args.policy)
+        trace = read_trace(Path(args.trace), args.gpus_per_node, args.limit)
+        if args.plot:
+            check_available()
+    except (PolicyError, TraceError, PlotError) as e:
+        return fail(str(e))
+    show = err.isatty() if args.progress is None else args.progress
+    bar = ProgressBar(err) if show else None
+    try:
+        result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
+                          args.cycle_interval, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = summarise(result, trace)
+    print(to_json(summary) if args.output == "json" else to_table(summary), file=out)
+    if args.plot:
+        title = (f"{Path(trace.source).name}: {args.nodes} x {args.gpus_per_node} GPUs, "
+                 f"{policy.name}, {args.fit} fit")
+        try:
+            plot(result, Path(args.plot), title)
+        except PlotError as e:
+            return fail(str(e))
+    return 0

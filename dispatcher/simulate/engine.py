@@ -1,0 +1,394 @@
+"""The event loop: a trace replayed through the admission core on a modelled cluster.
+
+The cluster is `nodes` identical nodes of G GPUs, with CPU and memory set so large
+(100,000 cores, 1 PiB) that only GPUs and the kubelet's 110-pod limit ever bind.
+
+Events are job arrivals and job completions. After each batch of events at a time t
+(completions first, then arrivals) the simulator runs one admission cycle of the real
+core, `dispatcher.admission.admit`, over the queue in the policy's order; each dispatch
+starts its job, whose completion is scheduled at t + duration and gives the capacity
+back. Nothing of the admission logic is repeated here.
+
+Per-node fit: the capacity the core places gangs on is the cluster itself, so every
+dispatched pod has its node and the job starts at once.
+
+Aggregate fit (MCAD's rule): the core only checks the gang's total against the cluster's
+total free capacity (allocatable minus the demand of dispatched, unfinished gangs), so
+the simulator then binds the pods the way a scheduler would, each to a node with room
+(the core's best-fit placement, one pod set or pod at a time). Pods that no node can
+hold stay pending and are retried whenever capacity frees, in dispatch order; the gang
+holds the GPUs of its bound pods idle and starts only when its last pod binds — the
+partial gang that per-node fit exists to avoid. Gangs that never complete their pods
+(nothing left to free capacity) are reported as deadlocked.
+
+Jobs that would not fit even on the empty cluster (under the chosen fit) are set aside
+at arrival with the core's own reason and reported; in the queue they would wait for
+ever without holding anyone up, so leaving them out changes no decision.
+
+Fragmentation (per-node fit): a job that waits for capacity while the cluster's total
+free capacity, after the dispatches before it in the same cycle, covers its whole
+demand — the aggregate rule would have admitted it — is delayed by fragmentation for
+as long as that holds, cycle to cycle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from dispatcher.admission import BEHIND_HEAD, CycleStats, Decision, Fit, admit
+from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
+from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.gang import (
+    NEVER_FITS,
+    GangPodSet,
+    Placement,
+    Shortfall,
+    demand,
+    never_fits,
+    never_fits_aggregate,
+    place,
+)
+from dispatcher.queue.policy import Policy
+from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
+from dispatcher.resources import PODS
+from dispatcher.simulate.traces import GPU, TraceJob
+
+NODE_CPU_MILLI = 100_000 * 1000  # 100,000 cores: never the binding resource
+NODE_MEMORY = 1 << 50  # 1 PiB
+
+# (jobs arrived, jobs in the trace, seconds since the first submission)
+Progress = Callable[[int, int, float], None]
+
+
+def gpu_nodes(count: int, gpus_per_node: int) -> list[Node]:
+    """`count` identical nodes where only GPUs (and the pod limit) can run out."""
+    width = len(str(max(count - 1, 0)))
+    return [
+        Node(f"node-{i:0{width}d}", {GPU: gpus_per_node, "cpu": NODE_CPU_MILLI,
+                                     "memory": NODE_MEMORY, PODS: DEFAULT_MAX_PODS})
+        for i in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Pods of one pod set bound to one node (what a completion gives back)."""
+
+    node: str
+    request: Mapping[str, int]
+    count: int
+
+
+@dataclass
+class JobRun:
+    """What happened to one job of the trace."""
+
+    job: TraceJob
+    gpus: int
+    dispatched: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    never_fits: str | None = None  # why it could not fit even on the empty cluster
+    fragmented_seconds: float = 0.0  # waited while the aggregate rule would admit it
+    partial: bool = False  # dispatched, but some pods found no node (aggregate fit)
+    bound_at_dispatch: int = 0  # pods that found a node when it was dispatched
+    held_gpu_seconds: float = 0.0  # GPUs of bound pods held idle before the start
+    bound: list[Bound] = field(default_factory=list)
+    bound_per_set: list[int] = field(default_factory=list)
+
+    @property
+    def wait(self) -> float | None:
+        return None if self.started is None else self.started - self.job.submit
+
+    @property
+    def bound_pods(self) -> int:
+        return sum(b.count for b in self.bound)
+
+
+@dataclass
+class Run:
+    """A finished simulation: every job's story and the cluster over time."""
+
+    jobs: list[JobRun]
+    nodes: int
+    gpus_per_node: int
+    policy: Policy
+    fit: Fit
+    start: float  # first submission
+    end: float  # last event
+    # One sample after every batch of events: time, GPUs of running jobs, GPUs held by
+    # partial gangs (bound pods of gangs not started), jobs in the queue, dispatched
+    # jobs whose pods are not all bound (aggregate fit).
+    times: list[float] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    events: int = 0
+    cycles: int = 0
+    wall_seconds: float = 0.0
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def _fits_total(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    return all(v <= free.get(r, 0) for r, v in need.items())
+
+
+class Simulation:
+    def __init__(self, jobs: Sequence[TraceJob], nodes: Sequence[Node], policy: Policy,
+                 fit: Fit = "per-node", gpus_per_node: int = 8,
+                 cycle_interval: float | None = None,
+                 progress: Progress | None = None, skip_behind_head: bool = True) -> None:
+        self.policy = policy
+        # Stop feeding the cycle once a head blocks: every wrapper behind it would only
+        # get a BEHIND_HEAD wait. Same decisions, and long queues cost nothing per cycle.
+        self.skip_behind_head = skip_behind_head
+        self.fit: Fit = fit
+        self.nodes = list(nodes)
+        self.cycle_interval = cycle_interval
+        self.progress = progress
+        self.gpus_per_node = gpus_per_node
+        # The cluster: free capacity per node. Under per-node fit the core places gangs
+        # on it directly; under the aggregate rule it sees `view`, whose totals only move.
+        self.cluster = Capacity.empty(self.nodes)
+        self.view = self.cluster if fit == "per-node" else Capacity.empty(self.nodes)
+        self._empty = Capacity.empty(self.nodes)
+        self._hopeless_of = never_fits if fit == "per-node" else never_fits_aggregate
+        self._never: dict[tuple[object, ...], Shortfall | None] = {}
+        # Allocatable minus the demand of dispatched, unfinished gangs (MCAD's view).
+        self._free_total: dict[str, int] = {}
+        for n in self.nodes:
+            for r, v in n.allocatable.items():
+                self._free_total[r] = self._free_total.get(r, 0) + v
+        self.queue = AdmissionQueue(policy)
+        self.runs = [JobRun(j, j.gpus) for j in jobs]
+        self._demand = [demand(j.wrapper.gang) for j in jobs]
+        self._index: dict[WrapperKey, int] = {j.wrapper.key: i for i, j in enumerate(jobs)}
+        self._completions: list[tuple[float, int]] = []
+        self._pending: list[int] = []  # partial gangs (aggregate fit), in dispatch order
+        self._fragmented: dict[int, float] = {}  # job -> since when (per-node fit)
+        self._busy = 0
+        self._held = 0
+        self._held_since: dict[int, float] = {}
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def run(self) -> Run:
+        wall = time.perf_counter()
+        jobs = [r.job for r in self.runs]
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))
+        start = jobs[order[0]].submit if jobs else 0.0
+        result = Run(self.runs, len(self.nodes), self.gpus_per_node, self.policy, self.fit,
+                     start, start)
+        arrived = 0
+        last_cycle = start
+        t = start
+        loops = 0
+        while True:
+            nexts: list[float] = []
+            if arrived < len(order):
+                nexts.append(jobs[order[arrived]].submit)
+            if self._completions:
+                nexts.append(self._completions[0][0])
+            if self.cycle_interval and len(self.queue) and nexts:
+                # Periodic cycles only while something is still to come: a queue that
+                # nothing can drain any more (a deadlock of partial gangs) ends the run.
+                nexts.append(max(last_cycle + self.cycle_interval, t))
+            if not nexts:
+                break
+            t = min(nexts)
+            changed = False
+            while self._completions and self._completions[0][0] <= t:
+                _, i = heapq.heappop(self._completions)
+                self._finish(i, t)
+                result.events += 1
+                changed = True
+            if changed and self._pending:
+                self._bind_pending(t)
+            while arrived < len(order) and jobs[order[arrived]].submit <= t:
+                changed = self._arrive(order[arrived]) or changed
+                arrived += 1
+                result.events += 1
+            tick = bool(self.cycle_interval) and t >= last_cycle + (self.cycle_interval or 0)
+            if (changed or tick) and len(self.queue):
+                self._cycle(t)
+                result.cycles += 1
+                last_cycle = t
+            result.times.append(t)
+            result.busy.append(self._busy)
+            result.held.append(self._held)
+            result.queued.append(len(self.queue))
+            result.pending.append(len(self._pending))
+            loops += 1
+            if self.progress is not None and loops % 256 == 0:
+                self.progress(arrived, len(order), t - start)
+        if self.progress is not None:
+            self.progress(arrived, len(order), t - start)
+        result.end = t
+        for i, since in self._fragmented.items():
+            self.runs[i].fragmented_seconds += t - since
+        for i, since in self._held_since.items():
+            self.runs[i].held_gpu_seconds += self._held_gpus(i) * (t - since)
+        result.wall_seconds = time.perf_counter() - wall
+        return result
+
+    # --- events -----------------------------------------------------------------------
+
+    def _arrive(self, i: int) -> bool:
+        w = self.runs[i].job.wrapper
+        key = w.gang_key
+        if key not in self._never:
+            self._never[key] = self._hopeless_of(w.gang, self._empty)
+        hopeless = self._never[key]
+        if hopeless is not None:
+            self.runs[i].never_fits = hopeless.message
+            return False
+        self.queue.put(w)
+        return True
+
+    def _cycle(self, t: float) -> None:
+        stats = CycleStats()
+
+        def ordered() -> Iterator[QueuedWrapper]:
+            # Behind a blocking head every wrapper waits with BEHIND_HEAD: nothing to learn.
+            for w in self.queue.ordered(t):
+                if self.skip_behind_head and stats.blocked_by is not None:
+                    return
+                yield w
+
+        decisions = admit(ordered(), self.view, self.policy, t, self.fit, stats)
+        free = dict(self._free_total)
+        fragmented: set[int] = set()
+        for d in decisions:
+            i = self._index[(d.namespace, d.name)]
+            if d.decision == "dispatch":
+                self._dispatch(i, d, t)
+                for r, v in self._demand[i].items():
+                    free[r] = free.get(r, 0) - v
+            elif (self.fit == "per-node" and d.decision == "wait"
+                  and d.reason not in (BEHIND_HEAD, NEVER_FITS)
+                  and _fits_total(self._demand[i], free)):
+                fragmented.add(i)
+        for i in list(self._fragmented):
+            if i not in fragmented:
+                self.runs[i].fragmented_seconds += t - self._fragmented.pop(i)
+        for i in fragmented:
+            self._fragmented.setdefault(i, t)
+
+    def _dispatch(self, i: int, d: Decision, t: float) -> None:
+        run = self.runs[i]
+        w = run.job.wrapper
+        self.queue.remove(w.key)
+        run.dispatched = t
+        for r, v in self._demand[i].items():
+            self._free_total[r] = self._free_total.get(r, 0) - v
+        if self.fit == "per-node":
+            run.bound = _group(d.placements)
+            self._start(i, t)
+            return
+        run.bound_per_set = [0] * len(w.gang)
+        complete = self._bind(i)
+        run.bound_at_dispatch = run.bound_pods
+        if complete:
+            self._start(i, t)
+        else:
+            run.partial = True
+            self._pending.append(i)
+            self._held_since[i] = t
+            self._held += self._held_gpus(i)
+
+    def _start(self, i: int, t: float) -> None:
+        run = self.runs[i]
+        run.started = t
+        self._busy += run.gpus
+        heapq.heappush(self._completions, (t + run.job.duration, i))
+
+    def _finish(self, i: int, t: float) -> None:
+        run = self.runs[i]
+        run.finished = t
+        self._busy -= run.gpus
+        for b in run.bound:
+            self.cluster.give(b.node, b.request, b.count)
+        need = self._demand[i]
+        for r, v in need.items():
+            self._free_total[r] = self._free_total.get(r, 0) + v
+        if self.view is not self.cluster:
+            self.view.take_total({r: -v for r, v in need.items()})
+
+    # --- binding pods under the aggregate rule -------------------------------------------
+
+    def _held_gpus(self, i: int) -> int:
+        return sum(b.request.get(GPU, 0) * b.count for b in self.runs[i].bound)
+
+    def _bind(self, i: int) -> bool:
+        """Bind as many of the gang's unbound pods as the cluster holds; all bound?"""
+        run = self.runs[i]
+        complete = True
+        for k, g in enumerate(run.job.wrapper.gang):
+            left = g.pod_set.count - run.bound_per_set[k]
+            if left <= 0:
+                continue
+            placed = self._place_pods(g, left)
+            run.bound.extend(_group(placed))
+            run.bound_per_set[k] += len(placed)
+            complete = complete and len(placed) == left
+        return complete
+
+    def _place_pods(self, g: GangPodSet, count: int) -> list[Placement]:
+        """Up to `count` pods of the set, all at once if they fit, else one by one."""
+        result = place((GangPodSet(g.item, replace(g.pod_set, count=count)),), self.cluster)
+        if not isinstance(result, Shortfall):
+            return result
+        one = (GangPodSet(g.item, replace(g.pod_set, count=1)),)
+        placed: list[Placement] = []
+        for _ in range(count - 1):  # `count` pods did not fit: at most count - 1 will
+            single = place(one, self.cluster)
+            if isinstance(single, Shortfall):
+                break
+            placed.extend(single)
+        return placed
+
+    def _bind_pending(self, t: float) -> None:
+        still: list[int] = []
+        for i in self._pending:
+            before = self._held_gpus(i)
+            done = self._bind(i)
+            after = self._held_gpus(i)
+            run = self.runs[i]
+            run.held_gpu_seconds += before * (t - self._held_since[i])
+            self._held_since[i] = t
+            self._held += after - before
+            if done:
+                del self._held_since[i]
+                self._held -= after
+                self._start(i, t)
+            else:
+                still.append(i)
+        self._pending = still
+
+
+def _group(placements: Sequence[Placement]) -> list[Bound]:
+    """Placements as (node, request, count), consecutive pods of a set on a node merged."""
+    out: list[Bound] = []
+    for p in placements:
+        assert p.node is not None
+        last = out[-1] if out else None
+        if last is not None and last.node == p.node and last.request == p.request:
+            out[-1] = Bound(p.node, p.request, last.count + 1)
+        else:
+            out.append(Bound(p.node, p.request, 1))
+    return out
+
+
+def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
+             fit: Fit = "per-node", cycle_interval: float | None = None,
+             progress: Progress | None = None) -> Run:
+    """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`."""
+    return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
+                      cycle_interval, progress).run()

@@ -1,0 +1,321 @@
+"""Figures of a simulation run, as a table for people and JSON for programs.
+
+Definitions (all times in seconds of the trace):
+- makespan: first submission to last completion.
+- GPU utilisation: GPU-seconds of running jobs / (cluster GPUs x makespan). GPUs held
+  by partial gangs (bound pods of a gang whose other pods found no node, aggregate fit)
+  are not use: they are reported beside it.
+- queueing delay of a job: its start minus its submission, over the jobs that started;
+  percentiles interpolate linearly between ranks (numpy's default).
+- delayed by fragmentation (per-node fit): jobs that waited while the cluster's total
+  free capacity covered their demand, and for how long; GPU-hours = GPUs x that time.
+- largest starvation: the longest wait of any job (still waiting at the end counts to
+  the end), and how many jobs submitted after it started before it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.simulate.engine import NODE_CPU_MILLI, NODE_MEMORY, JobRun, Run
+from dispatcher.simulate.traces import Trace
+
+SHOWN = 5  # jobs listed by name in the table for each kind of problem
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) of sorted `values`, linearly interpolated."""
+    if not values:
+        return math.nan
+    pos = (len(values) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Delays:
+    jobs: int
+    waited: int  # jobs with a delay above zero
+    mean: float
+    median: float
+    p95: float
+    max: float
+
+    @classmethod
+    def of(cls, waits: Sequence[float]) -> Delays:
+        w = sorted(waits)
+        mean = sum(w) / len(w) if w else math.nan
+        return cls(len(w), sum(x > 0 for x in w), mean, percentile(w, 50), percentile(w, 95),
+                   w[-1] if w else math.nan)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "waited": self.waited, "meanSeconds": _num(self.mean),
+                "medianSeconds": _num(self.median), "p95Seconds": _num(self.p95),
+                "maxSeconds": _num(self.max)}
+
+
+@dataclass(frozen=True)
+class Starvation:
+    job: JobRun
+    wait: float
+    still_waiting: bool
+    overtaken_by: int  # jobs submitted after it that started before it
+
+
+@dataclass(frozen=True)
+class Summary:
+    run: Run
+    trace: Trace
+    makespan: float
+    utilisation: float  # GPU-seconds of running jobs / (GPUs x makespan)
+    held_fraction: float  # GPU-seconds held idle by partial gangs / (GPUs x makespan)
+    delays: Delays
+    by_size: tuple[tuple[int, int, Delays], ...]  # (GPUs, pods, delays)
+    never_fit: tuple[JobRun, ...]
+    never_started: tuple[JobRun, ...]  # could fit, but did not start by the end
+    fragmented: tuple[JobRun, ...]
+    fragmented_gpu_hours: float
+    unplaced: tuple[JobRun, ...]  # dispatched with pods no node could hold (aggregate)
+    partial: tuple[JobRun, ...]  # ... of which some pods were bound, holding GPUs
+    held_gpu_hours: float
+    starvation: Starvation | None
+    peak_queue: int
+
+
+def summarise(run: Run, trace: Trace) -> Summary:
+    runs = run.jobs
+    finishes = [r.finished for r in runs if r.finished is not None]
+    end = max(finishes) if finishes else run.start
+    makespan = end - run.start
+    busy_area = held_area = 0.0
+    for k in range(len(run.times) - 1):
+        t0, t1 = run.times[k], min(run.times[k + 1], end)
+        if t1 > t0:
+            busy_area += run.busy[k] * (t1 - t0)
+            held_area += run.held[k] * (t1 - t0)
+    capacity = run.total_gpus * makespan
+    started = [r for r in runs if r.wait is not None]
+    sizes: dict[tuple[int, int], list[float]] = {}
+    for r in started:
+        sizes.setdefault((r.gpus, r.job.pods), []).append(r.wait or 0.0)
+    fragmented = tuple(r for r in runs if r.fragmented_seconds > 0)
+    unplaced = tuple(r for r in runs if r.partial)
+    return Summary(
+        run=run,
+        trace=trace,
+        makespan=makespan,
+        utilisation=busy_area / capacity if capacity else 0.0,
+        held_fraction=held_area / capacity if capacity else 0.0,
+        delays=Delays.of([r.wait or 0.0 for r in started]),
+        by_size=tuple((g, p, Delays.of(w)) for (g, p), w in sorted(sizes.items())),
+        never_fit=tuple(r for r in runs if r.never_fits is not None),
+        never_started=tuple(r for r in runs if r.started is None and r.never_fits is None),
+        fragmented=fragmented,
+        fragmented_gpu_hours=sum(r.gpus * r.fragmented_seconds for r in fragmented) / 3600,
+        unplaced=unplaced,
+        partial=tuple(r for r in unplaced if r.held_gpu_seconds > 0),
+        held_gpu_hours=sum(r.held_gpu_seconds for r in unplaced) / 3600,
+        starvation=_starvation(runs, run.end),
+        peak_queue=max(run.queued, default=0),
+    )
+
+
+def _starvation(runs: Sequence[JobRun], end: float) -> Starvation | None:
+    candidates = [r for r in runs if r.never_fits is None]
+    if not candidates:
+        return None
+
+    def waited(r: JobRun) -> float:
+        return (r.started if r.started is not None else end) - r.job.submit
+
+    worst = max(candidates, key=waited)
+    began = worst.started if worst.started is not None else math.inf
+    overtaken = sum(1 for r in candidates if r.job.submit > worst.job.submit
+                    and r.started is not None and r.started < began)
+    return Starvation(worst, waited(worst), worst.started is None, overtaken)
+
+
+# --- formatting --------------------------------------------------------------------
+
+
+def duration_text(seconds: float) -> str:
+    """42s, 12m 5s, 3h 12m, 2d 4h."""
+    if math.isnan(seconds):
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _num(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 3)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def _pods(n: int) -> str:
+    return _count(n, "pod")
+
+
+def _pending_seconds(r: JobRun, end: float) -> float:
+    if r.dispatched is None:
+        return 0.0
+    return (r.started if r.started is not None else end) - r.dispatched
+
+
+def _names(runs: Sequence[JobRun]) -> str:
+    shown = ", ".join(r.job.name for r in runs[:SHOWN])
+    return shown + (f" and {len(runs) - SHOWN} more" if len(runs) > SHOWN else "")
+
+
+def model_notes(run: Run) -> list[str]:
+    return [
+        f"{run.nodes} nodes x {run.gpus_per_node} GPUs ({run.total_gpus} GPUs); each node "
+        f"also has {NODE_CPU_MILLI // 1000:,} CPUs, {NODE_MEMORY >> 50} PiB of memory and 110 "
+        "pods, so only GPUs and the pod limit bind",
+        "one admission cycle after every batch of arrivals and completions",
+    ]
+
+
+def to_table(s: Summary) -> str:
+    run = s.run
+    n = len(run.jobs)
+    lines = [
+        f"dispatcher simulate: {s.trace.source}, {n:,} jobs, policy {run.policy.name}, "
+        f"{run.fit} fit",
+        *(f"  {note}" for note in [*model_notes(run), *s.trace.notes]),
+        "",
+    ]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"{label:<17}{text}")
+
+    started = s.delays.jobs
+    row("jobs", f"{n:,} in the trace: {started:,} started, "
+        f"{sum(r.finished is not None for r in run.jobs):,} finished, "
+        f"{len(s.never_fit):,} never fit the cluster, {len(s.never_started):,} never started")
+    if s.never_fit:
+        first = s.never_fit[0]
+        row("  never fit", f"{_names(s.never_fit)} (e.g. {first.job.name}, {first.gpus} GPUs "
+            f"in {_pods(first.job.pods)}: {first.never_fits})")
+    if s.never_started:
+        row("  never started", f"{_names(s.never_started)}")
+    row("makespan", f"{duration_text(s.makespan)} ({s.makespan:,.0f} s), peak queue "
+        f"{_count(s.peak_queue, 'job')}")
+    util = f"{s.utilisation:.1%} of {run.total_gpus:,} GPUs over the makespan"
+    if run.fit == "aggregate":
+        util += f"; {s.held_fraction:.1%} more held idle by partial gangs"
+    row("GPU utilisation", util)
+    d = s.delays
+    row("queueing delay", f"mean {duration_text(d.mean)}, median {duration_text(d.median)}, "
+        f"p95 {duration_text(d.p95)}, max {duration_text(d.max)} "
+        f"({d.waited:,} of {d.jobs:,} started jobs waited)")
+    header = ("GPUS", "PODS", "JOBS", "WAITED", "MEAN", "MEDIAN", "P95", "MAX")
+    table = [header] + [
+        (str(g), str(p), f"{x.jobs:,}", f"{x.waited:,}", duration_text(x.mean),
+         duration_text(x.median), duration_text(x.p95), duration_text(x.max))
+        for g, p, x in s.by_size
+    ]
+    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
+    lines.append("  by gang size:")
+    for r in table:
+        lines.append("    " + "  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)))
+    if run.fit == "per-node":
+        row("fragmentation", f"{_count(len(s.fragmented), 'job')} waited while the cluster's total "
+            "free GPUs covered them (the aggregate rule would have admitted them): "
+            f"{s.fragmented_gpu_hours:,.1f} GPU-hours of delay")
+        row("partial gangs", "none: per-node fit places every pod before it dispatches")
+    else:
+        row("fragmentation", "not measured under the aggregate rule (see partial gangs)")
+        pending = sorted(_pending_seconds(r, run.end) for r in s.unplaced)
+        row("partial gangs", f"{len(s.unplaced):,} dispatched jobs had pods no node could "
+            f"hold (pending for nodes: median {duration_text(percentile(pending, 50))}, "
+            f"max {duration_text(pending[-1] if pending else math.nan)}); "
+            f"{len(s.partial):,} of them held the GPUs of their placed pods idle waiting for "
+            f"the rest ({s.held_gpu_hours:,.1f} GPU-hours)"
+            + (f": {_names(s.partial)}" if s.partial else ""))
+    if s.starvation is not None:
+        st = s.starvation
+        state = "still waiting at the end after" if st.still_waiting else "waited"
+        row("starvation", f"longest wait: {st.job.job.name} ({st.job.gpus} GPUs in "
+            f"{_pods(st.job.job.pods)}) {state} {duration_text(st.wait)}; "
+            f"{_count(st.overtaken_by, 'job')} submitted after it started before it")
+    rate = run.events / run.wall_seconds if run.wall_seconds else 0.0
+    row("run", f"{run.events:,} events, {run.cycles:,} admission cycles in "
+        f"{run.wall_seconds:.1f} s ({rate:,.0f} events/s)")
+    return "\n".join(lines)
+
+
+def _job(r: JobRun, end: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"job": r.job.name, "gpus": r.gpus, "pods": r.job.pods,
+                           "where": r.job.where, "submitted": r.job.submit}
+    if r.never_fits is not None:
+        out["reason"] = r.never_fits
+    if r.dispatched is not None:
+        out["dispatched"] = r.dispatched
+    if r.started is not None:
+        out["started"] = r.started
+    if r.partial:
+        out["podsBoundAtDispatch"] = r.bound_at_dispatch
+        out["podsBound"] = r.bound_pods
+        out["pendingSeconds"] = _pending_seconds(r, end)
+        out["heldGpuHours"] = round(r.held_gpu_seconds / 3600, 3)
+    return out
+
+
+def to_dict(s: Summary) -> dict[str, Any]:
+    run = s.run
+    rate = run.events / run.wall_seconds if run.wall_seconds else 0.0
+    st = s.starvation
+    return {
+        "trace": s.trace.source,
+        "policy": run.policy.name,
+        "fit": run.fit,
+        "cluster": {"nodes": run.nodes, "gpusPerNode": run.gpus_per_node,
+                    "gpus": run.total_gpus},
+        "notes": [*model_notes(run), *s.trace.notes],
+        "jobs": {"total": len(run.jobs), "started": s.delays.jobs,
+                 "finished": sum(r.finished is not None for r in run.jobs),
+                 "neverFit": len(s.never_fit), "neverStarted": len(s.never_started)},
+        "makespanSeconds": s.makespan,
+        "gpuUtilisation": round(s.utilisation, 6),
+        "gpuHeldByPartialGangs": round(s.held_fraction, 6),
+        "peakQueue": s.peak_queue,
+        "queueingDelay": s.delays.as_dict(),
+        "queueingDelayByGangSize": [{"gpus": g, "pods": p, **d.as_dict()}
+                                    for g, p, d in s.by_size],
+        "fragmentation": None if run.fit != "per-node" else {
+            "jobs": len(s.fragmented),
+            "gpuHours": round(s.fragmented_gpu_hours, 3),
+        },
+        "partialGangs": None if run.fit != "aggregate" else {
+            "unplacedAtDispatch": len(s.unplaced),
+            "holdingIdleGpus": len(s.partial),
+            "heldGpuHours": round(s.held_gpu_hours, 3),
+            "jobs": [_job(r, run.end) for r in s.unplaced],
+        },
+        "starvation": None if st is None else {
+            **_job(st.job, run.end), "waitSeconds": st.wait, "stillWaiting": st.still_waiting,
+            "overtakenBy": st.overtaken_by,
+        },
+        "neverFit": [_job(r, run.end) for r in s.never_fit],
+        "neverStarted": [_job(r, run.end) for r in s.never_started],
+        "run": {"events": run.events, "admissionCycles": run.cycles,
+                "wallSeconds": round(run.wall_seconds, 3), "eventsPerSecond": round(rate)},
+    }
+
+
+def to_json(s: Summary) -> str:
+    return json.dumps(to_dict(s), indent=2)
