@@ -19,7 +19,7 @@ from dispatcher.admission import Fit
 from dispatcher.queue import Policy
 
 from .kube import Kube
-from .runtime import Dispatcher
+from .runtime import Dispatcher, Observer
 
 log = logging.getLogger("dispatcher")
 
@@ -34,8 +34,14 @@ def make_registry() -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
+        # Only three fixed resources are watched, cluster-wide: no need to observe CRDs
+        # or namespaces, so the service account needs no permission on them.
+        settings.scanning.disabled = True
+        observer = await _serve_metrics(memo)
         kube = await Kube.connect(memo.kubeconfig)
-        memo.dispatcher = Dispatcher(kube, memo.policy, memo.fit)
+        memo.dispatcher = Dispatcher(kube, memo.policy, memo.fit, observer=observer)
+        if memo.metrics_server is not None:
+            memo.metrics_server.dispatcher = memo.dispatcher
         await memo.dispatcher.start()
         log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
                  memo.policy.name, memo.fit, len(memo.dispatcher.state.nodes),
@@ -47,6 +53,9 @@ def make_registry() -> kopf.OperatorRegistry:
         if d is not None:
             await d.stop()
             await d.kube.close()
+        server = getattr(memo, "metrics_server", None)
+        if server is not None:
+            await server.stop()
 
     @kopf.on.login(registry=registry)
     def login(memo: kopf.Memo, **kwargs: Any) -> Any:
@@ -70,11 +79,34 @@ def make_registry() -> kopf.OperatorRegistry:
     return registry
 
 
+async def _serve_metrics(memo: kopf.Memo) -> Observer | None:
+    """Start /metrics and /healthz once (the startup handler may be retried)."""
+    if not memo.metrics_port:
+        return None
+    if memo.metrics_server is None:
+        from .metrics import MetricsServer, PrometheusObserver
+
+        server = MetricsServer(PrometheusObserver(), memo.metrics_port, memo.metrics_host)
+        try:
+            await server.start()
+        except OSError as e:
+            raise kopf.PermanentError(
+                f"cannot serve metrics on {memo.metrics_host}:{memo.metrics_port}: {e}; "
+                "choose another --metrics-port, or 0 to serve none") from e
+        memo.metrics_server = server
+    observer: Observer = memo.metrics_server.observer
+    return observer
+
+
 async def operate(policy: Policy, fit: Fit, kubeconfig: str | None,
                   liveness: str | None = None,
-                  stop_flag: asyncio.Event | threading.Event | None = None) -> None:
-    """Run until stopped (a signal, or `stop_flag`)."""
-    memo = kopf.Memo(policy=policy, fit=fit, kubeconfig=kubeconfig)
+                  stop_flag: asyncio.Event | threading.Event | None = None,
+                  metrics_port: int = 0, metrics_host: str = "0.0.0.0") -> None:
+    """Run until stopped (a signal, or `stop_flag`). With `metrics_port`, serve
+    Prometheus metrics on /metrics and the admission loop's health on /healthz."""
+    memo = kopf.Memo(policy=policy, fit=fit, kubeconfig=kubeconfig,
+                     metrics_port=metrics_port, metrics_host=metrics_host,
+                     metrics_server=None)
     await kopf.operator(
         registry=make_registry(), clusterwide=True, memo=memo,
         liveness_endpoint=liveness, stop_flag=stop_flag,

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from localcluster import Kubectl, wait_for
@@ -38,7 +39,10 @@ class DispatcherProcess:
     def log_path(self) -> Path:
         return self.log_dir / "dispatcher.log"
 
-    def start(self, policy: str | None = None, fit: str = "per-node") -> None:
+    def start(self, policy: str | None = None, fit: str = "per-node",
+              extra_args: Sequence[str] = ()) -> None:
+        """Start `dispatcher run`; `extra_args` are added to its command line. Unless
+        they name a --metrics-port, none is served (so no port is needed)."""
         self.stop()
         if policy is not None:
             self.policy = policy
@@ -49,7 +53,9 @@ class DispatcherProcess:
         log.flush()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig", str(self.kubeconfig),
-             "--policy", self.policy, "--fit", fit, "-v"],
+             "--policy", self.policy, "--fit", fit, "-v",
+             *([] if "--metrics-port" in extra_args else ["--metrics-port", "0"]),
+             *extra_args],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

@@ -1,0 +1,352 @@
+"""Prometheus metrics and the health endpoint of `dispatcher run`.
+
+`PrometheusObserver` turns what the dispatcher reports (dispatches, requeues, failures,
+admission cycles) into counters and histograms, and reads gauges (AppWrappers by state,
+the queue, cluster capacity) from the dispatcher. It has its own registry, so nothing
+else in the process (kopf, client libraries) leaks into /metrics.
+
+Labels are bounded: states, condition types, reasons and resource names — never an
+AppWrapper's name or namespace. Values outside the known sets (a status written by
+another controller, say) are counted as ``Other``.
+
+`MetricsServer` serves ``/metrics`` and ``/healthz`` with aiohttp on the event loop the
+dispatcher runs on, so the gauges are read where they are written and nothing needs a
+lock. Every handler returns without awaiting anything slow.
+
+See docs/operations.md for the list of metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+from dispatcher.api.conditions import ConditionType, Reason, latest
+from dispatcher.api.models import State
+from dispatcher.cluster import ClusterState
+from dispatcher.lifecycle import REQUEUE_LIMIT_REACHED, WRAPPED_OBJECT_FAILED
+from dispatcher.resources import CPU
+
+from .runtime import Dispatcher, Observer
+
+log = logging.getLogger("dispatcher")
+
+PREFIX = "dispatcher"
+OTHER = "Other"
+NONE = "None"  # an AppWrapper with no state or no condition yet
+
+STATES = tuple(s.value for s in State)
+CONDITIONS = tuple(c.value for c in ConditionType)
+REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceeded.value,
+                   Reason.Preempted.value)
+FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
+                   WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
+                   Reason.DispatchDeadlineExceeded.value)
+
+# Admission cycles take milliseconds on small queues and seconds on 10,000 wrappers.
+CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, 30.0)
+# Waiting for GPUs takes from seconds to days.
+WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+                7200.0, 14400.0, 28800.0, 86400.0, 172800.0, 604800.0)
+
+# Gauges read from the dispatcher are recomputed after a cycle at most this often, and
+# whenever /metrics is scraped after a cycle: exact at scrape time, cheap in the loop.
+SNAPSHOT_MIN_INTERVAL_SECONDS = 2.0
+# /healthz fails when the admission loop has not finished a cycle for this long. The
+# loop cycles at least every 5 s; a cycle waits for its API writes, which can be slow.
+HEALTHY_CYCLE_AGE_SECONDS = 60.0
+
+
+def _bounded(value: str, known: Iterable[str], empty: str = NONE) -> str:
+    if not value:
+        return empty
+    return value if value in known else OTHER
+
+
+def _in_base_units(resource: str, amount: int) -> float:
+    """Canonical amounts are millicores for cpu; Prometheus wants base units (cores)."""
+    return amount / 1000 if resource == CPU else float(amount)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dispatcher")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class Snapshot:
+    """Gauge values read from the dispatcher."""
+
+    appwrappers: Tally[tuple[str, str]] = field(default_factory=Tally)
+    seen_labels: set[tuple[str, str]] = field(default_factory=set)
+    pending: int = 0
+    nodes: dict[str, int] = field(default_factory=lambda: {"true": 0, "false": 0})
+    capacity: dict[str, float] = field(default_factory=dict)
+    free: dict[str, float] = field(default_factory=dict)
+    largest_free: dict[str, float] = field(default_factory=dict)
+    resources: set[str] = field(default_factory=set)
+    policy: tuple[str, str] | None = None
+
+
+def appwrapper_counts(dispatcher: Dispatcher) -> Tally[tuple[str, str]]:
+    """(state, latest condition type) -> number of AppWrappers the dispatcher tracks."""
+    counts: Tally[tuple[str, str]] = Tally()
+    for t in dispatcher.tracked.values():
+        status = t.status
+        condition = status.queuejobstate
+        if not condition:
+            last = latest(status.conditions)
+            condition = last.type if last is not None else ""
+        counts[(_bounded(status.state, STATES), _bounded(condition, CONDITIONS))] += 1
+    return counts
+
+
+def capacity_of(state: ClusterState) -> tuple[dict[str, int], dict[str, int], dict[str, int],
+                                              dict[str, int]]:
+    """Nodes by schedulability; allocatable, free and largest free per resource, over
+    the nodes the dispatcher may place pods on (not cordoned). Free is never below 0 on
+    a node (an over-committed node has nothing free, not less than nothing)."""
+    nodes = {"true": 0, "false": 0}
+    total: dict[str, int] = {}
+    resources, rows = state.free_rows()
+    free = dict.fromkeys(resources, 0)
+    largest = dict.fromkeys(resources, 0)
+    for name, node in state.nodes.items():
+        if node.unschedulable:
+            nodes["false"] += 1
+            continue
+        nodes["true"] += 1
+        for r, amount in node.allocatable.items():
+            total[r] = total.get(r, 0) + amount
+        for r, amount in zip(resources, rows[name], strict=True):
+            amount = max(amount, 0)
+            free[r] += amount
+            largest[r] = max(largest[r], amount)
+    return nodes, total, free, largest
+
+
+class PrometheusObserver(Observer):
+    """The dispatcher's metrics, in a registry of their own (`self.registry`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 min_interval: float = SNAPSHOT_MIN_INTERVAL_SECONDS) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.min_interval = min_interval
+        self.snapshot_data = Snapshot()
+        self.snapshots_computed = 0
+        self._dispatcher: Dispatcher | None = None
+        self._dirty = False
+        self._computed_at = float("-inf")
+        r = self.registry
+        self.dispatches = Counter(
+            f"{PREFIX}_dispatches", "AppWrappers dispatched: their objects were created.",
+            registry=r)
+        self.requeues = Counter(
+            f"{PREFIX}_requeues", "Dispatched AppWrappers torn down and queued again, by "
+            "reason.", ["reason"], registry=r)
+        self.failures = Counter(
+            f"{PREFIX}_failures", "AppWrappers that failed, by reason.", ["reason"],
+            registry=r)
+        self.completions = Counter(
+            f"{PREFIX}_completions", "AppWrappers that completed.", registry=r)
+        self.wait_time = Histogram(
+            f"{PREFIX}_admission_wait_time_seconds", "Time from when an AppWrapper was "
+            "first seen to its dispatch (a requeued one counts from its first arrival).",
+            buckets=WAIT_BUCKETS, registry=r)
+        self.cycle_duration = Histogram(
+            f"{PREFIX}_admission_cycle_duration_seconds", "Duration of one admission "
+            "cycle: judging dispatched AppWrappers, deciding the queue, writing results.",
+            buckets=CYCLE_BUCKETS, registry=r)
+        self.last_cycle = Gauge(
+            f"{PREFIX}_admission_cycle_last_timestamp_seconds", "When the last admission "
+            "cycle finished, in seconds since the epoch.", registry=r)
+        self.build_info = Gauge(
+            f"{PREFIX}_build_info", "Always 1; the labels say which dispatcher runs.",
+            ["version", "python_version"], registry=r)
+        self.build_info.labels(_version(), platform.python_version()).set(1)
+        for reason in REQUEUE_REASONS:
+            self.requeues.labels(reason)
+        for reason in FAILURE_REASONS:
+            self.failures.labels(reason)
+        self.registry.register(_SnapshotCollector(self))
+
+    # --- Observer hooks (called on the event loop) -----------------------------------
+
+    def cycle(self, seconds: float, queued: int, decisions: int) -> None:
+        self.cycle_duration.observe(seconds)
+        self.last_cycle.set(time.time())
+
+    def dispatched(self, waited_seconds: float) -> None:
+        self.dispatches.inc()
+        self.wait_time.observe(max(0.0, waited_seconds))
+
+    def requeued(self, reason: str) -> None:
+        self.requeues.labels(_bounded(reason, REQUEUE_REASONS, OTHER)).inc()
+
+    def failed(self, reason: str) -> None:
+        self.failures.labels(_bounded(reason, FAILURE_REASONS, OTHER)).inc()
+
+    def completed(self) -> None:
+        self.completions.inc()
+
+    def snapshot(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._dirty = True
+        self.snapshot_data.pending = len(dispatcher.queue)
+        if time.monotonic() - self._computed_at >= self.min_interval:
+            self.refresh()
+
+    # --- gauges ----------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> None:
+        """Read the gauges from the dispatcher if a cycle ran since the last reading."""
+        d = self._dispatcher
+        if d is None or not (self._dirty or force):
+            return
+        s = self.snapshot_data
+        s.appwrappers = appwrapper_counts(d)
+        s.seen_labels.update(s.appwrappers)
+        s.pending = len(d.queue)
+        nodes, total, free, largest = capacity_of(d.state)
+        s.nodes = nodes
+        s.capacity = {r: _in_base_units(r, v) for r, v in total.items()}
+        s.free = {r: _in_base_units(r, v) for r, v in free.items()}
+        s.largest_free = {r: _in_base_units(r, v) for r, v in largest.items()}
+        s.resources.update(s.capacity, s.free)
+        s.policy = (d.policy.name, d.fit)
+        self._dirty = False
+        self._computed_at = time.monotonic()
+        self.snapshots_computed += 1
+
+
+class _SnapshotCollector:
+    """The gauges read from the dispatcher, refreshed when scraped after a cycle."""
+
+    def __init__(self, observer: PrometheusObserver) -> None:
+        self.observer = observer
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families(Snapshot())
+
+    def collect(self) -> Iterator[Metric]:
+        self.observer.refresh()
+        yield from self._families(self.observer.snapshot_data)
+
+    @staticmethod
+    def _families(s: Snapshot) -> Iterator[Metric]:
+        aws = GaugeMetricFamily(
+            f"{PREFIX}_appwrappers", "AppWrappers the dispatcher knows, by status.state and "
+            "the type of their latest condition.", labels=["state", "condition"])
+        for labels in sorted(s.seen_labels):
+            aws.add_metric(list(labels), s.appwrappers.get(labels, 0))
+        yield aws
+        yield GaugeMetricFamily(
+            f"{PREFIX}_pending_appwrappers", "AppWrappers in the admission queue: valid, "
+            "not dispatched, not finished.", value=s.pending)
+        nodes = GaugeMetricFamily(
+            f"{PREFIX}_cluster_nodes", "Nodes, by whether pods may be placed on them (not "
+            "cordoned).", labels=["schedulable"])
+        for schedulable, count in sorted(s.nodes.items()):
+            nodes.add_metric([schedulable], count)
+        yield nodes
+        for name, doc, values in (
+            ("cluster_capacity", "Allocatable amount of each resource on schedulable "
+             "nodes (cpu in cores, memory and storage in bytes, others in units).",
+             s.capacity),
+            ("cluster_free_capacity", "Free amount of each resource on schedulable nodes: "
+             "allocatable minus requests of bound pods minus capacity held for dispatched "
+             "AppWrappers whose pods are not bound yet.", s.free),
+            ("cluster_largest_free_capacity", "The largest free amount of each resource "
+             "on any one schedulable node: compared with the total, it shows "
+             "fragmentation.", s.largest_free),
+        ):
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["resource"])
+            for resource in sorted(s.resources):
+                family.add_metric([resource], values.get(resource, 0.0))
+            yield family
+        info = GaugeMetricFamily(
+            f"{PREFIX}_policy_info", "Always 1; the labels name the queue policy and the "
+            "fit rule in use.", labels=["policy", "fit"])
+        if s.policy is not None:
+            info.add_metric(list(s.policy), 1)
+        yield info
+
+
+# --- the HTTP server -------------------------------------------------------------------
+
+class MetricsServer:
+    """/metrics and /healthz on the running event loop."""
+
+    def __init__(self, observer: PrometheusObserver, port: int, host: str = "0.0.0.0",
+                 max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS) -> None:
+        self.observer = observer
+        self.host = host
+        self.port = port
+        self.max_cycle_age = max_cycle_age
+        self.dispatcher: Dispatcher | None = None
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        return app
+
+    async def start(self) -> None:
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        log.info("serving /metrics and /healthz on %s", ", ".join(
+            f"http://{h}:{p}" for h, p in self.addresses()))
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) pairs listened on; the real port when started with port 0."""
+        if self._runner is None:
+            return []
+        out = []
+        for addr in self._runner.addresses:
+            if isinstance(addr, tuple) and len(addr) >= 2:
+                out.append((str(addr[0]), int(addr[1])))
+        return out
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = encode(self.observer.registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    def health(self) -> tuple[bool, str]:
+        d = self.dispatcher
+        if d is None or not d.ready:
+            return False, "starting: the cluster is not listed yet"
+        age = time.monotonic() - d.last_cycle_at
+        if age > self.max_cycle_age:
+            return False, (f"the admission loop has not finished a cycle for {age:.0f}s "
+                           f"(limit {self.max_cycle_age:.0f}s)")
+        return True, f"ok: {d.cycles} admission cycles, the last {age:.1f}s ago"
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        ok, text = self.health()
+        return web.Response(status=200 if ok else 503, text=text + "\n")

@@ -1,0 +1,404 @@
+"""Operating the dispatcher on a real control plane: its metrics against what happened,
+the queue command and kubectl plugin, and deploy/ applied as it is, with the dispatcher
+running as its own service account under the least-privilege RBAC of deploy/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from localcluster import Cluster, Kubectl, wait_for
+from localcluster.testing import container, fake_gpu_nodes, outcome
+
+from .dispatcher_process import REPO, DispatcherProcess, install_crd, wait_quiet
+
+DEPLOY = REPO / "deploy"
+SA_NAMESPACE = "dispatcher-system"
+SA = "dispatcher"
+SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA}"
+LABEL = "workload.codeflare.dev/appwrapper"
+GPU = "nvidia.com/gpu"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+# --- builders and observers ----------------------------------------------------------
+
+def appwrapper(name: str, *items: dict[str, Any], custom: list[dict[str, Any]] | None = None
+               ) -> dict[str, Any]:
+    generic: list[dict[str, Any]] = [{"generictemplate": i} for i in items]
+    if custom is not None:
+        generic[0]["custompodresources"] = custom
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name}, "spec": {"resources": {"GenericItems": generic}}}
+
+
+def job(name: str, pods: int, gpus: int) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": {"metadata": {"annotations": outcome("run")},
+                                  "spec": {"restartPolicy": "Never",
+                                           "containers": [container(gpus=gpus)]}}}}
+
+
+def last_condition(k: Kubectl, name: str) -> dict[str, Any]:
+    aw = k.json("appwrapper", name)
+    return dict((aw.get("status", {}).get("conditions") or [{}])[-1])
+
+
+def wait_condition(k: Kubectl, name: str, ctype: str, timeout: float = 60) -> dict[str, Any]:
+    try:
+        return wait_for(lambda: (c := last_condition(k, name)).get("type") == ctype and c,
+                        timeout, f"AppWrapper {name} to reach {ctype}")
+    except TimeoutError as e:
+        status = k.json("appwrapper", name).get("status")
+        raise TimeoutError(f"{e}; status now: {status}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def scrape(port: int) -> Samples:
+    status, text = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200, text
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def wait_metrics(port: int, want: dict[tuple[str, frozenset[tuple[str, str]]], float],
+                 timeout: float = 30) -> Samples:
+    """Scrape until every sample in `want` has its value (the loop may lag an event)."""
+    last: Samples = {}
+
+    def check() -> Samples | None:
+        nonlocal last
+        last = scrape(port)
+        return last if all(last.get(k) == v for k, v in want.items()) else None
+
+    try:
+        return wait_for(check, timeout, "metrics to match")
+    except TimeoutError:
+        diff = {f"{n}{dict(lbl)}": (last.get((n, lbl)), v)
+                for (n, lbl), v in want.items() if last.get((n, lbl)) != v}
+        raise AssertionError(f"metrics (got, want): {diff}") from None
+
+
+def m(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return (name, frozenset(labels.items()))
+
+
+def wait_alone(kubectl: Kubectl, namespace: str) -> None:
+    """No AppWrapper of another test left anywhere (it would count in the metrics), and
+    no pod of one holding GPUs."""
+    wait_for(lambda: all(a["metadata"]["namespace"] == namespace
+                         for a in kubectl.items("appwrappers", "-A")),
+             180, "AppWrappers of earlier tests to be deleted")
+    wait_quiet(kubectl, 180)
+
+
+def uniform_gpu_nodes(kubectl: Kubectl) -> tuple[int, int]:
+    gpus = fake_gpu_nodes(kubectl)
+    assert gpus and len(set(gpus.values())) == 1, f"expected uniform GPU nodes, got {gpus}"
+    return len(gpus), next(iter(gpus.values()))
+
+
+# --- fixtures ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Kubectl) -> None:
+    install_crd(kubectl)
+
+
+@pytest.fixture
+def dispatcher(local_cluster: Cluster, crd: None) -> Iterator[DispatcherProcess]:
+    d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs)
+    yield d
+    alive = d.alive()
+    d.stop()
+    if d.starts and not alive:
+        pytest.fail(f"the dispatcher died during the test:\n{d.tail()}")
+
+
+# --- metrics ----------------------------------------------------------------------------
+
+def test_metrics_follow_appwrappers_through_the_queue(
+        dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl, namespace: str) -> None:
+    wait_alone(kubectl, namespace)
+    nodes, per_node = uniform_gpu_nodes(kubectl)
+    schedulable = [n for n in kubectl.items("nodes") if not n["spec"].get("unschedulable")]
+    port = free_port()
+    dispatcher.start("fifo", extra_args=["--metrics-port", str(port),
+                                         "--metrics-host", "127.0.0.1"])
+    assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+
+    # One gang takes every GPU; the second, the same size, must wait.
+    k.apply(appwrapper("first", job("first", nodes, per_node)))
+    wait_condition(k, "first", "Running", timeout=90)
+    k.apply(appwrapper("second", job("second", nodes, per_node)))
+    message = wait_condition(k, "second", "Backoff")["message"]
+    assert GPU in message
+    samples = wait_metrics(port, {
+        m("dispatcher_dispatches_total"): 1,
+        m("dispatcher_pending_appwrappers"): 1,
+        m("dispatcher_appwrappers", state="Running", condition="Running"): 1,
+        m("dispatcher_appwrappers", state="Pending", condition="Backoff"): 1,
+        m("dispatcher_admission_wait_time_seconds_count"): 1,
+        m("dispatcher_cluster_capacity", resource=GPU): nodes * per_node,
+        m("dispatcher_cluster_free_capacity", resource=GPU): 0,
+        m("dispatcher_cluster_largest_free_capacity", resource=GPU): 0,
+        m("dispatcher_cluster_nodes", schedulable="true"): len(schedulable),
+        m("dispatcher_failures_total", reason="InvalidSpec"): 0,
+        m("dispatcher_requeues_total", reason="MinPodsNotRunning"): 0,
+        m("dispatcher_policy_info", policy="fifo", fit="per-node"): 1,
+    })
+    assert samples[m("dispatcher_admission_cycle_duration_seconds_count")] >= 1
+    assert samples[m("dispatcher_admission_cycle_last_timestamp_seconds")] > 0
+    assert [v for (n, _), v in samples.items() if n == "dispatcher_build_info"] == [1]
+    # No sample names an AppWrapper: labels stay bounded.
+    assert not any(dict(lbl).get(key) in ("first", "second", namespace)
+                   for (_, lbl) in samples for key in dict(lbl))
+
+    # An AppWrapper the dispatcher cannot count pods for fails alone.
+    k.apply(appwrapper("odd", {"apiVersion": "example.com/v1", "kind": "Widget",
+                               "metadata": {"name": "w"}}))
+    wait_condition(k, "odd", "Failed")
+    wait_metrics(port, {
+        m("dispatcher_failures_total", reason="InvalidSpec"): 1,
+        m("dispatcher_appwrappers", state="Failed", condition="Failed"): 1,
+        m("dispatcher_pending_appwrappers"): 1,
+    })
+
+    # The first one goes: the second dispatches into its GPUs.
+    k("delete", "appwrapper", "first")
+    wait_condition(k, "second", "Running", timeout=120)
+    samples = wait_metrics(port, {
+        m("dispatcher_dispatches_total"): 2,
+        m("dispatcher_pending_appwrappers"): 0,
+        m("dispatcher_admission_wait_time_seconds_count"): 2,
+        m("dispatcher_appwrappers", state="Running", condition="Running"): 1,
+        m("dispatcher_appwrappers", state="Pending", condition="Backoff"): 0,
+        m("dispatcher_cluster_free_capacity", resource=GPU): 0,
+    }, timeout=60)
+    # The second waited at least as long as it was Backoff: more than nothing.
+    assert samples[m("dispatcher_admission_wait_time_seconds_sum")] > 0
+
+
+# --- queue visibility --------------------------------------------------------------------
+
+def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
+        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str, tmp_path: Path) -> None:
+    wait_alone(kubectl, namespace)
+    nodes, per_node = uniform_gpu_nodes(kubectl)
+    dispatcher.start("fifo")
+    k.apply(appwrapper("hog", job("hog", nodes, per_node)))
+    wait_condition(k, "hog", "Running", timeout=90)
+    k.apply(appwrapper("big", job("big", nodes, per_node)))
+    k.apply(appwrapper("small", job("small", 1, 1)))
+    wait_condition(k, "big", "Backoff")
+    wait_condition(k, "small", "Queueing")
+
+    out = subprocess.run(
+        [sys.executable, "-m", "dispatcher.cli", "queue", "--kubeconfig",
+         str(local_cluster.kubeconfig), "-n", namespace, "-o", "json"],
+        capture_output=True, text=True, check=True, cwd=REPO).stdout
+    data = json.loads(out)
+    assert data["scope"] == "cluster" and data["namespace"] == namespace
+    rows = [(e["position"], e["name"], e["condition"]) for e in data["pending"]]
+    assert rows == [(1, "big", "Backoff"), (2, "small", "Queueing")]
+    big = data["pending"][0]
+    assert big["pods"] == nodes and big["requests"][GPU] == str(nodes * per_node)
+    assert big["reason"] == "AppWrapperNotRunnable" and GPU in big["message"]
+
+    # As a kubectl plugin: kubectl finds kubectl-appwrapper on the PATH.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    plugin = bin_dir / "kubectl-appwrapper"
+    plugin.write_text(f"#!{sys.executable}\nimport sys\nfrom dispatcher.cli import "
+                      "kubectl_plugin\nsys.exit(kubectl_plugin())\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "KUBECONFIG": str(local_cluster.kubeconfig)}
+    table = subprocess.run([kubectl.binary, "appwrapper", "queue", "-n", namespace],
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"policy fifo: 2 pending in namespace {namespace}"
+    assert lines[2].split()[:5] == ["1", f"{namespace}/big", "0", str(nodes),
+                                    str(nodes * per_node)]
+    assert lines[3].split()[:2] == ["2", f"{namespace}/small"]
+
+
+# --- deploy/ on the cluster ---------------------------------------------------------------
+
+def _delete_deploy(kubectl: Kubectl) -> None:
+    """Everything deploy/ made except the CRD (deleting it would delete every
+    AppWrapper in the cluster)."""
+    kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=false")
+    kubectl("delete", "clusterrole,clusterrolebinding", "-l",
+            "app.kubernetes.io/part-of=dispatcher", "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def deployed(kubectl: Kubectl, crd: None) -> Iterator[None]:
+    """deploy/ applied for real (after a server-side dry run), removed afterwards."""
+    _delete_deploy(kubectl)
+    wait_for(lambda: kubectl.run("get", "namespace", SA_NAMESPACE, check=False).returncode,
+             120, f"namespace {SA_NAMESPACE} of an earlier run to be gone")
+    kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts",
+            "--dry-run=server")
+    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts")
+    yield
+    _delete_deploy(kubectl)
+
+
+def test_deploy_applies_and_its_pod_meets_the_restricted_standard(
+        deployed: None, kubectl: Kubectl) -> None:
+    ns = kubectl.in_namespace(SA_NAMESPACE)
+    labels = kubectl.json("namespace", SA_NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The API server's Pod Security admission would refuse a pod that does not meet the
+    # restricted standard; kwok plays its kubelet, so the Deployment becomes available.
+    wait_for(lambda: (ns.json("deployment", "dispatcher").get("status") or {}).get(
+        "availableReplicas") == 1, 90, "the dispatcher Deployment to be available")
+    (pod,) = ns.items("pods", "-l", "app.kubernetes.io/name=dispatcher")
+    assert pod["spec"]["serviceAccountName"] == SA
+    sc = pod["spec"]["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    warnings = [e for e in ns.items("events") if e.get("type") == "Warning"
+                and e["involvedObject"].get("kind") == "ReplicaSet"]
+    assert not warnings, warnings
+    service = ns.json("service", "dispatcher-metrics")
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    # The ServiceMonitor is only in the monitoring overlay, which this cluster lacks the
+    # CRD for; the base must not need it.
+    base = subprocess.run([kubectl.binary, "kustomize", str(DEPLOY)], capture_output=True,
+                          text=True, check=True).stdout
+    assert "ServiceMonitor" not in base
+    overlay = subprocess.run([kubectl.binary, "kustomize", str(DEPLOY / "monitoring")],
+                             capture_output=True, text=True, check=True).stdout
+    kinds = [d["kind"] for d in yaml.safe_load_all(overlay) if d]
+    assert kinds.count("ServiceMonitor") == 1
+
+
+def _can(kubectl: Kubectl, verb: str, resource: str) -> bool:
+    resource, _, sub = resource.partition("/")
+    proc = kubectl.run("auth", "can-i", verb, resource, "--as", SA_USER, "-n", "default",
+                       *([f"--subresource={sub}"] if sub else []), check=False)
+    return proc.stdout.strip() == "yes"
+
+
+def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
+        deployed: None, kubectl: Kubectl) -> None:
+    wait_for(lambda: kubectl.json("clusterrole", "dispatcher-wrapped-kinds").get("rules"),
+             60, "the aggregated ClusterRole dispatcher-wrapped-kinds to be filled in")
+    allowed = [("watch", "appwrappers.workload.codeflare.dev"),
+               ("patch", "appwrappers.workload.codeflare.dev/status"),
+               ("list", "nodes"), ("watch", "pods"), ("create", "events"),
+               ("create", "jobs.batch"), ("delete", "jobs.batch"), ("get", "jobs.batch"),
+               ("create", "pods"), ("create", "services"), ("create", "configmaps"),
+               ("create", "deployments.apps"), ("create", "statefulsets.apps"),
+               ("create", "rayclusters.ray.io"), ("create", "rayjobs.ray.io"),
+               ("create", "pytorchjobs.kubeflow.org"), ("create", "mpijobs.kubeflow.org"),
+               ("create", "jobsets.jobset.x-k8s.io")]
+    refused = [("create", "secrets"), ("get", "secrets"), ("create", "networkpolicies"),
+               ("create", "roles.rbac.authorization.k8s.io"),
+               ("create", "rolebindings.rbac.authorization.k8s.io"),
+               ("create", "resourcequotas"), ("patch", "appwrappers.workload.codeflare.dev"),
+               ("delete", "appwrappers.workload.codeflare.dev"), ("update", "nodes"),
+               ("patch", "pods"), ("list", "customresourcedefinitions"),
+               ("create", "clusterkopfpeerings.kopf.dev"), ("*", "*")]
+    assert [a for a in allowed if not _can(kubectl, *a)] == []
+    assert [r for r in refused if _can(kubectl, *r)] == []
+
+
+def _service_account_kubeconfig(kubectl: Kubectl, cluster_kubeconfig: Path,
+                                path: Path) -> Path:
+    """The cluster's kubeconfig with a token of the dispatcher's service account: what
+    the pod's mounted token gives it."""
+    token = kubectl("create", "token", SA, "-n", SA_NAMESPACE, "--duration=2h").strip()
+    config = yaml.safe_load(cluster_kubeconfig.read_text())
+    context = next(c for c in config["contexts"]
+                   if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dispatcher-sa",
+        "clusters": [cluster],
+        "users": [{"name": "dispatcher-sa", "user": {"token": token}}],
+        "contexts": [{"name": "dispatcher-sa",
+                      "context": {"cluster": cluster["name"], "user": "dispatcher-sa"}}],
+    }))
+    return path
+
+
+def test_dispatcher_runs_as_its_service_account_and_is_refused_other_kinds(
+        deployed: None, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl, namespace: str,
+        tmp_path: Path, crd: None) -> None:
+    wait_for(lambda: kubectl.json("clusterrole", "dispatcher-wrapped-kinds").get("rules"),
+             60, "the aggregated ClusterRole dispatcher-wrapped-kinds to be filled in")
+    wait_alone(kubectl, namespace)
+    sa_config = _service_account_kubeconfig(kubectl, local_cluster.kubeconfig,
+                                            tmp_path / "sa.kubeconfig")
+    whoami = Kubectl(kubectl.binary, sa_config).run("auth", "whoami", "-o", "json",
+                                                    check=False)
+    if whoami.returncode == 0:
+        assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == SA_USER
+    d = DispatcherProcess(sa_config, local_cluster.logs / "as-service-account")
+    port = free_port()
+    try:
+        d.start("fifo", extra_args=["--metrics-port", str(port), "--metrics-host",
+                                    "127.0.0.1"])
+        k.apply(appwrapper("job", job("job", 2, 1)))
+        wait_condition(k, "job", "Running", timeout=90)
+        assert len(k.items("pods", "-l", f"{LABEL}=job")) == 2
+        # Its Events were posted as the service account.
+        events = [e for e in k.items("events") if e["involvedObject"].get("name") == "job"
+                  and e.get("source", {}).get("component") == "dispatcher"]
+        assert {e["reason"] for e in events} >= {"AppWrapperRunnable"}
+
+        # A kind deploy/ does not grant: refused by the API server, nothing created.
+        policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                  "metadata": {"name": "deny-all"},
+                  "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+        k.apply(appwrapper("netpol", policy,
+                           custom=[{"replicas": 1, "requests": {"cpu": "100m"}}]))
+        failed = wait_condition(k, "netpol", "Failed")
+        assert failed["reason"] == "ItemCreationFailure"
+        assert "forbidden" in failed["message"]
+        assert k.json("appwrapper", "netpol")["status"]["state"] == "Failed"
+        assert not k.items("networkpolicies")
+        wait_metrics(port, {m("dispatcher_failures_total", reason="ItemCreationFailure"): 1,
+                            m("dispatcher_dispatches_total"): 2})
+        assert d.alive()
+        log = d.log_path.read_text(errors="replace")
+        assert "Not enough permissions" not in log, d.tail()
+    finally:
+        d.stop()

@@ -1,0 +1,292 @@
+"""Prometheus metrics of the dispatcher: values against what happened, bounded labels,
+cheap snapshots, and the /metrics and /healthz endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import aiohttp
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dispatcher.controller.kube import Resource
+from dispatcher.controller.metrics import MetricsServer, PrometheusObserver
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.queue import Policy
+
+from .fake_kube import FakeKube
+
+FIFO = Policy("fifo", order="arrival")
+T0 = 1_800_000_000.0
+CREATED = "2027-01-15T08:00:00Z"
+ALLOWED_LABELS = {"state", "condition", "reason", "resource", "schedulable", "policy", "fit",
+                  "version", "python_version", "le"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def node(name: str, gpus: int = 8, unschedulable: bool = False) -> dict[str, Any]:
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def job(name: str, pods: int, gpus: int) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "containers": [{"name": "c", "resources": {
+                    "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": gpus}}}]}}}}
+
+
+def appwrapper(name: str, *items: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": "team", "creationTimestamp": CREATED},
+            "spec": {"resources": {"GenericItems": [{"generictemplate": i} for i in items]},
+                     **spec}}
+
+
+def run(scenario: Callable[[FakeKube, Clock], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario(FakeKube(), Clock()))
+
+
+async def started(kube: FakeKube, clock: Clock, observer: PrometheusObserver) -> Dispatcher:
+    d = Dispatcher(kube, FIFO, clock=clock, observer=observer)  # type: ignore[arg-type]
+    for kind in ("Node", "AppWrapper", "Pod"):
+        for obj in await kube.list(Resource("", kind, "", True)):
+            getattr(d, f"on_{'appwrapper' if kind == 'AppWrapper' else kind.lower()}")(
+                "ADDED", obj)
+    return d
+
+
+def scrape(observer: PrometheusObserver) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = generate_latest(observer.registry).decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+          **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_values_follow_what_the_dispatcher_did() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2", unschedulable=True))
+        kube.put(appwrapper("first", job("first", 1, 8)))
+        kube.put(appwrapper("second", job("second", 1, 8)))
+        kube.put(appwrapper("odd", {"apiVersion": "example.com/v1", "kind": "Widget",
+                                    "metadata": {"name": "w"}}))
+        obs = PrometheusObserver()
+        d = await started(kube, clock, obs)
+        clock.now = T0 + 90
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_dispatches_total") == 1
+        assert value(m, "dispatcher_pending_appwrappers") == 1
+        assert value(m, "dispatcher_appwrappers", state="Running", condition="Dispatched") == 1
+        assert value(m, "dispatcher_appwrappers", state="Pending", condition="Backoff") == 1
+        assert value(m, "dispatcher_appwrappers", state="Failed", condition="Failed") == 1
+        assert value(m, "dispatcher_failures_total", reason="InvalidSpec") == 1
+        assert value(m, "dispatcher_failures_total", reason="ItemCreationFailure") == 0
+        assert value(m, "dispatcher_requeues_total", reason="MinPodsNotRunning") == 0
+        # Waited from its creation time to the dispatcher's clock at dispatch.
+        assert value(m, "dispatcher_admission_wait_time_seconds_count") == 1
+        assert value(m, "dispatcher_admission_wait_time_seconds_sum") == 90
+        assert value(m, "dispatcher_admission_wait_time_seconds_bucket", le="60.0") == 0
+        assert value(m, "dispatcher_admission_wait_time_seconds_bucket", le="120.0") == 1
+        assert value(m, "dispatcher_admission_cycle_duration_seconds_count") == 1
+        # Capacity of the schedulable node only; its GPUs are held for "first".
+        assert value(m, "dispatcher_cluster_nodes", schedulable="true") == 1
+        assert value(m, "dispatcher_cluster_nodes", schedulable="false") == 1
+        assert value(m, "dispatcher_cluster_capacity", resource="nvidia.com/gpu") == 8
+        assert value(m, "dispatcher_cluster_capacity", resource="cpu") == 64
+        assert value(m, "dispatcher_cluster_capacity", resource="memory") == 512 * 2**30
+        assert value(m, "dispatcher_cluster_free_capacity", resource="nvidia.com/gpu") == 0
+        assert value(m, "dispatcher_cluster_free_capacity", resource="cpu") == 63
+        assert value(m, "dispatcher_cluster_largest_free_capacity", resource="cpu") == 63
+        assert value(m, "dispatcher_policy_info", policy="fifo", fit="per-node") == 1
+        assert [v for (n, _), v in m.items() if n == "dispatcher_build_info"] == [1]
+
+        kube.objects = {p: o for p, o in kube.objects.items() if not p.endswith("/first")}
+        d.on_appwrapper("DELETED", appwrapper("first") | {
+            "metadata": {"name": "first", "namespace": "team", "uid": d.tracked[
+                ("team", "first")].uid}})
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_dispatches_total") == 2
+        assert value(m, "dispatcher_pending_appwrappers") == 0
+        assert value(m, "dispatcher_admission_wait_time_seconds_count") == 2
+        assert value(m, "dispatcher_appwrappers", state="Running", condition="Dispatched") == 1
+        # A combination seen before stays, at 0, so its series does not vanish.
+        assert value(m, "dispatcher_appwrappers", state="Pending", condition="Backoff") == 0
+
+    run(scenario)
+
+
+def test_a_gang_that_does_not_start_counts_a_requeue() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("slow", job("slow", 2, 4),
+                            schedulingSpec={"requeuing": {"timeInSeconds": 60}}))
+        obs = PrometheusObserver()
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        clock.now += 61  # no pod ever started
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_requeues_total", reason="MinPodsNotRunning") == 1
+        assert value(m, "dispatcher_dispatches_total") == 2  # dispatched again at once
+        assert value(m, "dispatcher_admission_wait_time_seconds_count") == 2
+
+    run(scenario)
+
+
+def test_completions_are_counted() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        obs = PrometheusObserver()
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        done = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a-0", "namespace": "team",
+                             "labels": {"workload.codeflare.dev/appwrapper": "a"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+                "status": {"phase": "Succeeded"}}
+        j = kube.get("batch/v1", "Job", "team", "a")
+        assert j is not None
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        d.on_pod("ADDED", done)
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_completions_total") == 1
+        assert value(m, "dispatcher_appwrappers", state="Completed", condition="Completed") == 1
+
+    run(scenario)
+
+
+def test_labels_are_bounded_and_names_follow_prometheus_conventions() -> None:
+    obs = PrometheusObserver()
+    obs.requeued("SomethingNew")
+    obs.failed("")
+    obs.failed("team-a/my-appwrapper")
+    text = generate_latest(obs.registry).decode()
+    families = list(text_string_to_metric_families(text))
+    for family in families:
+        assert family.name.startswith("dispatcher_"), family.name
+        for s in family.samples:
+            assert set(s.labels) <= ALLOWED_LABELS, (s.name, s.labels)
+            if family.type == "counter":
+                assert s.name.endswith(("_total", "_created")), s.name
+    m = scrape(obs)
+    assert value(m, "dispatcher_requeues_total", reason="Other") == 1
+    assert value(m, "dispatcher_failures_total", reason="Other") == 2
+    assert "my-appwrapper" not in text
+
+
+def test_snapshot_is_throttled_in_the_loop_and_exact_at_scrape() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        obs = PrometheusObserver(min_interval=3600)
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        assert obs.snapshots_computed == 1
+        for _ in range(5):
+            await d.cycle()
+        assert obs.snapshots_computed == 1  # no recomputation in the loop
+        scrape(obs)
+        assert obs.snapshots_computed == 2  # a cycle ran since: read once for the scrape
+        scrape(obs)
+        assert obs.snapshots_computed == 2  # nothing ran since: nothing to read
+
+    run(scenario)
+
+
+def test_the_queue_length_is_current_after_every_cycle() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=0))
+        obs = PrometheusObserver(min_interval=3600)
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d.on_appwrapper("ADDED", kube.of_kind("AppWrapper")[0])
+        await d.cycle()
+        assert obs.snapshot_data.pending == 1
+
+    run(scenario)
+
+
+def test_server_serves_metrics_and_health() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        obs = PrometheusObserver()
+        server = MetricsServer(obs, port=0, host="127.0.0.1", max_cycle_age=60)
+        await server.start()
+        try:
+            ((host, port),) = server.addresses()
+            base = f"http://{host}:{port}"
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{base}/healthz") as r:
+                    assert r.status == 503
+                    assert "starting" in await r.text()
+                d = await started(kube, clock, obs)
+                server.dispatcher = d
+                d.ready = True
+                await d.cycle()
+                async with http.get(f"{base}/healthz") as r:
+                    assert r.status == 200
+                async with http.get(f"{base}/metrics") as r:
+                    assert r.status == 200
+                    assert r.headers["Content-Type"].startswith("text/plain")
+                    body = await r.text()
+                    assert "dispatcher_cluster_capacity{resource=\"nvidia.com/gpu\"} 8.0" in body
+                async with http.get(f"{base}/metrics", headers={
+                        "Accept": "application/openmetrics-text; version=1.0.0"}) as r:
+                    assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+                    assert (await r.text()).rstrip().endswith("# EOF")
+                d.last_cycle_at = time.monotonic() - 3600  # the loop is stuck
+                async with http.get(f"{base}/healthz") as r:
+                    assert r.status == 503
+                    assert "has not finished a cycle" in await r.text()
+        finally:
+            await server.stop()
+
+    run(scenario)
+
+
+def test_the_docs_list_every_metric_and_the_dashboard_uses_only_real_ones() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    families = {f.name: f.type for f in text_string_to_metric_families(
+        generate_latest(PrometheusObserver().registry).decode())
+        if not f.name.endswith("_created")}
+    exposed = {f"{n}_total" if t == "counter" else n for n, t in families.items()}
+    docs = (repo / "docs" / "operations.md").read_text()
+    table = dict(re.findall(r"^\| `(dispatcher_\w+)` \| (\w+) \|", docs, re.M))
+    assert set(table) == exposed
+    for name, kind in table.items():
+        assert families[name.removesuffix("_total")] == kind, name
+    dashboard = json.loads((repo / "deploy" / "grafana" / "dispatcher-dashboard.json")
+                           .read_text())
+    used = set(re.findall(r"dispatcher_\w+", json.dumps(dashboard["panels"])))
+    series = exposed | {f"{n}_{s}" for n, t in families.items() if t == "histogram"
+                        for s in ("bucket", "sum", "count")}
+    assert used <= series, used - series
