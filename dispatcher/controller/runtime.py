@@ -443,6 +443,8 @@ class Dispatcher:
             self.observer.requeued(v.reason)
             t.status.numberOfRequeueings += 1
             assert t.aw is not None
+            # judge() counts requeues against maxNumRequeuings from the parsed status.
+            t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
             t.status.requeueingTimeInSeconds = int(pods_allowed_seconds(
                 t.aw.spec.schedulingSpec.requeuing, t.status.numberOfRequeueings))
             # Durable before the teardown: a restart in between finishes the requeue.
@@ -636,6 +638,12 @@ class Dispatcher:
                     "DELETE", path, {"propagationPolicy": "Background",
                                      "preconditions": {"uid": existing["metadata"]["uid"]}})
             except ApiError as e:
+                if e.status == 403:
+                    # Without delete rights a leftover must not stop the status that
+                    # tells the user what went wrong; the log says what is left behind.
+                    log.warning("cannot delete %s %s for %s/%s: %s",
+                                obj["kind"], obj["metadata"]["name"], *t.key, e)
+                    continue
                 if e.status not in (404, 409):
                     raise
 

@@ -170,6 +170,47 @@ def test_gang_that_does_not_start_is_torn_down_and_requeued() -> None:
     run(scenario)
 
 
+def test_requeue_limit_fails_the_wrapper_instead_of_requeuing_again() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4), schedulingSpec={
+            "requeuing": {"timeInSeconds": 60, "maxNumRequeuings": 1}}))
+        d = await started(kube, clock)
+        await d.cycle()
+        clock.now += 60
+        await d.cycle()  # no pod started: first requeue
+        assert aw_status(kube, "a")["numberOfRequeueings"] == 1
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        clock.now += 120
+        await d.cycle()  # still nothing running, and the one allowed requeue is spent
+        status = aw_status(kube, "a")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "RequeueLimitReached"
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+
+    run(scenario)
+
+
+def test_refused_create_and_refused_cleanup_still_tell_the_user() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        worker = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}}
+        kube.put(appwrapper("a", job("a", 1, 1), worker))
+        d = await started(kube, clock)
+        kube.fail[("POST", "/api/v1/namespaces/team/configmaps")] = ApiError(
+            403, "Forbidden", "cannot create configmaps")
+        kube.fail[("DELETE", "/apis/batch/v1/namespaces/team/jobs")] = ApiError(
+            403, "Forbidden", "cannot delete jobs")
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "ItemCreationFailure"
+        assert "cannot create configmaps" in status["conditions"][-1]["message"]
+
+    run(scenario)
+
+
 def test_restart_after_dispatched_was_written_creates_the_items_once() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
