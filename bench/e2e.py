@@ -134,7 +134,8 @@ def main() -> None:
             log = (cluster.logs / "dispatcher-bench.log").open("ab")
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig",
-                 str(cluster.kubeconfig)], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                 str(cluster.kubeconfig), "--metrics-port", "0"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
             time.sleep(3)
             objects = [appwrapper(n, args.pods, args.run_for) for n in names]

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dispatcher.demo")
     ap.add_argument("--policy", default="fifo")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--metrics-port", type=int, default=8080,
+                    help="where the dispatcher serves /metrics (0: pick a free port)")
     ap.add_argument("--examples", default=str(REPO / "examples" / "demo"))
     args = ap.parse_args(argv)
 
@@ -48,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig",
-             str(cluster.kubeconfig), "--policy", args.policy],
+             str(cluster.kubeconfig), "--policy", args.policy,
+             "--metrics-port", str(args.metrics_port)],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if args.metrics_port:
+        print(f"metrics: http://127.0.0.1:{args.metrics_port}/metrics")
     try:
         time.sleep(3)
         k = kubectl.in_namespace(namespace)
