@@ -87,6 +87,19 @@ def first_seen_of(aw: AppWrapper, default: float) -> float:
     return stamp.timestamp() if stamp is not None else default
 
 
+class EmptyClusterAnswers:
+    """Whether each gang shape could fit the cluster with nothing running on it.
+
+    The answer depends only on the nodes, not on what runs on them, so a caller whose node
+    set stays the same (the simulator; a controller between node changes) keeps one of
+    these across cycles instead of asking again every cycle.
+    """
+
+    def __init__(self) -> None:
+        self.empty: Capacity | None = None
+        self.never: dict[tuple[object, ...], Shortfall | None] = {}
+
+
 def admit(
     ordered: Iterable[QueuedWrapper],
     capacity: Capacity,
@@ -94,17 +107,22 @@ def admit(
     now: float,
     fit: Fit = "per-node",
     stats: CycleStats | None = None,
+    empty_answers: EmptyClusterAnswers | None = None,
 ) -> list[Decision]:
-    """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`."""
+    """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
+
+    `empty_answers` may be kept by the caller across cycles only while the nodes are
+    unchanged, and only for one fit rule.
+    """
     stats = stats if stats is not None else CycleStats()
     fit_gang, hopeless_gang = (
         (place, never_fits) if fit == "per-node" else (place_aggregate, never_fits_aggregate)
     )
-    empty: Capacity | None = None
+    answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
+    never = answers.never
     # Capacity only shrinks during a cycle, so a gang shape that did not fit once will
     # not fit later in the same cycle: remember the answer.
     failed: dict[tuple[object, ...], Shortfall] = {}
-    never: dict[tuple[object, ...], Shortfall | None] = {}
     blocking: QueuedWrapper | None = None
     head_seen = False
     decisions: list[Decision] = []
@@ -141,9 +159,9 @@ def admit(
         else:
             stats.cache_hits += 1
         if key not in never:
-            if empty is None:
-                empty = Capacity.empty(capacity.nodes.values())
-            never[key] = hopeless_gang(w.gang, empty)
+            if answers.empty is None:
+                answers.empty = Capacity.empty(capacity.nodes.values())
+            never[key] = hopeless_gang(w.gang, answers.empty)
         hopeless = never[key]
         if hopeless is not None:
             decisions.append(Decision(w.namespace, w.name, "wait", hopeless.reason,

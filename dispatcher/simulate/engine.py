@@ -38,7 +38,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dispatcher.admission import BEHIND_HEAD, CycleStats, Decision, Fit, admit
+from dispatcher.admission import (
+    BEHIND_HEAD,
+    CycleStats,
+    Decision,
+    EmptyClusterAnswers,
+    Fit,
+    admit,
+)
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import (
@@ -158,9 +165,12 @@ class Simulation:
         # on it directly; under the aggregate rule it sees `view`, whose totals only move.
         self.cluster = Capacity.empty(self.nodes)
         self.view = self.cluster if fit == "per-node" else Capacity.empty(self.nodes)
-        self._empty = Capacity.empty(self.nodes)
+        # The modelled nodes never change: one set of empty-cluster answers serves the
+        # arrival check and every admission cycle of the run.
+        self._answers = EmptyClusterAnswers()
+        self._answers.empty = self._empty = Capacity.empty(self.nodes)
         self._hopeless_of = never_fits if fit == "per-node" else never_fits_aggregate
-        self._never: dict[tuple[object, ...], Shortfall | None] = {}
+        self._never = self._answers.never
         # Allocatable minus the demand of dispatched, unfinished gangs (MCAD's view).
         self._free_total: dict[str, int] = {}
         for n in self.nodes:
@@ -262,7 +272,8 @@ class Simulation:
                     return
                 yield w
 
-        decisions = admit(ordered(), self.view, self.policy, t, self.fit, stats)
+        decisions = admit(ordered(), self.view, self.policy, t, self.fit, stats,
+                          empty_answers=self._answers)
         free = dict(self._free_total)
         fragmented: set[int] = set()
         for d in decisions:
