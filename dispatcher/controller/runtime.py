@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,7 +25,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from dispatcher.admission import BEHIND_HEAD, Decision, Fit, admit, queued_from_appwrapper
+from dispatcher.admission import (
+    BEHIND_HEAD,
+    Decision,
+    EmptyClusterAnswers,
+    Fit,
+    admit,
+    queued_from_appwrapper,
+)
 from dispatcher.api.conditions import ConditionType, Reason, latest, set_condition
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
@@ -122,6 +130,8 @@ class Dispatcher:
         self.queue = AdmissionQueue(policy)
         self.tracked: dict[Key, Tracked] = {}
         self.wake = asyncio.Event()
+        # Replaced, not cleared, on a node change: a cycle in the executor keeps its own.
+        self._empty_answers = EmptyClusterAnswers()
         self._writes = asyncio.Semaphore(PARALLEL_WRITES)
         self._task: asyncio.Task[None] | None = None
         self.cycles = 0
@@ -142,6 +152,7 @@ class Dispatcher:
             if self.state.nodes.get(name) == node:
                 return  # a heartbeat: nothing the fit looks at has changed
             self.state.upsert_node(node)
+        self._empty_answers = EmptyClusterAnswers()
         self.wake.set()
 
     def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
@@ -501,8 +512,9 @@ class Dispatcher:
             return 0
         capacity = Capacity.of(self.state)
         loop = asyncio.get_running_loop()
-        decisions = await loop.run_in_executor(
-            None, admit, ordered, capacity, self.policy, now, self.fit)
+        decisions = await loop.run_in_executor(None, functools.partial(
+            admit, ordered, capacity, self.policy, now, self.fit,
+            empty_answers=self._empty_answers))
         jobs: list[Awaitable[None]] = []
         for d in decisions:
             t = self.tracked.get((d.namespace, d.name))

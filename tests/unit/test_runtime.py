@@ -307,3 +307,23 @@ def test_priority_policy_orders_by_priority() -> None:
         assert types(kube, "low")[-1] == "Backoff"
 
     run(scenario)
+
+
+def test_losing_the_only_big_node_says_the_gang_can_no_longer_fit() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("small", gpus=4))
+        kube.put(node("big", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8)))
+        d = await started(kube, clock)
+        d.on_pod("ADDED", pod("other", "busy", "big", "Running", 8))
+        await d.cycle()
+        assert "empty cluster" not in aw_status(kube, "a")["message"]
+        d.on_node("DELETED", node("big"))
+        await d.cycle()
+        assert "would not fit even on an empty cluster" in aw_status(kube, "a")["message"]
+        d.on_pod("DELETED", pod("other", "busy", "big", "Running", 8))
+        d.on_node("ADDED", node("big", gpus=8))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+
+    run(scenario)
