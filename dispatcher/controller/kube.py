@@ -77,13 +77,17 @@ class Kube:
             raw = await response.read()
         finally:
             response.release()
-        data = json.loads(raw) if raw else None
         if response.status >= 400:
+            # Unknown paths answer with plain text ("404 page not found"), not a Status.
+            try:
+                data = json.loads(raw) if raw else None
+            except ValueError:
+                data = None
             reason = data.get("reason", "") if isinstance(data, dict) else ""
             message = data.get("message", raw.decode(errors="replace")) \
                 if isinstance(data, dict) else raw.decode(errors="replace")
             raise ApiError(response.status, reason or response.reason or "", message)
-        return data
+        return json.loads(raw) if raw else None
 
     async def resource(self, api_version: str, kind: str) -> Resource | None:
         """The REST resource serving `kind` in `api_version`, or None if not served."""

@@ -101,7 +101,7 @@ class Tracked:
     outcome_stale: bool = True
     outcome_read_at: float = 0.0
     check_at: float | None = None
-    needs_items: bool = False  # Dispatched by a previous run: create what is missing
+    needs_items: bool = False  # Dispatched, but not every item is known to exist yet
 
 
 def _now_dt(now: float) -> datetime:
@@ -412,10 +412,8 @@ class Dispatcher:
             await self._teardown(t)
             await self._requeued(t, now, counted=True)
             return
-        if t.needs_items:
-            t.needs_items = False
-            if not await self._create_items(t, now):
-                return
+        if t.needs_items and not await self._create_items(t, now):
+            return
         if t.completable and (t.outcome_stale or now - t.outcome_read_at
                               >= OUTCOME_REFRESH_SECONDS):
             t.outcome_stale = False
@@ -572,6 +570,8 @@ class Dispatcher:
                 self._forget(t.key)
             return
         self.observer.dispatched(now - t.first_seen)
+        # Cleared once every item exists: an error half way is retried next cycle.
+        t.needs_items = True
         await self._create_items(t, now)
 
     async def _create_items(self, t: Tracked, now: float) -> bool:
@@ -608,6 +608,7 @@ class Dispatcher:
                     t.needs_items = True
                     t.check_at = now + 1.0
                     return True
+        t.needs_items = False
         if created:
             log.info("%s/%s: created %d object(s)", *t.key, created)
         return True
@@ -623,6 +624,7 @@ class Dispatcher:
             raise
 
     async def _creation_failed(self, t: Tracked, now: float, message: str) -> bool:
+        t.needs_items = False
         await self._teardown(t)
         self.state.release(t.key)
         t.phase = "done"

@@ -204,7 +204,7 @@ def test_gang_that_does_not_start_is_requeued_then_failed(dispatched: Dispatcher
     stuck = job("stuck", pods=2, gpus=1, pod_outcome="pending")
     k.apply(appwrapper("stuck", stuck, scheduling={
         "requeuing": {"timeInSeconds": 3, "growthType": "none", "maxNumRequeuings": 1}}))
-    wait_for(lambda: aw_of(k, "stuck")["status"].get("numberOfRequeueings") == 1, 60,
+    wait_for(lambda: aw_of(k, "stuck").get("status", {}).get("numberOfRequeueings") == 1, 60,
              "the first requeue")
     aw = wait_condition(k, "stuck", "Failed", timeout=60)
     types = [c["type"] for c in aw["status"]["conditions"]]

@@ -327,3 +327,52 @@ def test_losing_the_only_big_node_says_the_gang_can_no_longer_fit() -> None:
         assert types(kube, "a")[-1] == "Dispatched"
 
     run(scenario)
+
+
+def test_an_error_while_creating_items_is_retried_not_left_half_done() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+
+        class Flaky(Exception):
+            pass
+
+        real_resource = kube.resource
+        calls = 0
+
+        async def flaky_resource(api_version: str, kind: str) -> Resource | None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise Flaky("connection reset")
+            return await real_resource(api_version, kind)
+
+        kube.resource = flaky_resource  # type: ignore[method-assign]
+        await d.cycle()  # the error is logged; the wrapper stays Dispatched
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+        await d.cycle()
+        assert kube.get("batch/v1", "Job", "team", "a") is not None
+        assert aw_status(kube, "a")["state"] == "Running"
+
+    run(scenario)
+
+
+def test_plain_text_404_from_the_api_server_means_the_kind_is_not_served() -> None:
+    class Response:
+        status, reason = 404, "Not Found"
+
+        async def read(self) -> bytes:
+            return b"404 page not found\n"
+
+        def release(self) -> None:
+            pass
+
+    class Api:
+        async def call_api(self, *args: Any, **kwargs: Any) -> Response:
+            return Response()
+
+    from dispatcher.controller.kube import Kube
+
+    kube = Kube(Api())  # type: ignore[arg-type]
+    assert asyncio.run(kube.resource("example.com/v1", "Widget")) is None
