@@ -225,8 +225,8 @@ class Dispatcher:
             self._fail_spec(t, "; ".join(e.problems))
             return
         t.aw = aw
-        stamp = status.controllerfirsttimestamp or aw.metadata.creationTimestamp
-        t.first_seen = stamp.timestamp() if stamp is not None else now
+        t.first_seen = _first_seen(status.controllerfirsttimestamp,
+                                   aw.metadata.creationTimestamp, now)
         if len(key[1]) > MAX_LABEL_VALUE:
             self._fail_spec(t, f"metadata.name is {len(key[1])} characters long; the "
                             "dispatcher labels what it creates with the AppWrapper's name, "
@@ -660,6 +660,18 @@ class Dispatcher:
                     continue
                 if e.status not in (404, 409):
                     raise
+
+
+def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
+    """The queue's arrival time. creationTimestamp has whole seconds only, so wrappers
+    created within one second would tie (and be ordered by uid); within its creation
+    second, the moment this dispatcher first saw it keeps the order they arrived in."""
+    if recorded is not None:
+        return recorded.timestamp()
+    if created is None:
+        return now
+    second = created.timestamp()
+    return min(max(now, second), second + 0.999_999)
 
 
 async def _gather(jobs: Any) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Any
 
 from dispatcher.controller.kube import ApiError, Resource
@@ -376,3 +378,24 @@ def test_plain_text_404_from_the_api_server_means_the_kind_is_not_served() -> No
 
     kube = Kube(Api())  # type: ignore[arg-type]
     assert asyncio.run(kube.resource("example.com/v1", "Widget")) is None
+
+
+def test_wrappers_created_in_the_same_second_keep_the_order_they_arrived_in() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        d = await started(kube, clock)
+        # alpha gets the smaller uid, but zeta reaches the dispatcher first.
+        alpha = kube.put(appwrapper("alpha", job("alpha", 1, 8)))
+        zeta = kube.put(appwrapper("zeta", job("zeta", 1, 8)))
+        second = datetime.fromisoformat("2027-01-15T08:00:00Z").timestamp()
+        clock.now = second + 0.1
+        d.on_appwrapper("ADDED", copy.deepcopy(zeta))
+        clock.now = second + 0.2
+        d.on_appwrapper("ADDED", copy.deepcopy(alpha))
+        await d.cycle()
+        assert aw_status(kube, "zeta")["state"] == "Running"
+        assert types(kube, "alpha")[-1] == "Backoff"
+        stamp = aw_status(kube, "zeta")["controllerfirsttimestamp"]
+        assert stamp.startswith("2027-01-15T08:00:00.1")
+
+    run(scenario)
