@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the dispatcher serves /metrics (0: pick a free port)")
     ap.add_argument("--examples", default=str(REPO / "examples" / "demo"))
     args = ap.parse_args(argv)
+    # A plain SIGTERM would skip the cleanup below and leave the dispatcher running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from localcluster import Cluster
 
