@@ -78,13 +78,15 @@ def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig:
         if proc.poll() is not None:
             print(f"the dispatcher exited with {proc.returncode}", file=sys.stderr)
             return 1
-        table = k("get", "appwrappers", "-o", "wide")
-        if table != last:
+        items = k.items("appwrappers")
+        states = [aw.get("status", {}).get("queuejobstate", "") for aw in items]
+        # Not the table itself: its AGE column changes every time.
+        now = repr([(aw["metadata"]["name"], aw.get("status", {}).get("queuejobstate"),
+                     aw.get("status", {}).get("message")) for aw in items])
+        if now != last:
             print(f"\n--- t+{time.monotonic() - start:.0f}s: kubectl get appwrappers -o wide")
-            print(table, end="")
-            last, changed = table, time.monotonic()
-        states = [aw.get("status", {}).get("queuejobstate", "")
-                  for aw in k.items("appwrappers")]
+            print(k("get", "appwrappers", "-o", "wide"), end="")
+            last, changed = now, time.monotonic()
         # Done when nothing waits any more and the table has been still for a while
         # (a RayCluster runs until deleted, so "all completed" may never come).
         if states and all(s in SETTLED for s in states) \
