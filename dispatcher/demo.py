@@ -78,11 +78,12 @@ def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig:
         if proc.poll() is not None:
             print(f"the dispatcher exited with {proc.returncode}", file=sys.stderr)
             return 1
-        items = k.items("appwrappers")
-        states = [aw.get("status", {}).get("queuejobstate", "") for aw in items]
+        statuses = {aw["metadata"]["name"]: aw.get("status", {})
+                    for aw in k.items("appwrappers")}
+        states = [st.get("queuejobstate", "") for st in statuses.values()]
         # Not the table itself: its AGE column changes every time.
-        now = repr([(aw["metadata"]["name"], aw.get("status", {}).get("queuejobstate"),
-                     aw.get("status", {}).get("message")) for aw in items])
+        now = repr([(name, st.get("queuejobstate"), st.get("message"))
+                    for name, st in statuses.items()])
         if now != last:
             print(f"\n--- t+{time.monotonic() - start:.0f}s: kubectl get appwrappers -o wide")
             print(k("get", "appwrappers", "-o", "wide"), end="")

@@ -570,14 +570,14 @@ class Dispatcher:
                 self._forget(t.key)
             return
         self.observer.dispatched(now - t.first_seen)
-        # Cleared once every item exists: an error half way is retried next cycle.
-        t.needs_items = True
         await self._create_items(t, now)
 
     async def _create_items(self, t: Tracked, now: float) -> bool:
         """Create every wrapped object not there yet; adopt our own. On failure, remove
         what was created and fail the AppWrapper: never half a job."""
         assert t.aw is not None
+        # Cleared once every item exists: an error half way is retried next cycle.
+        t.needs_items = True
         created = 0
         for obj in prepared_items(t.aw):
             where = f"{obj['kind']} {obj['metadata']['name']!r}"
@@ -605,7 +605,6 @@ class Dispatcher:
                         "AppWrapper; rename the item or delete that object")
                 if (existing.get("metadata") or {}).get("deletionTimestamp"):
                     # A copy from a requeue is still being deleted: try again later.
-                    t.needs_items = True
                     t.check_at = now + 1.0
                     return True
         t.needs_items = False
