@@ -7,11 +7,16 @@ be made to succeed, fail, crash or never start.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 from typing import Any
 
 import pytest
 
 from localcluster import Cluster, Kubectl, wait_for
+from localcluster.cluster import READY_FILE
 from localcluster.testing import (
     GPU,
     condition,
@@ -235,3 +240,32 @@ def test_node_profiles(k: Kubectl, kubectl: Kubectl, node_profile: Any) -> None:
 
     node_profile("pool")
     assert sorted(fake_gpu_nodes(kubectl).values()) == [8, 8]
+
+
+def test_reusing_a_cluster_started_without_operators_starts_them(
+        local_cluster: Cluster, k: Kubectl) -> None:
+    # Make the running cluster look as `up(operators=False)` (the e2e bench) leaves it.
+    operators = local_cluster.operator_pids()
+    assert set(operators) == {"kuberay-operator", "training-operator"}
+    for pid in operators.values():
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not any(local_cluster.processes().get(n) for n in operators), 60,
+             "the operators to stop")
+    shutil.rmtree(local_cluster.pids)
+    info = local_cluster.ready_info()
+    assert info is not None
+    (local_cluster.dir / READY_FILE).write_text(json.dumps({**info, "operators": []}))
+
+    local_cluster.up(profile=info["profile"])
+
+    assert local_cluster.processes() == {p: True for p in (
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+        "kwok-controller", "kuberay-operator", "training-operator")}
+    assert (local_cluster.ready_info() or {}).get("operators") == sorted(operators)
+    # And they work: a PyTorchJob gets its pods.
+    master = {"replicas": 1, "restartPolicy": "OnFailure",
+              "template": _gpu_template({}, gpus=1, name="pytorch")}
+    k.apply({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+             "metadata": {"name": "after-reuse"},
+             "spec": {"pytorchReplicaSpecs": {"Master": master}}})
+    wait_pods(k, "training.kubeflow.org/job-name=after-reuse", 1, timeout=90)
