@@ -1,0 +1,56 @@
+"""The demo's watch loop: it ends once the queue has settled, whatever the AGE column says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher import demo
+from localcluster import Kubectl
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class SettledQueue(Kubectl):
+    """Every AppWrapper Running or Completed; only the AGE column moves."""
+
+    def __init__(self, clock: FakeTime) -> None:
+        super().__init__("kubectl", "kubeconfig", "demo")
+        self.clock = clock
+
+    def __call__(self, *args: str, input: str | None = None, check: bool = True,
+                 timeout: float = 120) -> str:
+        return f"NAME  STATE    AGE\nray   Running  {int(self.clock.now)}s\n"
+
+    def items(self, *args: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": "ray"},
+                 "status": {"queuejobstate": "Running", "message": "3 of 3 pods running"}},
+                {"metadata": {"name": "job"},
+                 "status": {"queuejobstate": "Completed", "message": "done"}}]
+
+
+class Alive:
+    returncode = None
+
+    def poll(self) -> None:
+        return None
+
+
+def test_the_demo_stops_once_nothing_has_changed_for_a_while(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = FakeTime()
+    monkeypatch.setattr(demo, "time", clock)
+    assert demo._watch(SettledQueue(clock), Alive(), 300, Path("kubeconfig")) == 0  # type: ignore[arg-type]
+    assert clock.now < demo.QUIET_SECONDS + 10
+    assert capsys.readouterr().out.count("kubectl get appwrappers -o wide") == 1
