@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import (
@@ -78,7 +79,7 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
         gang=tuple(gang),
         priority=aw.spec.priority,
         priority_slope=aw.spec.priorityslope,
-        invalid="; ".join(problems) or None,
+        invalid=problems_message(problems) or None,
     )
 
 

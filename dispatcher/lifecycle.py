@@ -60,9 +60,9 @@ def min_available(aw: AppWrapper, expected_pods: int) -> int:
 def pods_allowed_seconds(requeuing: Requeuing, requeues: int) -> float:
     """How long a gang dispatched after `requeues` requeues may take to start."""
     base = float(requeuing.initialTimeInSeconds or requeuing.timeInSeconds)
-    if requeuing.growthType == "exponential":
+    if requeuing.growth == "exponential":
         allowed = base * float(2 ** min(requeues, 30))
-    elif requeuing.growthType == "linear":
+    elif requeuing.growth == "linear":
         allowed = base * (requeues + 1)
     else:
         allowed = base

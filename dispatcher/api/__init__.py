@@ -7,11 +7,23 @@ from dispatcher.api.conditions import (
     latest,
     set_condition,
 )
+from dispatcher.api.labels import (
+    APPWRAPPER_LABEL,
+    MCAD_APPWRAPPER_LABEL,
+    MCAD_RESOURCE_NAME_LABEL,
+)
+from dispatcher.api.messages import (
+    MAX_MESSAGE_CHARS,
+    MAX_PROBLEM_CHARS,
+    cap_problems,
+    problems_message,
+)
 from dispatcher.api.models import (
     API_GROUP,
     API_VERSION,
     APPWRAPPER_API_VERSION,
     APPWRAPPER_KIND,
+    GROWTH_TYPES,
     QUANTITY_PATTERN,
     AppWrapper,
     AppWrapperResources,
@@ -31,13 +43,21 @@ from dispatcher.api.models import (
     Time,
     parse_appwrapper,
 )
+from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
 
 __all__ = [
     "API_GROUP",
     "API_VERSION",
     "APPWRAPPER_API_VERSION",
     "APPWRAPPER_KIND",
+    "APPWRAPPER_LABEL",
+    "GROWTH_TYPES",
     "MAX_CONDITIONS",
+    "MAX_LABEL_VALUE",
+    "MAX_MESSAGE_CHARS",
+    "MAX_PROBLEM_CHARS",
+    "MCAD_APPWRAPPER_LABEL",
+    "MCAD_RESOURCE_NAME_LABEL",
     "QUANTITY_PATTERN",
     "AppWrapper",
     "AppWrapperResources",
@@ -57,7 +77,10 @@ __all__ = [
     "SchedulingSpec",
     "State",
     "Time",
+    "cap_problems",
+    "is_label_value",
     "latest",
     "parse_appwrapper",
+    "problems_message",
     "set_condition",
 ]

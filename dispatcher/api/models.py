@@ -26,6 +26,16 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    model_validator,
+)
+
+from dispatcher.api.messages import cap_problems
+from dispatcher.api.names import (
+    APPWRAPPER_NAME,
+    DNS1123_LABEL,
+    GENERATED_SUFFIX,
+    item_name_rule,
+    name_problem,
 )
 
 API_GROUP = "workload.codeflare.dev"
@@ -100,10 +110,40 @@ Quantity = Annotated[str | int | float, BeforeValidator(_check_quantity)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
+StringMap = Annotated[dict[str, str], BeforeValidator(_drop_nulls)]
+"""Labels, annotations, a node selector: an entry whose value is null is absent."""
+
+ResourceMap = Annotated[dict[str, Quantity], BeforeValidator(_drop_nulls)]
+"""Requests or limits: a resource whose quantity is null is not asked for."""
+
+
+class _Model(BaseModel):
+    """Every AppWrapper model: a field sent as null is the field left out.
+
+    The API server drops nulls of non-nullable fields before it stores an object, and
+    clients send them: MCAD's Go client writes ``limits: null`` for a custompodresources
+    entry without limits, and YAML's ``labels:`` with nothing after it is a null. One
+    rule for every model, so no field is ever refused for a null the API server would
+    have taken. (The wrapped object, ``generictemplate``, is not a model: it keeps its
+    nulls, and the kinds read them as absent.)
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        return _drop_nulls(data)
+
+
 # --- metadata ----------------------------------------------------------------------
 
 
-class ObjectMeta(BaseModel):
+class ObjectMeta(_Model):
     """The parts of ``metav1.ObjectMeta`` the dispatcher reads; the rest is ignored."""
 
     model_config = ConfigDict(extra="ignore")
@@ -112,8 +152,8 @@ class ObjectMeta(BaseModel):
     namespace: str = "default"
     uid: str = ""
     creationTimestamp: Time | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: StringMap = Field(default_factory=dict)
+    annotations: StringMap = Field(default_factory=dict)
     resourceVersion: str = ""
     generation: int = 0
     deletionTimestamp: Time | None = None
@@ -122,17 +162,17 @@ class ObjectMeta(BaseModel):
 # --- spec --------------------------------------------------------------------------
 
 
-class CustomPodResource(BaseModel):
+class CustomPodResource(_Model):
     """``replicas`` pods, each requesting ``requests`` (MCAD's custompodresources[])."""
 
     model_config = ConfigDict(extra="allow")
 
     replicas: int = Field(default=1, ge=0)
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    requests: ResourceMap = Field(default_factory=dict)
+    limits: ResourceMap = Field(default_factory=dict)
 
 
-class GenericItem(BaseModel):
+class GenericItem(_Model):
     """One wrapped object and what MCAD lets users say about it."""
 
     model_config = ConfigDict(extra="allow")
@@ -154,22 +194,37 @@ class GenericItem(BaseModel):
         return [part.strip() for part in self.completionstatus.split(",") if part.strip()]
 
 
-class Requeuing(BaseModel):
-    """When and how often a dispatched wrapper that does not run is torn down and requeued."""
+GROWTH_TYPES = ("exponential", "linear", "none")
+Growth = Literal["exponential", "linear", "none"]
+
+
+class Requeuing(_Model):
+    """When and how often a dispatched wrapper that does not run is torn down and requeued.
+
+    ``growthType`` is kept as written: MCAD grows the wait only for ``exponential`` and
+    ``linear`` and reads anything else as no growth, so any string is accepted and
+    :attr:`growth` says what it means (``warnings()`` tells the user about the others).
+    """
 
     model_config = ConfigDict(extra="allow")
 
     timeInSeconds: int = Field(default=300, ge=0)
     maxTimeInSeconds: int = Field(default=0, ge=0)  # 0: no cap
-    growthType: Literal["exponential", "linear", "none"] = "exponential"
+    growthType: str = "exponential"
     maxNumRequeuings: int = Field(default=0, ge=0)  # 0: no limit
     # MCAD keeps its own bookkeeping here; accepted so its AppWrappers parse.
     initialTimeInSeconds: int = Field(default=0, ge=0)
     numRequeuings: int = Field(default=0, ge=0)
     forcefulDeletionAfterSeconds: int = Field(default=0, ge=0)
 
+    @property
+    def growth(self) -> Growth:
+        if self.growthType == "exponential":
+            return "exponential"
+        return "linear" if self.growthType == "linear" else "none"
 
-class DispatchDuration(BaseModel):
+
+class DispatchDuration(_Model):
     """Wall-clock limit on a dispatched wrapper, in seconds."""
 
     model_config = ConfigDict(extra="allow")
@@ -179,25 +234,25 @@ class DispatchDuration(BaseModel):
     overrun: bool = False
 
 
-class SchedulingSpec(BaseModel):
+class SchedulingSpec(_Model):
     model_config = ConfigDict(extra="allow")
 
     minAvailable: int | None = Field(default=None, ge=0)  # None: every pod
     requeuing: Requeuing = Field(default_factory=Requeuing)
     dispatchDuration: DispatchDuration = Field(default_factory=DispatchDuration)
-    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    nodeSelector: StringMap = Field(default_factory=dict)
     # Multi-cluster fields of MCAD: accepted, not acted on.
     clusterScheduling: dict[str, Any] | None = None
     dispatchingWindow: dict[str, Any] | None = None
 
 
-class AppWrapperResources(BaseModel):
+class AppWrapperResources(_Model):
     model_config = ConfigDict(extra="allow")
 
     GenericItems: list[GenericItem] = Field(default_factory=list)
 
 
-class AppWrapperSpec(BaseModel):
+class AppWrapperSpec(_Model):
     model_config = ConfigDict(extra="allow")
 
     priority: int = 0
@@ -222,7 +277,7 @@ class State(StrEnum):
     Deleted = "Deleted"
 
 
-class Condition(BaseModel):
+class Condition(_Model):
     """One entry of ``status.conditions`` (MCAD's AppWrapperCondition)."""
 
     model_config = ConfigDict(extra="allow")
@@ -235,7 +290,7 @@ class Condition(BaseModel):
     lastTransitionMicroTime: MicroTime | None = None
 
 
-class AppWrapperStatus(BaseModel):
+class AppWrapperStatus(_Model):
     """MCAD's status fields, plus ``requestedGPUs`` and ``message`` for the printer columns."""
 
     model_config = ConfigDict(extra="allow")
@@ -255,7 +310,7 @@ class AppWrapperStatus(BaseModel):
     message: str = ""  # the latest human-readable reason
 
 
-class AppWrapper(BaseModel):
+class AppWrapper(_Model):
     model_config = ConfigDict(extra="allow")
 
     apiVersion: str = APPWRAPPER_API_VERSION
@@ -269,11 +324,15 @@ class AppWrapper(BaseModel):
 
 
 class InvalidSpec(ValueError):
-    """An AppWrapper the dispatcher cannot act on. ``problems`` holds one line per fault;
-    ``str()`` is all of them, one per line, ready for a condition message or an Event."""
+    """An AppWrapper the dispatcher cannot act on. ``problems`` holds one line per fault,
+    bounded (see :mod:`dispatcher.api.messages`: each line and their total are capped, the
+    rest counted in a last line), so however they are joined the message stays small;
+    ``str()`` is all of them, one per line, ready for a condition message or an Event.
+    ``count`` is the number of problems found, shown or not."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems: list[str] = list(problems)
+        self.count = len(problems)
+        self.problems: list[str] = cap_problems(problems)
         super().__init__("\n".join(self.problems))
 
 
@@ -302,8 +361,8 @@ def parse_appwrapper(obj: Mapping[str, Any]) -> AppWrapper:
 
 def _identity_problems(obj: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
-    api_version = obj.get("apiVersion", APPWRAPPER_API_VERSION)
-    if api_version != APPWRAPPER_API_VERSION:
+    api_version = obj.get("apiVersion")
+    if api_version is not None and api_version != APPWRAPPER_API_VERSION:
         hint = ""
         if isinstance(api_version, str) and api_version.startswith(LEGACY_API_GROUP + "/"):
             hint = (
@@ -313,8 +372,8 @@ def _identity_problems(obj: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"apiVersion: must be {APPWRAPPER_API_VERSION}, got {_describe(api_version)}{hint}"
         )
-    kind = obj.get("kind", APPWRAPPER_KIND)
-    if kind != APPWRAPPER_KIND:
+    kind = obj.get("kind")
+    if kind is not None and kind != APPWRAPPER_KIND:
         problems.append(f"kind: must be {APPWRAPPER_KIND}, got {_describe(kind)}")
     return problems
 
@@ -324,8 +383,10 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     metadata = obj.get("metadata")
     namespace = "default"
-    if isinstance(metadata, Mapping) and isinstance(metadata.get("namespace"), str):
-        namespace = metadata["namespace"] or "default"
+    if isinstance(metadata, Mapping):
+        problems.extend(_appwrapper_name_problems(metadata))
+        if isinstance(metadata.get("namespace"), str):
+            namespace = metadata["namespace"] or "default"
 
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -334,6 +395,11 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
     if not isinstance(resources, Mapping):
         return problems
     items = resources.get("GenericItems")
+    if items is None and resources.get("Items") is not None:
+        problems.append(
+            "spec.resources.Items: MCAD's old list of items, no longer part of v1beta1: "
+            "move each entry's template to spec.resources.GenericItems[].generictemplate")
+        return problems
     if items is None or (isinstance(items, list) and not items):
         problems.append("spec.resources.GenericItems is empty: wrap at least one object")
         return problems
@@ -363,6 +429,44 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _appwrapper_name_problems(metadata: Mapping[str, Any]) -> list[str]:
+    problems = []
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    if isinstance(name, str):
+        problem = name_problem(name, APPWRAPPER_NAME, "an AppWrapper name")
+        if problem:
+            problems.append(f"metadata.name: {problem}")
+    if isinstance(namespace, str) and namespace:
+        problem = name_problem(namespace, DNS1123_LABEL, "a namespace name")
+        if problem:
+            problems.append(f"metadata.namespace: {problem}")
+    return problems
+
+
+def _item_name_problems(where: str, template: Mapping[str, Any],
+                        metadata: Mapping[str, Any]) -> list[str]:
+    api_version, kind = template.get("apiVersion"), template.get("kind")
+    if not (isinstance(api_version, str) and isinstance(kind, str)):
+        return []
+    rule = item_name_rule(api_version.rpartition("/")[0], kind, template)
+    what = f"a {kind} name"
+    name, generate = metadata.get("name"), metadata.get("generateName")
+    problem = None
+    if _nonempty_str(name):
+        problem = name_problem(str(name), rule, what)
+        field = "name"
+    elif _nonempty_str(generate):
+        # The name will be the prefix and GENERATED_SUFFIX lower-case letters or digits.
+        problem = name_problem(str(generate) + "0" * GENERATED_SUFFIX, rule, what,
+                               suggest=False)
+        field = "generateName"
+        if problem:
+            problem = f"(+ {GENERATED_SUFFIX} generated characters) {problem}"
+    if not problem:
+        return []
+    return [f"{where}.metadata.{field}: {problem}; the API server would refuse this object"]
+
+
 def _template_problems(where: str, template: Mapping[str, Any], namespace: str) -> list[str]:
     problems: list[str] = []
     missing: list[str] = []
@@ -386,6 +490,8 @@ def _template_problems(where: str, template: Mapping[str, Any], namespace: str) 
             f"{where}: missing {_join_and(missing)}: a wrapped object must say what it is "
             "and what it is called"
         )
+    else:
+        problems.extend(_item_name_problems(where, template, metadata))
 
     item_namespace = metadata.get("namespace")
     if item_namespace not in (None, "") and item_namespace != namespace:

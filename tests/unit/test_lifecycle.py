@@ -33,9 +33,11 @@ def aw(scheduling: dict[str, Any] | None = None, requeues: int = 0) -> AppWrappe
 @pytest.mark.parametrize(("growth", "requeues", "expected"), [
     ("exponential", 0, 60), ("exponential", 1, 120), ("exponential", 3, 480),
     ("linear", 0, 60), ("linear", 2, 180), ("none", 5, 60),
+    # MCAD grows the wait only for these two words: any other means no growth.
+    ("Exponential", 3, 60), ("quadratic", 3, 60), ("", 3, 60),
 ])
 def test_time_allowed_grows_with_requeues(growth: str, requeues: int, expected: int) -> None:
-    r = Requeuing(timeInSeconds=60, growthType=growth)  # type: ignore[arg-type]
+    r = Requeuing(timeInSeconds=60, growthType=growth)
     assert pods_allowed_seconds(r, requeues) == expected
 
 
