@@ -2,9 +2,14 @@
 
 Each object gets an owner reference to its AppWrapper (so deleting the AppWrapper lets
 the garbage collector delete it) and the AppWrapper label, also on every pod template
-inside it, so the AppWrapper's pods can be found and counted. Names are fixed before
-creation — `generateName` becomes a name derived from the AppWrapper's uid — so that
-creating the same item twice (after a restart, say) can never make a second copy.
+inside it, so the AppWrapper's pods can be found and counted; MCAD's two labels go
+beside it. Names are fixed before creation — `generateName` becomes a name derived from
+the AppWrapper's uid — so that creating the same item twice (after a restart, say) can
+never make a second copy.
+
+What the user wrote is not trusted with ownership: owner references in the template
+(which could make another AppWrapper adopt the object, or its pods) are dropped, and
+the fields the API server sets itself (uid, resourceVersion, status…) are removed.
 """
 
 from __future__ import annotations
@@ -14,11 +19,20 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.api.labels import (
+    APPWRAPPER_LABEL,
+    MCAD_APPWRAPPER_LABEL,
+    MCAD_RESOURCE_NAME_LABEL,
+)
 from dispatcher.api.models import API_GROUP, API_VERSION, AppWrapper
+from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
 from dispatcher.kinds import pod_template_paths
 
-MAX_LABEL_VALUE = 63
+__all__ = ["MAX_LABEL_VALUE", "owned_by", "owner_reference", "prepared_items", "stable_name"]
+
+# Set by the API server, never by whoever creates the object.
+_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "selfLink", "managedFields",
+                  "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
 
 
 def owner_reference(aw: AppWrapper) -> dict[str, Any]:
@@ -43,31 +57,52 @@ def _at(obj: Any, path: list[str | int]) -> Any:
     return obj
 
 
+def _labels(aw: AppWrapper, item_name: str) -> dict[str, str]:
+    labels = {APPWRAPPER_LABEL: aw.metadata.name, MCAD_APPWRAPPER_LABEL: aw.metadata.name}
+    # A name longer than a label value allows (a subdomain may have 253 characters) would
+    # make the API server refuse the object: go without that label (warnings() says so).
+    if is_label_value(item_name):
+        labels[MCAD_RESOURCE_NAME_LABEL] = item_name
+    return labels
+
+
+def _metadata(holder: dict[str, Any]) -> dict[str, Any]:
+    meta = holder.get("metadata")
+    if not isinstance(meta, dict):
+        meta = holder["metadata"] = {}
+    return meta
+
+
+def _set_labels(meta: dict[str, Any], labels: Mapping[str, str]) -> None:
+    current = meta.get("labels")
+    meta["labels"] = {**(current if isinstance(current, Mapping) else {}), **labels}
+
+
 def prepared_items(aw: AppWrapper) -> list[dict[str, Any]]:
     """The objects to create for `aw`, in GenericItems order."""
     out: list[dict[str, Any]] = []
     for index, item in enumerate(aw.spec.resources.GenericItems):
         obj = copy.deepcopy(dict(item.generictemplate))
-        meta = obj.setdefault("metadata", {})
+        meta = _metadata(obj)
         meta["namespace"] = aw.metadata.namespace
         if not meta.get("name"):
-            meta["name"] = stable_name(str(meta.pop("generateName", "item-")), aw.metadata.uid,
-                                       index)
+            meta["name"] = stable_name(str(meta.get("generateName") or "item-"),
+                                       aw.metadata.uid, index)
         meta.pop("generateName", None)
-        for field in ("uid", "resourceVersion", "creationTimestamp", "selfLink",
-                      "managedFields"):
+        for field in _SERVER_FIELDS:
             meta.pop(field, None)
-        meta.setdefault("labels", {})[APPWRAPPER_LABEL] = aw.metadata.name
-        owners = [o for o in meta.get("ownerReferences", []) or []
-                  if isinstance(o, Mapping) and o.get("uid") != aw.metadata.uid]
-        meta["ownerReferences"] = [*owners, owner_reference(aw)]
+        labels = _labels(aw, str(meta["name"]))
+        _set_labels(meta, labels)
+        meta["ownerReferences"] = [owner_reference(aw)]
         obj.pop("status", None)
         for path in pod_template_paths(obj):
             if not path:
-                continue  # a Pod: its own labels are set above
-            template = _at(obj, path)
-            tmeta = template.setdefault("metadata", {})
-            tmeta.setdefault("labels", {})[APPWRAPPER_LABEL] = aw.metadata.name
+                continue  # a Pod: its own metadata is set above
+            tmeta = _metadata(_at(obj, path))
+            _set_labels(tmeta, labels)
+            # Controllers ignore a template's owners, but some operators copy the template's
+            # metadata into the pod: the pod's owner is whoever creates it, nobody else.
+            tmeta.pop("ownerReferences", None)
         out.append(obj)
     return out
 
