@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dispatcher.kinds import batch, core, kubeflow, ray
 from dispatcher.kinds.base import InvalidItem, Template, as_map, count, path_text
 from dispatcher.kinds.podset import (
     NO_CONSTRAINTS,
@@ -20,6 +19,8 @@ from dispatcher.kinds.podset import (
     Toleration,
 )
 from dispatcher.kinds.podspec import constraints_of, pod_set_from_template
+from dispatcher.kinds.registry import HANDLERS as _HANDLERS
+from dispatcher.kinds.registry import KNOWN_KINDS, NO_POD_KINDS
 from dispatcher.resources import PODS, ResourceSpecError, resource_list
 
 __all__ = [
@@ -39,10 +40,6 @@ __all__ = [
     "pod_template_paths",
 ]
 
-_HANDLERS = {**core.HANDLERS, **batch.HANDLERS, **kubeflow.HANDLERS, **ray.HANDLERS}
-
-NO_POD_KINDS: frozenset[tuple[str, str]] = core.NO_POD_KINDS
-KNOWN_KINDS: frozenset[tuple[str, str]] = frozenset(_HANDLERS) - NO_POD_KINDS
 APPWRAPPER_KINDS: frozenset[tuple[str, str]] = frozenset({
     ("workload.codeflare.dev", "AppWrapper"),
     ("mcad.ibm.com", "AppWrapper"),  # MCAD's original group

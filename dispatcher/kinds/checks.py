@@ -1,0 +1,134 @@
+"""Checks of a parsed AppWrapper that need the kinds: what it may wrap, what looks wrong.
+
+`check_kinds` refuses items of kinds the installation does not create (problems: the
+AppWrapper is invalid). `warnings` notes what is accepted, as MCAD would, but is likely
+not what the user meant (the controller posts each as a warning Event; `dispatcher
+plan` prints them). Both are bounded like every message (dispatcher.api.messages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from dispatcher.api.messages import cap_problems
+from dispatcher.api.models import GROWTH_TYPES, AppWrapper, GenericItem
+from dispatcher.api.names import GENERATED_SUFFIX, MAX_LABEL_VALUE
+from dispatcher.kinds import InvalidItem, group_kind, infer_pod_sets
+from dispatcher.kinds.scope import CLUSTER_SCOPED_KINDS, GroupKind, kind_name
+
+# How many allowed kinds a refusal lists before "…".
+_SHOWN_KINDS = 8
+
+
+def check_kinds(
+    aw: AppWrapper,
+    allowed: Collection[GroupKind],
+    cluster_scoped: Collection[GroupKind] = CLUSTER_SCOPED_KINDS,
+) -> list[str]:
+    """One problem per item whose kind is cluster-scoped or not in `allowed`.
+
+    `cluster_scoped` defaults to the well-known kinds; a caller that can ask the API
+    server (discovery) passes those plus what it learnt. Cluster-scoped kinds are refused
+    even when `allowed` lists them. Items whose kind cannot be read are left to the
+    other checks, which already report them.
+    """
+    problems: list[str] = []
+    for index, item in enumerate(aw.spec.resources.GenericItems):
+        try:
+            gk = group_kind(item.generictemplate)
+        except InvalidItem:
+            continue
+        where = f"spec.resources.GenericItems[{index}]"
+        what = f"{gk[1]} {_item_name(item.generictemplate)}"
+        if gk in cluster_scoped:
+            problems.append(
+                f"{where}: {what} is cluster-scoped ({kind_name(gk)}); an AppWrapper creates "
+                "objects only in its own namespace: remove the item and have a cluster "
+                "administrator create it")
+        elif gk not in allowed:
+            problems.append(
+                f"{where}: {what} is of a kind this dispatcher does not create "
+                f"({kind_name(gk)}; it creates {_listed(allowed)}): remove the item, or ask "
+                f"the administrator to add {kind_name(gk)} to allowedKinds.add in the "
+                "dispatcher's configuration")
+    return cap_problems(problems)
+
+
+def warnings(aw: AppWrapper) -> list[str]:
+    """What the dispatcher accepts, as MCAD does, but the user should hear about."""
+    found: list[str] = []
+    growth = aw.spec.schedulingSpec.requeuing.growthType
+    if growth not in GROWTH_TYPES:
+        found.append(
+            f"spec.schedulingSpec.requeuing.growthType: {growth!r} is not exponential, linear "
+            "or none; the wait before a requeue will not grow (as in MCAD, which reads any "
+            "other value as no growth)")
+    for index, item in enumerate(aw.spec.resources.GenericItems):
+        where = f"spec.resources.GenericItems[{index}]"
+        found.extend(_declared_pods(where, item))
+        found.extend(_long_name(where, item.generictemplate))
+    return cap_problems(found, noun="warning")
+
+
+def _declared_pods(where: str, item: GenericItem) -> list[str]:
+    """custompodresources saying a number of pods other than the object will create."""
+    if not item.custompodresources:
+        return []
+    try:
+        inferred = infer_pod_sets(item.generictemplate)
+    except InvalidItem:
+        return []
+    if inferred is None:
+        return []  # a kind the dispatcher cannot count: the declaration is all there is
+    declared = sum(c.replicas for c in item.custompodresources)
+    real = sum(s.count for s in inferred)
+    if declared == real:
+        return []
+    sets = [s for s in inferred if s.count]
+    detail = f" ({' + '.join(f'{s.name} {s.count}' for s in sets)})" if len(sets) > 1 else ""
+    template = item.generictemplate
+    return [
+        f"{where}.custompodresources: declares {_pods(declared)}, but {template.get('kind')} "
+        f"{_item_name(template)} will create {_pods(real)}{detail}; the dispatcher reserves "
+        f"room for the {declared} declared, as MCAD does: correct custompodresources, or "
+        "remove it to let the dispatcher count the pods"
+    ]
+
+
+def _long_name(where: str, template: Mapping[str, Any]) -> list[str]:
+    meta = template.get("metadata")
+    if not isinstance(meta, Mapping):
+        return []
+    name, generate = meta.get("name"), meta.get("generateName")
+    length = len(name) if isinstance(name, str) and name else (
+        len(generate) + GENERATED_SUFFIX if isinstance(generate, str) and generate else 0)
+    if length <= MAX_LABEL_VALUE:
+        return []
+    return [
+        f"{where}.generictemplate.metadata: the name has {length} characters, more than a "
+        f"label value's {MAX_LABEL_VALUE}: the object is created without MCAD's label "
+        "resourceName (tools that select MCAD's objects by it will not find it)"
+    ]
+
+
+def _item_name(template: Mapping[str, Any]) -> str:
+    meta = template.get("metadata")
+    if isinstance(meta, Mapping):
+        if isinstance(meta.get("name"), str) and meta["name"]:
+            return repr(meta["name"])
+        if isinstance(meta.get("generateName"), str) and meta["generateName"]:
+            return repr(meta["generateName"] + "…")
+    return "(unnamed)"
+
+
+def _pods(n: int) -> str:
+    return f"{n} pod{'s' if n != 1 else ''}"
+
+
+def _listed(kinds: Collection[GroupKind]) -> str:
+    names = sorted(kind_name(gk) for gk in kinds)
+    if not names:
+        return "no kind at all"
+    shown = ", ".join(names[:_SHOWN_KINDS])
+    return shown + (f" and {len(names) - _SHOWN_KINDS} more" if len(names) > _SHOWN_KINDS else "")
