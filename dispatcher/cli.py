@@ -24,22 +24,25 @@ def _now(text: str | None) -> float:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dispatcher import plan
+    from dispatcher.config import ConfigError, load_config
     from dispatcher.policy_files import load_policy
 
     try:
         policy = load_policy(args.policy)
+        config = load_config(args.config)
         now = _now(args.now)
         state = plan.load_cluster([Path(p) for p in args.cluster])
-        wrappers = plan.load_appwrappers([Path(p) for p in args.appwrappers], now)
-    except (plan.InputError, PolicyError) as e:
+        loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
+                                       config.allowed_kinds)
+    except (plan.InputError, PolicyError, ConfigError) as e:
         print(f"dispatcher plan: {e}", file=sys.stderr)
         return EXIT_INPUT
     except ValueError as e:  # a --now that is not a date
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
-    decisions = plan.plan(state, wrappers, policy, args.fit, now)
+    decisions = plan.plan(state, loaded.wrappers, policy, args.fit, now)
     render = plan.to_json if args.output == "json" else plan.to_table
-    print(render(decisions, policy, args.fit))
+    print(render(decisions, policy, args.fit, loaded.warnings))
     return 0
 
 
@@ -139,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--now", help="the time to plan at (ISO 8601; default: now)")
+    p.add_argument("--config", metavar="CONFIG.yaml",
+                   help="the installation's configuration (allowedKinds); default: the "
+                   "built-in allowed kinds")
     p.add_argument("appwrappers", nargs="+", metavar="APPWRAPPERS.yaml")
     p.set_defaults(func=_cmd_plan)
 

@@ -2,26 +2,30 @@
 
 Reads Nodes and Pods (what `kubectl get nodes,pods -A -o yaml` prints) and AppWrapper
 manifests, runs one admission cycle of the same core the controller uses, and reports
-every decision in the order the policy considered it.
+every decision in the order the policy considered it, with the warnings the controller
+would post as Events.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dispatcher.admission import Decision, Fit, admit, first_seen_of, queued_from_appwrapper
+from dispatcher.api.messages import problems_message
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.cluster import ClusterState, bound_pod_from_object, node_from_object
 from dispatcher.fit.capacity import Capacity
 from dispatcher.kinds import InvalidItem
+from dispatcher.kinds.checks import check_kinds, warnings
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.queue.policy import Policy
-from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper
+from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.resources import QuantityError
 
 LIST_KINDS = frozenset({"List", "NodeList", "PodList", "AppWrapperList"})
@@ -89,9 +93,20 @@ def load_cluster(paths: Sequence[Path]) -> ClusterState:
     return state
 
 
-def load_appwrappers(paths: Sequence[Path], now: float) -> list[QueuedWrapper]:
-    """Every AppWrapper document, valid or not; invalid ones carry their reason."""
-    wrappers: list[QueuedWrapper] = []
+@dataclass
+class Loaded:
+    """The AppWrappers read, in order, and the warnings of each (by namespace and name)."""
+
+    wrappers: list[QueuedWrapper] = field(default_factory=list)
+    warnings: dict[WrapperKey, list[str]] = field(default_factory=dict)
+
+
+def load_appwrappers(paths: Sequence[Path], now: float,
+                     allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> Loaded:
+    """Every AppWrapper document, valid or not; invalid ones carry their reason. Items of
+    kinds not in `allowed` (or cluster-scoped) make their AppWrapper invalid."""
+    loaded = Loaded()
+    wrappers = loaded.wrappers
     seen: dict[tuple[str, str], str] = {}
     index = 0
     for path in paths:
@@ -108,9 +123,18 @@ def load_appwrappers(paths: Sequence[Path], now: float) -> list[QueuedWrapper]:
             name = str(meta.get("name") or f"<unnamed {index}>")
             try:
                 aw = parse_appwrapper(doc.obj)
+                loaded.warnings.setdefault((ns, name), warnings(aw))
                 wrapper = queued_from_appwrapper(aw, first_seen_of(aw, default_seen))
-            except (InvalidSpec, InvalidItem) as e:
-                wrapper = QueuedWrapper(ns, name, f"~{index}", default_seen, invalid=str(e))
+                refused = check_kinds(aw, allowed)
+                if refused:
+                    counting = [wrapper.invalid] if wrapper.invalid else []
+                    raise InvalidSpec([*refused, *counting])
+            except InvalidSpec as e:
+                wrapper = QueuedWrapper(ns, name, f"~{index}", default_seen,
+                                        invalid=problems_message(e.problems))
+            except InvalidItem as e:
+                wrapper = QueuedWrapper(ns, name, f"~{index}", default_seen,
+                                        invalid=problems_message([str(e)]))
             if not wrapper.uid:
                 wrapper = replace(wrapper, uid=f"~{index:08d}")
             if wrapper.key in seen:
@@ -121,7 +145,7 @@ def load_appwrappers(paths: Sequence[Path], now: float) -> list[QueuedWrapper]:
             else:
                 seen[wrapper.key] = doc.where
             wrappers.append(wrapper)
-    return wrappers
+    return loaded
 
 
 def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
@@ -136,12 +160,17 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
     return admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit)
 
 
-def to_json(decisions: Sequence[Decision], policy: Policy, fit: Fit) -> str:
+Warnings = Mapping[WrapperKey, Sequence[str]]
+
+
+def to_json(decisions: Sequence[Decision], policy: Policy, fit: Fit,
+            warned: Warnings | None = None) -> str:
     out = []
     for d in decisions:
         entry: dict[str, Any] = {
             "namespace": d.namespace, "name": d.name, "decision": d.decision,
             "reason": d.reason, "message": d.message,
+            "warnings": list((warned or {}).get((d.namespace, d.name), ())),
         }
         if d.decision == "dispatch":
             entry["placements"] = [
@@ -152,11 +181,14 @@ def to_json(decisions: Sequence[Decision], policy: Policy, fit: Fit) -> str:
     return json.dumps({"policy": policy.name, "fit": fit, "decisions": out}, indent=2)
 
 
-def to_table(decisions: Sequence[Decision], policy: Policy, fit: Fit) -> str:
+def to_table(decisions: Sequence[Decision], policy: Policy, fit: Fit,
+             warned: Warnings | None = None) -> str:
     rows = [("#", "APPWRAPPER", "DECISION", "REASON", "MESSAGE")]
     for i, d in enumerate(decisions, start=1):
         mark = " (head)" if d.head_of_line else ""
-        rows.append((str(i), f"{d.namespace}/{d.name}", d.decision + mark, d.reason, d.message))
+        notes = "".join(f"; warning: {w}" for w in (warned or {}).get((d.namespace, d.name), ()))
+        rows.append((str(i), f"{d.namespace}/{d.name}", d.decision + mark, d.reason,
+                     d.message + notes))
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
     lines = [f"policy {policy.name}, {fit} fit: "
              f"{sum(d.decision == 'dispatch' for d in decisions)} dispatch, "

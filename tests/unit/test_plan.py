@@ -182,3 +182,55 @@ def test_duplicate_appwrapper_is_invalid_not_silently_merged(
     decisions = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
     assert [d["decision"] for d in decisions] == ["dispatch", "invalid"]
     assert "duplicate AppWrapper team/same" in decisions[1]["message"]
+
+
+def test_plan_shows_what_mcad_would_accept_silently(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """custompodresources saying 1 pod of a Job that runs 3: dispatched as declared, and
+    the difference is in the table's message and the JSON's warnings."""
+    declared = aw("declared-1", 3, 1)
+    declared["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+        {"replicas": 1, "requests": {GPU: 1}}]
+    declared["spec"]["schedulingSpec"] = {"requeuing": {"growthType": "quadratic"}}
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", declared, aw("plain", 1, 1))
+    first, second = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    assert first["decision"] == "dispatch" and first["message"] == "all 1 pods fit: on n1"
+    assert [w.split(":")[0] for w in first["warnings"]] == [
+        "spec.schedulingSpec.requeuing.growthType",
+        "spec.resources.GenericItems[0].custompodresources"]
+    assert "declares 1 pod, but Job 'declared-1' will create 3 pods" in first["warnings"][1]
+    assert second["warnings"] == []
+    assert main(["plan", "--cluster", cluster, wrappers]) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+    assert row.split()[:3] == ["1", "team/declared-1", "dispatch"]
+    assert ("all 1 pods fit: on n1; warning: spec.schedulingSpec.requeuing.growthType: "
+            "'quadratic' is not exponential") in row
+    assert "; warning: spec.resources.GenericItems[0].custompodresources: declares 1 pod" in row
+
+
+def test_the_installation_decides_the_kinds(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    binding = aw("with-binding", 1, 1)
+    binding["spec"]["resources"]["GenericItems"].append({"generictemplate": {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "grant"}}})
+    namespace = aw("with-namespace", 1, 1)
+    namespace["spec"]["resources"]["GenericItems"].append({
+        "generictemplate": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}},
+        "custompodresources": [{"replicas": 1, "requests": {"cpu": 1}}]})
+    cluster = write(tmp_path, "c.yaml", node("n1"))
+    wrappers = write(tmp_path, "a.yaml", binding, namespace)
+    default = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    assert [d["decision"] for d in default] == ["invalid", "invalid"]
+    assert default[0]["message"].startswith(
+        "spec.resources.GenericItems[1]: RoleBinding 'grant' is of a kind this dispatcher "
+        "does not create")
+    assert "Namespace 'n' is cluster-scoped" in default[1]["message"]
+    config = tmp_path / "config.yaml"
+    config.write_text("allowedKinds: {add: [RoleBinding.rbac.authorization.k8s.io]}\n")
+    allowed = plan_json(capsys, "--cluster", cluster, "--config", str(config), wrappers)
+    assert [d["decision"] for d in allowed["decisions"]] == ["dispatch", "invalid"]
+    config.write_text("allowedKinds: {add: [Namespace]}\n")
+    assert main(["plan", "--cluster", cluster, "--config", str(config), wrappers]) == 2
+    assert "Namespace: cluster-scoped" in capsys.readouterr().err
