@@ -1,8 +1,8 @@
 # The dispatcher's image: `docker build -t dispatcher:0.1.0 .` (deploy/ runs it).
 #
-# Python slim, the package and its controller extras installed from this checkout, the
-# built-in policies beside it, a non-root user. Nothing is written at run time: the pod
-# runs with a read-only root filesystem.
+# Python slim, the package and its controller extras installed from this checkout (the
+# built-in policies are package data inside it), a non-root user. Nothing is written at
+# run time: the pod runs with a read-only root filesystem.
 FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -11,9 +11,7 @@ RUN pip install --no-cache-dir --prefix=/install '.[controller]'
 
 FROM python:3.12-slim
 COPY --from=build /install /usr/local
-COPY policies /app/policies
-ENV DISPATCHER_POLICIES_DIR=/app/policies \
-    PYTHONDONTWRITEBYTECODE=1 \
+ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # A numeric user, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
 USER 65532:65532

@@ -1,13 +1,14 @@
 # The two commands a newcomer needs (see README):
 #   make demo   set up, start the local cluster, run the dispatcher on examples/
-#   make test   set up, lint, type-check, unit tests, then cluster tests on a local control plane
+#   make test   set up, lint, type-check, unit tests, the installed wheel, then cluster tests
+#               on a local control plane
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint unit cluster-build cluster-up cluster-down cluster-test test demo bench clean
+.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test test demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,10 @@ lint: setup
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit
 
+# A plain (non-editable) install of the built wheel, in a fresh venv (needs PyPI).
+packaging: setup
+	$(VENV)/bin/pytest -q tests/packaging
+
 # --- local control plane (DESIGN.md §6) -------------------------------------
 cluster-build: setup
 	$(PY) -m localcluster build
@@ -38,7 +43,7 @@ cluster-down: setup
 cluster-test: cluster-build
 	$(VENV)/bin/pytest -q tests/cluster
 
-test: lint unit cluster-test
+test: lint unit packaging cluster-test
 
 demo: cluster-up
 	$(PY) -m dispatcher.demo

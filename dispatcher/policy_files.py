@@ -1,8 +1,16 @@
-"""Finding and reading policy files (the built-ins live in the repository's policies/)."""
+"""Finding and reading policy files.
+
+The built-in policies ship inside the package (dispatcher/policies/*.yaml, package
+data), so an installed `dispatcher` finds them wherever it is installed; they are read
+through importlib.resources. DISPATCHER_POLICIES_DIR points at another folder of
+built-ins instead; any policy file can also be given by its path.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import yaml
@@ -10,24 +18,30 @@ import yaml
 from dispatcher.queue.policy import Policy, PolicyError, policy_from_mapping
 
 
-def policies_dir() -> Path:
+def policies_dir() -> Traversable:
     env = os.environ.get("DISPATCHER_POLICIES_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "policies"
+    return Path(env) if env else files("dispatcher") / "policies"
 
 
 def builtin_names() -> list[str]:
-    return sorted(p.stem for p in policies_dir().glob("*.yaml"))
+    folder = policies_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir()
+                  if p.name.endswith(".yaml"))
 
 
 def load_policy(name_or_path: str) -> Policy:
     """A built-in policy by name (fifo, priority, backfill) or a policy YAML file."""
-    path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+    path: Traversable = Path(name_or_path)
+    if not (path.name.endswith((".yaml", ".yml")) and path.is_file()):
         path = policies_dir() / f"{name_or_path}.yaml"
-        if not path.exists():
+        if not path.is_file():
+            names = builtin_names()
+            known = f"one of {', '.join(names)}" if names else (
+                f"a built-in policy (none found in {policies_dir()}: a broken installation?)")
             raise PolicyError(
-                f"unknown policy {name_or_path!r}: use one of {', '.join(builtin_names())} "
-                "or the path of a policy YAML file"
+                f"unknown policy {name_or_path!r}: use {known} or the path of a policy YAML file"
             )
     try:
         data = yaml.safe_load(path.read_text())

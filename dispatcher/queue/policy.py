@@ -1,7 +1,8 @@
 """Queue policies: the order wrappers are considered in and what a waiting head blocks.
 
-Built-in policies are YAML files in the repository's `policies/` folder; a user can
-write their own in the same shape and pass its path.
+Built-in policies are YAML files in `dispatcher/policies/` (shipped in the package and
+read by dispatcher.policy_files); a user can write their own in the same shape and pass
+its path.
 """
 
 from __future__ import annotations
