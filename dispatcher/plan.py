@@ -16,17 +16,14 @@ from typing import Any
 
 import yaml
 
-from dispatcher.admission import Decision, Fit, admit, first_seen_of, queued_from_appwrapper
-from dispatcher.api.messages import problems_message
-from dispatcher.api.models import InvalidSpec, parse_appwrapper
+from dispatcher.admission import Decision, Fit, admit
 from dispatcher.cluster import ClusterState, bound_pod_from_object, node_from_object
 from dispatcher.fit.capacity import Capacity
-from dispatcher.kinds import InvalidItem
-from dispatcher.kinds.checks import check_kinds, warnings
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.resources import QuantityError
+from dispatcher.review import review
 
 LIST_KINDS = frozenset({"List", "NodeList", "PodList", "AppWrapperList"})
 
@@ -121,20 +118,10 @@ def load_appwrappers(paths: Sequence[Path], now: float,
             meta = doc.obj.get("metadata") or {}
             ns = str(meta.get("namespace") or "default")
             name = str(meta.get("name") or f"<unnamed {index}>")
-            try:
-                aw = parse_appwrapper(doc.obj)
-                loaded.warnings.setdefault((ns, name), warnings(aw))
-                wrapper = queued_from_appwrapper(aw, first_seen_of(aw, default_seen))
-                refused = check_kinds(aw, allowed)
-                if refused:
-                    counting = [wrapper.invalid] if wrapper.invalid else []
-                    raise InvalidSpec([*refused, *counting])
-            except InvalidSpec as e:
-                wrapper = QueuedWrapper(ns, name, f"~{index}", default_seen,
-                                        invalid=problems_message(e.problems))
-            except InvalidItem as e:
-                wrapper = QueuedWrapper(ns, name, f"~{index}", default_seen,
-                                        invalid=problems_message([str(e)]))
+            checked = review(doc.obj, default_seen, allowed)
+            loaded.warnings.setdefault((ns, name), checked.warnings)
+            wrapper = checked.queued or QueuedWrapper(ns, name, f"~{index}", default_seen,
+                                                      invalid=checked.message)
             if not wrapper.uid:
                 wrapper = replace(wrapper, uid=f"~{index:08d}")
             if wrapper.key in seen:

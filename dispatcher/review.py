@@ -1,0 +1,67 @@
+"""Everything the dispatcher says about one AppWrapper before queueing it, in one call.
+
+`dispatcher plan`, the controller and the admission webhook must refuse the same
+AppWrappers with the same words and warn about the same things; they all call
+`review`, which runs, in order: the API's validation (`parse_appwrapper`), the
+installation's kinds (`check_kinds`), the pod counting of every item
+(`queued_from_appwrapper`), and `warnings`. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.admission import first_seen_of, queued_from_appwrapper
+from dispatcher.api.messages import cap_problems, problems_message
+from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
+from dispatcher.kinds.checks import check_kinds, warnings
+from dispatcher.kinds.scope import CLUSTER_SCOPED_KINDS, DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.queue.queue import QueuedWrapper
+
+
+@dataclass(frozen=True)
+class Review:
+    """`queued` is the queue entry when the AppWrapper is valid; otherwise `problems` says
+    why not (bounded lines; `message` joins them). `warnings` never make it invalid."""
+
+    appwrapper: AppWrapper | None
+    queued: QueuedWrapper | None
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return self.queued is not None
+
+    @property
+    def message(self) -> str:
+        return problems_message(self.problems)
+
+
+def review(
+    obj: Mapping[str, Any],
+    default_first_seen: float,
+    allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
+    cluster_scoped: Collection[GroupKind] = CLUSTER_SCOPED_KINDS,
+) -> Review:
+    """Validate `obj` (an AppWrapper from the API server or a file) for this installation.
+
+    `default_first_seen` is its queue time when neither its status nor its creation
+    timestamp gives one. `allowed` and `cluster_scoped` as for `check_kinds`.
+    """
+    try:
+        aw = parse_appwrapper(obj)
+    except InvalidSpec as e:
+        return Review(None, None, e.problems)
+    found = warnings(aw)
+    queued = queued_from_appwrapper(aw, first_seen_of(aw, default_first_seen))
+    refused = check_kinds(aw, allowed, cluster_scoped)
+    # queued.invalid is the items' counting problems, already one bounded message.
+    counting = [queued.invalid] if queued.invalid is not None else []
+    if refused:
+        return Review(aw, None, cap_problems([*refused, *counting]), found)
+    if counting:
+        return Review(aw, None, counting, found)
+    return Review(aw, queued, [], found)
