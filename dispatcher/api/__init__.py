@@ -29,6 +29,7 @@ from dispatcher.api.models import (
     SchedulingSpec,
     State,
     Time,
+    WrappedItem,
     parse_appwrapper,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "SchedulingSpec",
     "State",
     "Time",
+    "WrappedItem",
     "latest",
     "parse_appwrapper",
     "set_condition",

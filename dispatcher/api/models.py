@@ -235,6 +235,18 @@ class Condition(BaseModel):
     lastTransitionMicroTime: MicroTime | None = None
 
 
+class WrappedItem(BaseModel):
+    """An object the dispatcher created for this AppWrapper, by uid: proof of ownership
+    that a forged owner reference cannot give."""
+
+    model_config = ConfigDict(extra="allow")
+
+    apiVersion: str = ""
+    kind: str
+    name: str
+    uid: str
+
+
 class AppWrapperStatus(BaseModel):
     """MCAD's status fields, plus ``requestedGPUs`` and ``message`` for the printer columns."""
 
@@ -253,6 +265,10 @@ class AppWrapperStatus(BaseModel):
     conditions: list[Condition] = Field(default_factory=list)
     requestedGPUs: int = Field(default=0, ge=0)
     message: str = ""  # the latest human-readable reason
+    # The dispatcher's own bookkeeping: what it created, and a digest of the items it
+    # admitted (an edit of the items after dispatch is noticed, even across restarts).
+    wrappedItems: list[WrappedItem] = Field(default_factory=list)
+    admittedDigest: str = ""
 
 
 class AppWrapper(BaseModel):
