@@ -50,7 +50,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from dispatcher.controller.operator import operate
+    from dispatcher.controller.operator import Settings, operate
+    from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
 
     try:
@@ -61,14 +62,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:
-        logging.getLogger("kopf").setLevel(logging.WARNING)
+        for noisy in ("aiohttp", "kubernetes_asyncio"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    problems = []
     if not 0 <= args.metrics_port <= 65535:
-        print(f"dispatcher run: --metrics-port {args.metrics_port} is not a port (0-65535)",
-              file=sys.stderr)
+        problems.append(f"--metrics-port {args.metrics_port} is not a port (0-65535)")
+    for flag in ("admission_grace", "failure_grace", "requeue_floor", "requeue_cap",
+                 "resync_seconds", "kube_qps"):
+        if getattr(args, flag) < 0:
+            problems.append(f"--{flag.replace('_', '-')} must be ≥ 0")
+    if args.kube_burst < 1:
+        problems.append("--kube-burst must be ≥ 1")
+    if problems:
+        for p in problems:
+            print(f"dispatcher run: {p}", file=sys.stderr)
         return EXIT_INPUT
-    asyncio.run(operate(policy, args.fit, args.kubeconfig, args.liveness,
-                        metrics_port=args.metrics_port, metrics_host=args.metrics_host))
-    return 0
+    timing = Timing(admission_grace=args.admission_grace, failure_grace=args.failure_grace,
+                    requeue_floor=args.requeue_floor, requeue_cap=args.requeue_cap)
+    settings = Settings(
+        policy=policy, fit=args.fit, kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port, metrics_host=args.metrics_host, timing=timing,
+        qps=args.kube_qps, burst=args.kube_burst, resync_seconds=args.resync_seconds,
+        leader_election=args.leader_elect, lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name)
+    return asyncio.run(operate(settings))
 
 
 def _cmd_queue(args: argparse.Namespace) -> int:
@@ -124,6 +141,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
+def _own_namespace() -> str:
+    """The namespace this pod runs in (its service account says), else default."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
@@ -157,13 +183,42 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")
     r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
-    r.add_argument("--liveness", metavar="URL",
-                   help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     r.add_argument("--metrics-port", type=int, default=8080, metavar="PORT",
                    help="serve Prometheus metrics on /metrics and health on /healthz "
                    "(default 8080; 0: serve nothing)")
     r.add_argument("--metrics-host", default="0.0.0.0", metavar="ADDRESS",
                    help="the address to serve metrics on (default 0.0.0.0)")
+    ha = r.add_argument_group("high availability")
+    ha.add_argument("--leader-elect", action="store_true",
+                    help="run as one of several replicas: only the holder of a "
+                    "coordination.k8s.io Lease dispatches (deploy/ runs 2)")
+    ha.add_argument("--lease-namespace", default=_own_namespace(),
+                    help="namespace of the Lease (default: this pod's, else default)")
+    ha.add_argument("--lease-name", default="dispatcher", help="(default dispatcher)")
+    api = r.add_argument_group("API server")
+    api.add_argument("--kube-qps", type=float, default=50.0,
+                     help="requests per second to the API server, on average (default "
+                     "50; 0: unpaced)")
+    api.add_argument("--kube-burst", type=int, default=100,
+                     help="requests allowed at once above the average (default 100)")
+    api.add_argument("--resync-seconds", type=float, default=600.0,
+                     help="list everything again this often, as a backstop to the "
+                     "watches (default 600; 0: never)")
+    life = r.add_argument_group("dispatched AppWrappers (per AppWrapper: annotations "
+                                "workload.codeflare.dev/admissionGracePeriodSeconds and "
+                                "workload.codeflare.dev/failureGracePeriodSeconds)")
+    life.add_argument("--admission-grace", type=float, default=60.0, metavar="SECONDS",
+                      help="requeue a dispatched gang that has no pod at all after this "
+                      "long (default 60; 0: wait for requeuing.timeInSeconds)")
+    life.add_argument("--failure-grace", type=float, default=60.0, metavar="SECONDS",
+                      help="requeue a running gang that stays below minAvailable pods "
+                      "this long (default 60)")
+    life.add_argument("--requeue-floor", type=float, default=30.0, metavar="SECONDS",
+                      help="the least time a gang gets to start, whatever "
+                      "requeuing.timeInSeconds says (default 30)")
+    life.add_argument("--requeue-cap", type=float, default=3600.0, metavar="SECONDS",
+                      help="the most time a gang gets to start when "
+                      "requeuing.maxTimeInSeconds is not set (default 3600)")
     r.add_argument("-v", "--verbose", action="store_true")
     r.set_defaults(func=_cmd_run)
 

@@ -8,7 +8,14 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
   running or have succeeded.
 - A gang that is not running `pods_allowed_seconds` after its dispatch is torn down and
   requeued; the time allowed grows with each requeue (exponential by default), capped by
-  `maxTimeInSeconds`; after `maxNumRequeuings` requeues (0: no limit) it fails instead.
+  `maxTimeInSeconds` (or the installation's cap), never below the installation's floor
+  (so `timeInSeconds: 0` cannot loop); after `maxNumRequeuings` requeues (0: no limit)
+  it fails instead.
+- Admission grace: a gang with no pod at all `admission_grace` seconds after dispatch
+  is requeued at once, with the likely cause (its operator is not running, a
+  ResourceQuota or a webhook refuses its pods): it holds capacity it will not use.
+- Failure grace: a running gang that falls below `minAvailable` pods up (a node gone,
+  an eviction) for longer than `failure_grace` is torn down and requeued whole.
 - `dispatchDuration.limit`: a wrapper dispatched longer than that, and not finished,
   fails and is torn down.
 - It completes when its wrapped objects report success (or, if none of them can
@@ -18,7 +25,8 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from dispatcher.api.models import AppWrapper, Requeuing
@@ -29,6 +37,49 @@ Action = Literal["wait", "running", "completed", "failed", "requeue"]
 # Reasons beyond dispatcher.api.conditions.Reason that only the lifecycle produces.
 WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
 REQUEUE_LIMIT_REACHED = "RequeueLimitReached"
+PODS_NOT_CREATED = "PodsNotCreated"
+PODS_LOST = "PodsLost"
+
+# Per-AppWrapper overrides of the installation's grace periods, in seconds.
+ADMISSION_GRACE_ANNOTATION = "workload.codeflare.dev/admissionGracePeriodSeconds"
+FAILURE_GRACE_ANNOTATION = "workload.codeflare.dev/failureGracePeriodSeconds"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The installation's timing rules (``dispatcher run`` flags)."""
+
+    admission_grace: float = 60.0  # no pod at all this long after dispatch: requeue
+    failure_grace: float = 60.0  # running, below minAvailable this long: requeue
+    requeue_floor: float = 30.0  # the least time a gang gets to start
+    requeue_cap: float = 3600.0  # growth stops here unless maxTimeInSeconds says
+
+
+DEFAULT_TIMING = Timing()
+
+
+def timing_for(aw: AppWrapper, base: Timing = DEFAULT_TIMING) -> tuple[Timing, list[str]]:
+    """The installation's timing with this AppWrapper's annotations applied, and a
+    warning for each annotation that is not a number of seconds (it is ignored)."""
+    warnings: list[str] = []
+    overrides: dict[str, float] = {}
+    annotations: Mapping[str, str] = aw.metadata.annotations
+    for annotation, field_name in ((ADMISSION_GRACE_ANNOTATION, "admission_grace"),
+                                   (FAILURE_GRACE_ANNOTATION, "failure_grace")):
+        raw = annotations.get(annotation)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if value < 0 or value != value:
+            warnings.append(f"metadata.annotations[{annotation!r}]: {raw!r} is not a number "
+                            f"of seconds ≥ 0; the installation's default "
+                            f"{getattr(base, field_name):.0f} s applies")
+            continue
+        overrides[field_name] = value
+    return replace(base, **overrides), warnings
 
 
 @dataclass(frozen=True)
@@ -57,18 +108,20 @@ def min_available(aw: AppWrapper, expected_pods: int) -> int:
     return expected_pods if declared is None else min(declared, expected_pods)
 
 
-def pods_allowed_seconds(requeuing: Requeuing, requeues: int) -> float:
+def pods_allowed_seconds(requeuing: Requeuing, requeues: int,
+                         timing: Timing = DEFAULT_TIMING) -> float:
     """How long a gang dispatched after `requeues` requeues may take to start."""
-    base = float(requeuing.initialTimeInSeconds or requeuing.timeInSeconds)
+    base = max(float(requeuing.initialTimeInSeconds or requeuing.timeInSeconds),
+               timing.requeue_floor)
     if requeuing.growth == "exponential":
         allowed = base * float(2 ** min(requeues, 30))
     elif requeuing.growth == "linear":
         allowed = base * (requeues + 1)
     else:
         allowed = base
-    if requeuing.maxTimeInSeconds > 0:
-        allowed = min(allowed, float(requeuing.maxTimeInSeconds))
-    return allowed
+    cap = float(requeuing.maxTimeInSeconds) if requeuing.maxTimeInSeconds > 0 \
+        else timing.requeue_cap
+    return max(min(allowed, cap), timing.requeue_floor)
 
 
 def judge(
@@ -79,8 +132,14 @@ def judge(
     dispatched_at: float,
     running: bool,
     now: float,
+    timing: Timing = DEFAULT_TIMING,
+    below_min_since: float | None = None,
+    items: str = "its objects",
 ) -> Verdict:
-    """The next step for a dispatched (or running, when `running`) AppWrapper."""
+    """The next step for a dispatched (or running, when `running`) AppWrapper.
+
+    `below_min_since`: since when a running gang has had fewer than minAvailable pods
+    up (None: it has enough). `items` names what was created, for messages."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
@@ -105,23 +164,44 @@ def judge(
                        f"{pods.running} of {expected_pods} pods running"
                        + (f", {pods.succeeded} succeeded" if pods.succeeded else ""),
                        check_at=deadline)
-    if running:
-        # Once running, restarting pods is the wrapped job's business (a Job or a
-        # PyTorchJob recreates them); only its outcome or the deadline ends it here.
-        return Verdict("wait", check_at=deadline)
-
     requeues = aw.status.numberOfRequeueings
-    allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues)
+    if running:
+        # Restarting a pod is the wrapped job's business (a Job or a PyTorchJob
+        # recreates it); a gang that stays below minAvailable has lost its shape.
+        since = now if below_min_since is None else below_min_since
+        due = since + timing.failure_grace
+        if now < due:
+            return Verdict("wait", check_at=min(due, deadline) if deadline else due)
+        short = (f"the running gang has had {up} of the {need} pods it needs "
+                 f"(minAvailable) up for {now - since:.0f} s (a node gone, an eviction?)")
+        return _requeue_or_fail(aw, requeues, PODS_LOST, short, timing)
+
+    seen = pods.active + pods.succeeded + pods.failed
+    if expected_pods and not seen and timing.admission_grace > 0:
+        due = dispatched_at + timing.admission_grace
+        if now >= due:
+            short = (f"{items} created, but no pod after {timing.admission_grace:.0f} s: "
+                     "is its operator running, or do a ResourceQuota or an admission "
+                     "webhook refuse its pods? (kubectl describe the object)")
+            return _requeue_or_fail(aw, requeues, PODS_NOT_CREATED, short, timing)
+    allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues, timing)
     if now < dispatched_at + allowed:
         due = dispatched_at + allowed
+        if expected_pods and not seen and timing.admission_grace > 0:
+            due = min(due, dispatched_at + timing.admission_grace)
         return Verdict("wait", check_at=min(due, deadline) if deadline else due)
     short = (f"{up} of the {need} pods needed (minAvailable) running or succeeded "
              f"{allowed:.0f} s after dispatch ({pods.pending} pending, {pods.failed} failed)")
+    return _requeue_or_fail(aw, requeues, "MinPodsNotRunning", short, timing)
+
+
+def _requeue_or_fail(aw: AppWrapper, requeues: int, reason: str, short: str,
+                     timing: Timing) -> Verdict:
     limit_n = aw.spec.schedulingSpec.requeuing.maxNumRequeuings
     if limit_n and requeues >= limit_n:
         return Verdict("failed", REQUEUE_LIMIT_REACHED,
                        f"{short}; already requeued {requeues} times "
                        "(spec.schedulingSpec.requeuing.maxNumRequeuings)")
-    next_allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues + 1)
-    return Verdict("requeue", "MinPodsNotRunning",
+    next_allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues + 1, timing)
+    return Verdict("requeue", reason,
                    f"{short}; torn down and requeued, {next_allowed:.0f} s allowed next time")

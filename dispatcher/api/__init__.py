@@ -41,6 +41,7 @@ from dispatcher.api.models import (
     SchedulingSpec,
     State,
     Time,
+    WrappedItem,
     parse_appwrapper,
 )
 from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
@@ -77,6 +78,7 @@ __all__ = [
     "SchedulingSpec",
     "State",
     "Time",
+    "WrappedItem",
     "cap_problems",
     "is_label_value",
     "latest",

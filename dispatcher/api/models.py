@@ -290,6 +290,18 @@ class Condition(_Model):
     lastTransitionMicroTime: MicroTime | None = None
 
 
+class WrappedItem(_Model):
+    """An object the dispatcher created for this AppWrapper, by uid: proof of ownership
+    that a forged owner reference cannot give."""
+
+    model_config = ConfigDict(extra="allow")
+
+    apiVersion: str = ""
+    kind: str
+    name: str
+    uid: str
+
+
 class AppWrapperStatus(_Model):
     """MCAD's status fields, plus ``requestedGPUs`` and ``message`` for the printer columns."""
 
@@ -308,6 +320,10 @@ class AppWrapperStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
     requestedGPUs: int = Field(default=0, ge=0)
     message: str = ""  # the latest human-readable reason
+    # The dispatcher's own bookkeeping: what it created, and a digest of the items it
+    # admitted (an edit of the items after dispatch is noticed, even across restarts).
+    wrappedItems: list[WrappedItem] = Field(default_factory=list)
+    admittedDigest: str = ""
 
 
 class AppWrapper(_Model):

@@ -16,12 +16,17 @@ from types import MappingProxyType
 from dispatcher.cluster.model import BoundPod, Node
 
 AppWrapperKey = tuple[str, str]  # (namespace, name)
+Shape = tuple[tuple[str, int], ...]  # a request as a hashable key
 
 
 @dataclass(frozen=True)
 class PlannedPod:
     node: str
     request: Mapping[str, int]
+
+
+def _shape(request: Mapping[str, int]) -> Shape:
+    return tuple(sorted(request.items()))
 
 
 def _add_into(total: dict[str, int], amount: Mapping[str, int], sign: int = 1) -> None:
@@ -34,7 +39,9 @@ class ClusterState:
         self._nodes: dict[str, Node] = {}
         self._pods: dict[tuple[str, str], BoundPod] = {}
         self._used: dict[str, dict[str, int]] = {}
-        self._reservations: dict[AppWrapperKey, list[PlannedPod]] = {}
+        # Planned pods not bound yet, per owner, indexed by request shape then node, so
+        # matching a binding pod is O(1) whatever the size of the gang.
+        self._reservations: dict[AppWrapperKey, dict[Shape, dict[str, list[PlannedPod]]]] = {}
         self._reserved: dict[str, dict[str, int]] = {}
         self._pods_of: dict[AppWrapperKey, set[tuple[str, str]]] = {}
         # Pods already taken off a reservation, so an update of the same pod does not
@@ -94,38 +101,46 @@ class ClusterState:
     def reserve(self, owner: AppWrapperKey, planned: Iterable[PlannedPod]) -> None:
         """Hold capacity for a dispatched AppWrapper until its pods are bound."""
         self.release(owner)
-        self._reservations[owner] = []
+        index: dict[Shape, dict[str, list[PlannedPod]]] = {}
+        self._reservations[owner] = index
         self._matched[owner] = set()
         for p in planned:
-            self._reservations[owner].append(p)
+            index.setdefault(_shape(p.request), {}).setdefault(p.node, []).append(p)
             _add_into(self._reserved.setdefault(p.node, {}), p.request)
             self._changed(p.node, p.request)
         for key in sorted(self._pods_of.get(owner, ())):
             self._match(owner, self._pods[key])
 
     def release(self, owner: AppWrapperKey) -> None:
-        for p in self._reservations.pop(owner, []):
+        for p in self.reserved_for(owner):
             _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)
             self._changed(p.node)
+        self._reservations.pop(owner, None)
         self._matched.pop(owner, None)
 
     def reserved_for(self, owner: AppWrapperKey) -> list[PlannedPod]:
-        return list(self._reservations.get(owner, ()))
+        index = self._reservations.get(owner, {})
+        return [p for by_node in index.values() for pods in by_node.values() for p in pods]
 
     def reservations(self) -> Mapping[AppWrapperKey, list[PlannedPod]]:
-        return self._reservations
+        return {owner: self.reserved_for(owner) for owner in self._reservations}
 
     def _match(self, owner: AppWrapperKey, pod: BoundPod) -> None:
-        planned = self._reservations.get(owner)
+        index = self._reservations.get(owner)
         matched = self._matched.get(owner)
-        if not planned or matched is None or pod.key in matched:
+        if not index or matched is None or pod.key in matched:
             return
         # Prefer the planned pod on the node the scheduler chose, then one of the same
-        # size anywhere; the scheduler need not follow our plan.
-        same_size = [i for i, p in enumerate(planned) if dict(p.request) == dict(pod.request)]
-        on_node = [i for i in same_size if planned[i].node == pod.node]
-        index = (on_node or same_size or [0])[0]
-        taken = planned.pop(index)
+        # size anywhere, then any; the scheduler need not follow our plan.
+        shape = _shape(pod.request)
+        by_node = index.get(shape) or next(iter(index.values()))
+        node = pod.node if pod.node in by_node else next(iter(by_node))
+        pods = by_node[node]
+        taken = pods.pop()
+        if not pods:
+            del by_node[node]
+            if not by_node:
+                del index[_shape(taken.request)]
         _add_into(self._reserved.setdefault(taken.node, {}), taken.request, -1)
         self._changed(taken.node)
         matched.add(pod.key)

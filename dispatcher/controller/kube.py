@@ -3,26 +3,56 @@
 The wrapped objects can be of any kind (CRDs included), so the controller works with
 dicts and paths rather than generated typed clients. Kinds are mapped to their REST
 resources by API discovery, cached per group/version.
+
+Every request has a deadline, and transient failures (429, 5xx, timeouts, refused or
+cut connections) are retried with exponential backoff, honouring ``Retry-After``, for
+a bounded time; what is still failing then surfaces as an :class:`ApiError` whose
+``transient`` is true, so callers try again later instead of calling it permanent.
+Requests are paced by a token bucket (``qps``/``burst``) so a burst of dispatches stays
+within what API priority and fairness grants one client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
-from collections.abc import Mapping
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 from kubernetes_asyncio import client, config
+
+log = logging.getLogger("dispatcher.kube")
+
+Objects = list[dict[str, Any]]
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Status 0 stands for "no HTTP answer": a refused or cut connection, or a timeout.
+NO_ANSWER = 0
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str,
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """Worth trying again later: the API server was overloaded, down or slow."""
+        return self.status in TRANSIENT_STATUSES or self.status == NO_ANSWER
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, ApiError) and error.transient
 
 
 @dataclass(frozen=True)
@@ -45,49 +75,138 @@ class Resource:
         return base
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a transient failure is retried within one call."""
+
+    first_delay: float = 0.2
+    max_delay: float = 5.0
+    budget: float = 20.0  # seconds of retrying before the error surfaces
+    request_timeout: float = 30.0  # one attempt, connect to last byte
+
+
+class TokenBucket:
+    """Client-side pacing: `qps` requests a second on average, `burst` at once."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._clock = clock
+        self._at = clock()
+        self._lock = asyncio.Lock()
+
+    async def take(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            self._at = now
+            if self._tokens < 1:
+                wait = (1 - self._tokens) / self.qps
+                await asyncio.sleep(wait)
+                self._at = self._clock()
+                self._tokens = 1.0
+            self._tokens -= 1
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _error_of(status: int, http_reason: str, raw: bytes,
+              headers: Mapping[str, str] | None) -> ApiError:
+    # Unknown paths answer with plain text ("404 page not found"), not a Status.
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        data = None
+    text = raw.decode(errors="replace")
+    reason = data.get("reason", "") if isinstance(data, dict) else ""
+    message = data.get("message", text) if isinstance(data, dict) else text
+    return ApiError(status, reason or http_reason or "", message, _retry_after(headers))
+
+
 class Kube:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, retry: RetryPolicy | None = None,
+                 qps: float = 0.0, burst: int = 1) -> None:
         self.api = api
+        self.retry = retry or RetryPolicy()
+        self.bucket = TokenBucket(qps, burst)
         self._discovered: dict[str, dict[str, Resource] | None] = {}
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+    async def connect(cls, kubeconfig: str | None = None, qps: float = 0.0,
+                      burst: int = 1, retry: RetryPolicy | None = None) -> Kube:
         """In-cluster when running in a pod with no kubeconfig given, else kubeconfig."""
         if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ \
                 and not os.environ.get("KUBECONFIG"):
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return cls(client.ApiClient())
-        conf = client.Configuration()
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
-        return cls(client.ApiClient(configuration=conf))
+            conf = client.Configuration()
+            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+        else:
+            conf = client.Configuration()
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+        # The default pool (5 per core) is smaller than three watches plus a cycle's writes.
+        conf.connection_pool_maxsize = 64
+        return cls(client.ApiClient(configuration=conf), retry=retry, qps=qps, burst=burst)
 
     async def close(self) -> None:
         await self.api.close()
 
+    async def _once(self, method: str, path: str, body: Any,
+                    query: Mapping[str, str] | None, content_type: str,
+                    timeout: aiohttp.ClientTimeout) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response = await self.api.call_api(
+                path, method, query_params=list((query or {}).items()),
+                header_params=headers, body=body, auth_settings=["BearerToken"],
+                _preload_content=False, _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+            try:
+                raw = await response.read()
+            finally:
+                response.release()
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__) from e
+        if response.status >= 400:
+            raise _error_of(response.status, response.reason or "", raw,
+                            getattr(response, "headers", None))
+        return json.loads(raw) if raw else None
+
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
-                      content_type: str = "application/json") -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        response = await self.api.call_api(
-            path, method, query_params=list((query or {}).items()), header_params=headers,
-            body=body, auth_settings=["BearerToken"], _preload_content=False,
-            _return_http_data_only=True,
-        )
-        try:
-            raw = await response.read()
-        finally:
-            response.release()
-        if response.status >= 400:
-            # Unknown paths answer with plain text ("404 page not found"), not a Status.
+                      content_type: str = "application/json", retry: bool = True) -> Any:
+        """One API call. Transient failures are retried (with `retry`) for up to the
+        policy's budget; the last one is raised with ``transient`` true."""
+        policy = self.retry
+        timeout = aiohttp.ClientTimeout(total=policy.request_timeout)
+        deadline = time.monotonic() + policy.budget
+        delay = policy.first_delay
+        while True:
+            await self.bucket.take()
             try:
-                data = json.loads(raw) if raw else None
-            except ValueError:
-                data = None
-            reason = data.get("reason", "") if isinstance(data, dict) else ""
-            message = data.get("message", raw.decode(errors="replace")) \
-                if isinstance(data, dict) else raw.decode(errors="replace")
-            raise ApiError(response.status, reason or response.reason or "", message)
-        return json.loads(raw) if raw else None
+                return await self._once(method, path, body, query, content_type, timeout)
+            except ApiError as e:
+                if not (retry and e.transient):
+                    raise
+                pause = e.retry_after if e.retry_after is not None else delay
+                pause = min(pause, policy.max_delay) * random.uniform(0.8, 1.2)
+                if time.monotonic() + pause > deadline:
+                    raise
+                log.debug("%s %s: %s; retrying in %.1fs", method, path, e, pause)
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, policy.max_delay)
 
     async def resource(self, api_version: str, kind: str) -> Resource | None:
         """The REST resource serving `kind` in `api_version`, or None if not served."""
@@ -113,18 +232,72 @@ class Kube:
 
     async def list(self, resource: Resource, label_selector: str | None = None
                    ) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        query: dict[str, str] = {"limit": "500"}
-        if label_selector:
-            query["labelSelector"] = label_selector
+        items, _ = await self.list_with_version(resource, label_selector)
+        return items
+
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None
+                                ) -> tuple[Objects, str]:
+        """Every object of `resource`, paged, and the list's resourceVersion (to watch
+        from). A page token that expired mid-listing restarts the listing."""
         while True:
-            page = await self.request("GET", resource.path(), query=query)
-            kind = resource.kind
-            for item in page.get("items", []):
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", kind)
-                items.append(item)
-            token = page.get("metadata", {}).get("continue")
-            if not token:
-                return items
-            query["continue"] = token
+            items: Objects = []
+            query: dict[str, str] = {"limit": "500"}
+            if label_selector:
+                query["labelSelector"] = label_selector
+            try:
+                while True:
+                    page = await self.request("GET", resource.path(), query=query)
+                    for item in page.get("items", []):
+                        item.setdefault("apiVersion", resource.api_version)
+                        item.setdefault("kind", resource.kind)
+                        items.append(item)
+                    meta = page.get("metadata", {})
+                    token = meta.get("continue")
+                    if not token:
+                        return items, str(meta.get("resourceVersion", ""))
+                    query["continue"] = token
+            except ApiError as e:
+                if e.status != 410:
+                    raise
+                log.info("listing %s: page token expired; listing again", resource.plural)
+
+    async def watch(self, resource: Resource, resource_version: str,
+                    timeout_seconds: int, opened: Callable[[], None] | None = None
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of one watch request from `resource_version`, as dicts
+        ``{"type", "object"}`` (BOOKMARK and ERROR included), until the server ends it.
+
+        A connection that stays silent past the server's own timeout is treated as dead:
+        the read times out and an :class:`ApiError` (status 0) is raised."""
+        await self.bucket.take()
+        query = {"watch": "1", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=timeout_seconds + 15)
+        try:
+            response = await self.api.call_api(
+                resource.path(), "GET", query_params=list(query.items()),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"], _preload_content=False,
+                _return_http_data_only=True, _request_timeout=timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__) from e
+        try:
+            if response.status >= 400:
+                raw = await response.read()
+                raise _error_of(response.status, response.reason or "", raw, response.headers)
+            if opened is not None:
+                opened()
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                    raise ApiError(NO_ANSWER, type(e).__name__,
+                                   str(e) or type(e).__name__) from e
+                if not line:
+                    return
+                if line.strip():
+                    event: dict[str, Any] = json.loads(line)
+                    yield event
+        finally:
+            response.close()  # a stream cut short must not go back to the pool

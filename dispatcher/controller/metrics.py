@@ -34,7 +34,12 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.models import State
 from dispatcher.cluster import ClusterState
-from dispatcher.lifecycle import REQUEUE_LIMIT_REACHED, WRAPPED_OBJECT_FAILED
+from dispatcher.lifecycle import (
+    PODS_LOST,
+    PODS_NOT_CREATED,
+    REQUEUE_LIMIT_REACHED,
+    WRAPPED_OBJECT_FAILED,
+)
 from dispatcher.resources import CPU
 
 from .runtime import Dispatcher, Observer
@@ -48,7 +53,7 @@ NONE = "None"  # an AppWrapper with no state or no condition yet
 STATES = tuple(s.value for s in State)
 CONDITIONS = tuple(c.value for c in ConditionType)
 REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceeded.value,
-                   Reason.Preempted.value)
+                   Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST)
 FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
                    Reason.DispatchDeadlineExceeded.value)
@@ -297,6 +302,8 @@ class MetricsServer:
         self.port = port
         self.max_cycle_age = max_cycle_age
         self.dispatcher: Dispatcher | None = None
+        # Set while this replica waits for the Lease: a standby is healthy.
+        self.standby: str | None = None
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -339,8 +346,13 @@ class MetricsServer:
 
     def health(self) -> tuple[bool, str]:
         d = self.dispatcher
+        if d is None and self.standby is not None:
+            return True, f"standby: {self.standby}"
         if d is None or not d.ready:
             return False, "starting: the cluster is not listed yet"
+        blind = d.blind()
+        if blind is not None:
+            return False, f"blind: {blind}; deciding nothing until the watch resumes"
         age = time.monotonic() - d.last_cycle_at
         if age > self.max_cycle_age:
             return False, (f"the admission loop has not finished a cycle for {age:.0f}s "

@@ -1,113 +1,186 @@
-"""kopf wiring: watches feed the Dispatcher; nothing else happens here.
+"""`dispatcher run`: wiring. Leader election, then informers feed the Dispatcher.
 
-Only stateless event handlers are used, so kopf writes nothing to the objects it
-watches (no finalizers, no progress annotations): the dispatcher's own status is the
-only state, and deleting an AppWrapper is never held up by the dispatcher.
+The process waits for the Lease (when leader election is on), lists nodes, then
+AppWrappers, then pods — in that order, so every AppWrapper's recorded items are known
+before its pods are checked against them — hands each listing to the dispatcher, and
+only then starts the admission loop. The informers keep memory current from there on
+(informer.py); the loop decides nothing while any of them is blind.
+
+Why not kopf: the dispatcher needs to know when a listing is complete (to drop what
+vanished during a watch gap) and when a watch is down (to stop deciding); kopf's watch
+streams hide both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
-import os
+import signal
 import threading
-from typing import Any
-
-import kopf
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dispatcher.admission import Fit
+from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 
-from .kube import Kube
-from .runtime import Dispatcher, Observer
+from .informer import Informer
+from .kube import Kube, Resource
+from .lease import LeaderElector
+from .runtime import APPWRAPPERS, Dispatcher, Observer
+
+if TYPE_CHECKING:
+    from .metrics import MetricsServer
 
 log = logging.getLogger("dispatcher")
 
+NODES = Resource("v1", "Node", "nodes", False)
+PODS = Resource("v1", "Pod", "pods", True)
 
-def make_registry() -> kopf.OperatorRegistry:
-    registry = kopf.OperatorRegistry()
-
-    @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.peering.standalone = True
-        settings.posting.enabled = False  # the dispatcher posts its own Events
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.networking.request_timeout = 60
-        # Only three fixed resources are watched, cluster-wide: no need to observe CRDs
-        # or namespaces, so the service account needs no permission on them.
-        settings.scanning.disabled = True
-        observer = await _serve_metrics(memo)
-        kube = await Kube.connect(memo.kubeconfig)
-        memo.dispatcher = Dispatcher(kube, memo.policy, memo.fit, observer=observer)
-        if memo.metrics_server is not None:
-            memo.metrics_server.dispatcher = memo.dispatcher
-        await memo.dispatcher.start()
-        log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
-                 memo.policy.name, memo.fit, len(memo.dispatcher.state.nodes),
-                 len(memo.dispatcher.tracked))
-
-    @kopf.on.cleanup(registry=registry)
-    async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-        d: Dispatcher | None = getattr(memo, "dispatcher", None)
-        if d is not None:
-            await d.stop()
-            await d.kube.close()
-        server = getattr(memo, "metrics_server", None)
-        if server is not None:
-            await server.stop()
-
-    @kopf.on.login(registry=registry)
-    def login(memo: kopf.Memo, **kwargs: Any) -> Any:
-        if memo.kubeconfig:
-            os.environ["KUBECONFIG"] = memo.kubeconfig
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.dispatcher.on_node(event["type"] or "ADDED", event["object"])
-
-    @kopf.on.event("", "v1", "pods", registry=registry)
-    async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.dispatcher.on_pod(event["type"] or "ADDED", event["object"])
-
-    @kopf.on.event("workload.codeflare.dev", "v1beta1", "appwrappers", registry=registry)
-    async def appwrapper_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-        memo.dispatcher.on_appwrapper(event["type"] or "ADDED", event["object"])
-
-    return registry
+EXIT_LOST_LEADERSHIP = 3
 
 
-async def _serve_metrics(memo: kopf.Memo) -> Observer | None:
-    """Start /metrics and /healthz once (the startup handler may be retried)."""
-    if not memo.metrics_port:
+@dataclass
+class Settings:
+    policy: Policy
+    fit: Fit = "per-node"
+    kubeconfig: str | None = None
+    metrics_port: int = 0
+    metrics_host: str = "0.0.0.0"
+    timing: Timing = DEFAULT_TIMING
+    qps: float = 50.0
+    burst: int = 100
+    resync_seconds: float = 600.0
+    leader_election: bool = False
+    lease_namespace: str = "default"
+    lease_name: str = "dispatcher"
+    watch_seconds: int = 240
+
+
+class Operator:
+    """One dispatcher process: metrics, leadership, informers, the loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dispatcher: Dispatcher | None = None
+        self.informers: list[Informer] = []
+        self.elector: LeaderElector | None = None
+        self.metrics_server: MetricsServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def blind(self) -> str | None:
+        for informer in self.informers:
+            reason = informer.blind_reason()
+            if reason is not None:
+                return reason
         return None
-    if memo.metrics_server is None:
+
+    async def _serve_metrics(self) -> Observer | None:
+        s = self.settings
+        if not s.metrics_port:
+            return None
         from .metrics import MetricsServer, PrometheusObserver
 
-        server = MetricsServer(PrometheusObserver(), memo.metrics_port, memo.metrics_host)
+        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host)
+        await server.start()
+        self.metrics_server = server
+        observer: Observer = server.observer
+        return observer
+
+    async def run(self, stop: asyncio.Event) -> int:
+        s = self.settings
+        observer = await self._serve_metrics()
+        kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst)
         try:
-            await server.start()
-        except OSError as e:
-            raise kopf.PermanentError(
-                f"cannot serve metrics on {memo.metrics_host}:{memo.metrics_port}: {e}; "
-                "choose another --metrics-port, or 0 to serve none") from e
-        memo.metrics_server = server
-    observer: Observer = memo.metrics_server.observer
-    return observer
+            if s.leader_election:
+                self.elector = LeaderElector(kube, s.lease_namespace, s.lease_name)
+                if self.metrics_server is not None:
+                    self.metrics_server.standby = (
+                        f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
+                acquired = asyncio.ensure_future(self.elector.acquire())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not acquired.done():
+                    acquired.cancel()
+                    return 0
+                stopped.cancel()
+            d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing)
+            self.dispatcher = d
+            d.blind = self.blind
+            if self.metrics_server is not None:
+                self.metrics_server.standby = None
+                self.metrics_server.dispatcher = d
+            await self._start_informers(d, kube)
+            d.start()
+            log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
+                     s.policy.name, s.fit, len(d.state.nodes), len(d.tracked))
+            waits = [asyncio.ensure_future(stop.wait())]
+            if self.elector is not None:
+                waits.append(asyncio.ensure_future(self.elector.lost.wait()))
+                self._tasks.append(asyncio.create_task(self.elector.keep()))
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+            lost = self.elector is not None and self.elector.lost.is_set()
+            await self._stop(d)
+            if lost:
+                log.error("leadership lost: exiting so that a fresh process campaigns")
+                return EXIT_LOST_LEADERSHIP
+            if self.elector is not None:
+                await self.elector.release()
+            return 0
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await kube.close()
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
+
+    async def _start_informers(self, d: Dispatcher, kube: Kube) -> None:
+        s = self.settings
+        for resource, on_event in ((NODES, d.on_node), (APPWRAPPERS, d.on_appwrapper),
+                                   (PODS, d.on_pod)):
+            informer = Informer(kube, resource, on_event,
+                                functools.partial(d.relisted, resource.kind),
+                                watch_seconds=s.watch_seconds,
+                                resync_seconds=s.resync_seconds)
+            self.informers.append(informer)
+            self._tasks.append(asyncio.create_task(informer.run(),
+                                                   name=f"informer-{resource.plural}"))
+            await informer.listed.wait()
+
+    async def _stop(self, d: Dispatcher) -> None:
+        await d.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
 
 
-async def operate(policy: Policy, fit: Fit, kubeconfig: str | None,
-                  liveness: str | None = None,
-                  stop_flag: asyncio.Event | threading.Event | None = None,
-                  metrics_port: int = 0, metrics_host: str = "0.0.0.0") -> None:
-    """Run until stopped (a signal, or `stop_flag`). With `metrics_port`, serve
-    Prometheus metrics on /metrics and the admission loop's health on /healthz."""
-    memo = kopf.Memo(policy=policy, fit=fit, kubeconfig=kubeconfig,
-                     metrics_port=metrics_port, metrics_host=metrics_host,
-                     metrics_server=None)
-    await kopf.operator(
-        registry=make_registry(), clusterwide=True, memo=memo,
-        liveness_endpoint=liveness, stop_flag=stop_flag,
-    )
+async def operate(settings: Settings,
+                  stop_flag: asyncio.Event | threading.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status."""
+    stop = stop_flag if isinstance(stop_flag, asyncio.Event) else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+    watcher: asyncio.Task[None] | None = None
+    if isinstance(stop_flag, threading.Event):
+        flag = stop_flag
+
+        async def poll() -> None:
+            while not flag.is_set():
+                await asyncio.sleep(0.2)
+            stop.set()
+
+        watcher = asyncio.create_task(poll())
+    try:
+        return await Operator(settings).run(stop)
+    finally:
+        if watcher is not None:
+            watcher.cancel()

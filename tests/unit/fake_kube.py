@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.controller.kube import ApiError, Resource
@@ -21,6 +23,9 @@ SERVED = {
     ("ray.io/v1", "RayCluster"): ("rayclusters", True),
     ("kubeflow.org/v1", "PyTorchJob"): ("pytorchjobs", True),
     ("workload.codeflare.dev/v1beta1", "AppWrapper"): ("appwrappers", True),
+    ("coordination.k8s.io/v1", "Lease"): ("leases", True),
+    ("apps/v1", "ReplicaSet"): ("replicasets", True),
+    ("apps/v1", "Deployment"): ("deployments", True),
 }
 
 
@@ -35,11 +40,21 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 class FakeKube:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.objects: dict[str, dict[str, Any]] = {}  # path -> object
         self.writes: list[tuple[str, str]] = []
         self.fail: dict[tuple[str, str], ApiError] = {}  # (method, path prefix) -> error
+        # (method, path prefix) -> errors raised once each, in order, before answering.
+        self.fail_next: dict[tuple[str, str], list[ApiError]] = {}
+        # (method, path prefix) -> errors raised once each AFTER the request took effect
+        # (a timeout whose request landed anyway).
+        self.lost_answer: dict[tuple[str, str], list[ApiError]] = {}
+        self.clock = clock
         self._uids = itertools.count(1)
+        self._versions = itertools.count(1)
+
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        obj.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
 
     # --- helpers for tests -------------------------------------------------------
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +62,11 @@ class FakeKube:
         meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", f"uid-{next(self._uids)}")
         meta.setdefault("generation", 1)
+        meta.setdefault("creationTimestamp", datetime.fromtimestamp(
+            self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         path = res.path(meta.get("namespace"), meta["name"])
         self.objects[path] = copy.deepcopy(obj)
+        self._stamp(self.objects[path])
         return self.objects[path]
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str
@@ -79,12 +97,26 @@ class FakeKube:
         return [copy.deepcopy(o) for o in self.objects.values()
                 if o.get("kind") == resource.kind]
 
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None
+                                ) -> tuple[list[dict[str, Any]], str]:
+        return await self.list(resource, label_selector), str(next(self._versions))
+
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
-                      content_type: str = "application/json") -> Any:
+                      content_type: str = "application/json", retry: bool = True) -> Any:
         for (m, prefix), error in self.fail.items():
             if m == method and path.startswith(prefix):
                 raise error
+        for (m, prefix), errors in self.fail_next.items():
+            if m == method and path.startswith(prefix) and errors:
+                raise errors.pop(0)
+        answer = self._answer(method, path, body)
+        for (m, prefix), errors in self.lost_answer.items():
+            if m == method and path.startswith(prefix) and errors:
+                raise errors.pop(0)
+        return answer
+
+    def _answer(self, method: str, path: str, body: Any) -> Any:
         if method == "GET":
             if path in self.objects:
                 return copy.deepcopy(self.objects[path])
@@ -98,7 +130,10 @@ class FakeKube:
             full = f"{path}/{meta['name']}"
             if full in self.objects:
                 raise ApiError(409, "AlreadyExists", f"{meta['name']} already exists")
-            meta.setdefault("uid", f"uid-{next(self._uids)}")
+            meta["uid"] = f"uid-{next(self._uids)}"
+            meta["creationTimestamp"] = datetime.fromtimestamp(
+                self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._stamp(obj)
             self.objects[full] = obj
             return copy.deepcopy(obj)
         if method == "PATCH":
@@ -111,10 +146,26 @@ class FakeKube:
                 raise ApiError(409, "Conflict", "uid precondition failed")
             patch = {"status": body["status"]} if path.endswith("/status") else body
             merge(target, patch)
+            self._stamp(target)
             return copy.deepcopy(target)
+        if method == "PUT":
+            if path not in self.objects:
+                raise ApiError(404, "NotFound", f"{path} not found")
+            current = self.objects[path]
+            want = (body.get("metadata") or {}).get("resourceVersion")
+            if want and want != current["metadata"].get("resourceVersion"):
+                raise ApiError(409, "Conflict", "the object has been modified")
+            obj = copy.deepcopy(body)
+            obj["metadata"] = {**current["metadata"], **obj.get("metadata", {})}
+            self._stamp(obj)
+            self.objects[path] = obj
+            return copy.deepcopy(obj)
         if method == "DELETE":
             if path not in self.objects:
                 raise ApiError(404, "NotFound", f"{path} not found")
+            want = ((body or {}).get("preconditions") or {}).get("uid")
+            if want and want != self.objects[path]["metadata"]["uid"]:
+                raise ApiError(409, "Conflict", "uid precondition failed")
             del self.objects[path]
             return {}
         raise AssertionError(f"unexpected {method} {path}")

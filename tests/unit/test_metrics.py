@@ -145,10 +145,10 @@ def test_a_gang_that_does_not_start_counts_a_requeue() -> None:
         obs = PrometheusObserver()
         d = await started(kube, clock, obs)
         await d.cycle()
-        clock.now += 61  # no pod ever started
+        clock.now += 61  # no pod ever appeared
         await d.cycle()
         m = scrape(obs)
-        assert value(m, "dispatcher_requeues_total", reason="MinPodsNotRunning") == 1
+        assert value(m, "dispatcher_requeues_total", reason="PodsNotCreated") == 1
         assert value(m, "dispatcher_dispatches_total") == 2  # dispatched again at once
         assert value(m, "dispatcher_admission_wait_time_seconds_count") == 2
 
@@ -162,13 +162,16 @@ def test_completions_are_counted() -> None:
         obs = PrometheusObserver()
         d = await started(kube, clock, obs)
         await d.cycle()
-        done = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "a-0", "namespace": "team",
-                             "labels": {"workload.codeflare.dev/appwrapper": "a"}},
-                "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
-                "status": {"phase": "Succeeded"}}
         j = kube.get("batch/v1", "Job", "team", "a")
         assert j is not None
+        done = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a-0", "namespace": "team",
+                             "labels": {"workload.codeflare.dev/appwrapper": "a"},
+                             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                                  "name": "a", "controller": True,
+                                                  "uid": j["metadata"]["uid"]}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+                "status": {"phase": "Succeeded"}}
         j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
         d.on_pod("ADDED", done)
         await d.cycle()

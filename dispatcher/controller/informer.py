@@ -1,0 +1,132 @@
+"""List and watch one resource, and never trust a view with a gap in it.
+
+The informer lists the resource, hands the complete listing to the dispatcher (which
+reconciles memory with it: what is not listed any more is dropped), then watches from
+the listing's resourceVersion. It keeps the resourceVersion of every event and
+bookmark, so a watch the server ends (its timeout) resumes without a gap. It lists
+again when the server says the version is too old (410 Gone), and periodically as a
+backstop (`resync_seconds`).
+
+A watch that breaks — the API server restarted, a proxy cut the stream, the connection
+went silent past the server's own timeout — makes the informer *not live* until a new
+watch is open: the dispatcher decides nothing while any informer is not live, and
+/healthz says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .kube import ApiError, Kube, Resource
+
+log = logging.getLogger("dispatcher.informer")
+
+OnEvent = Callable[[str, Mapping[str, Any]], None]
+OnListed = Callable[[list[dict[str, Any]]], None]
+
+
+class Informer:
+    def __init__(self, kube: Kube, resource: Resource, on_event: OnEvent,
+                 on_listed: OnListed, watch_seconds: int = 240, resync_seconds: float = 600,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.on_event = on_event
+        self.on_listed = on_listed
+        self.watch_seconds = watch_seconds
+        self.resync_seconds = resync_seconds
+        self.clock = clock
+        self.listed = asyncio.Event()  # the first complete listing was handed over
+        self.live = False
+        self.lost_since: float | None = clock()
+        self.problem = "not listed yet"
+        self.relists = 0
+        self.events = 0
+        self._version: str | None = None
+        self._listed_at = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.resource.plural
+
+    def blind_reason(self) -> str | None:
+        if self.live:
+            return None
+        since = "" if self.lost_since is None else \
+            f" for {self.clock() - self.lost_since:.0f}s"
+        return f"{self.name}: not watching{since} ({self.problem})"
+
+    def _lost(self, problem: str) -> None:
+        if self.live:
+            log.warning("watch of %s lost: %s", self.name, problem)
+            self.lost_since = self.clock()
+        self.live = False
+        self.problem = problem
+
+    async def _list(self) -> None:
+        items, version = await self.kube.list_with_version(self.resource)
+        self.on_listed(items)
+        self._version = version
+        self._listed_at = self.clock()
+        self.relists += 1
+        self.listed.set()
+        self._resumed()  # a fresh complete view; the watch replays from its version
+        log.info("listed %d %s at version %s", len(items), self.name, version)
+
+    async def run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                if self._version is None or (
+                        self.resync_seconds and
+                        self.clock() - self._listed_at >= self.resync_seconds):
+                    await self._list()
+                await self._watch()
+                delay = 0.5
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                if e.status == 410:
+                    self._version = None  # too old: list again, then watch
+                    continue
+                self._lost(str(e))
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 5.0)
+            except Exception as e:  # a bad event must not end the watch for good
+                log.exception("watch of %s failed", self.name)
+                self._lost(repr(e))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _watch(self) -> None:
+        assert self._version is not None
+        # Spread the watches' ends so three informers do not all reconnect at once.
+        seconds = int(self.watch_seconds * random.uniform(0.8, 1.0))
+        stream = self.kube.watch(self.resource, self._version, seconds, opened=self._resumed)
+        async for event in stream:
+            kind = str(event.get("type", ""))
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                code = int(obj.get("code") or 0)
+                raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "")))
+            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            if version:
+                self._version = version
+            if kind == "BOOKMARK":
+                continue
+            obj.setdefault("apiVersion", self.resource.api_version)
+            obj.setdefault("kind", self.resource.kind)
+            self.events += 1
+            self.on_event(kind, obj)
+
+    def _resumed(self) -> None:
+        if not self.live and self.problem != "not listed yet":
+            log.info("watching %s again", self.name)
+        self.live = True
+        self.lost_since = None
+        self.problem = ""

@@ -1,0 +1,352 @@
+"""Intake: watch events and listings into memory. No API calls, no waiting.
+
+- Nodes and pods update the cluster state (free capacity per node); a pod counts for an
+  AppWrapper's gang only once its owner chain proves it (ownership.py).
+- AppWrappers are parsed and placed: queued, dispatched (its items may still need
+  creating, its unbound pods a reservation), running, or done. A restarted dispatcher
+  learns everything here from the listing, since all durable state is in the API.
+- A listing (at start, after a watch gap, or the periodic resync) is reconciled with
+  memory: what is not in it any more is dropped, as if its DELETED event had come.
+- Spec edits: a queued wrapper is re-read; a Failed one is queued again (its message
+  told the user to apply it again); a dispatched one whose items changed is torn down and
+  requeued with the new spec — an edit never swaps what was admitted for something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from dispatcher.admission import queued_from_appwrapper
+from dispatcher.api.conditions import ConditionType, Reason, latest
+from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
+from dispatcher.cluster import bound_pod_from_object, node_from_object
+from dispatcher.kinds.completion import item_outcome
+from dispatcher.resources import GPU
+
+from .items import MAX_LABEL_VALUE
+from .memory import Memory
+from .status import Change, is_newer, status_body
+from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
+
+log = logging.getLogger("dispatcher")
+
+# Failed for these reasons means the dispatcher tore (or was tearing) the items down.
+TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
+                              "RequeueLimitReached"})
+
+
+def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
+    """The queue's arrival time. creationTimestamp has whole seconds only, so wrappers
+    created within one second would tie (and be ordered by uid); within its creation
+    second, the moment this dispatcher first saw it keeps the order they arrived in."""
+    if recorded is not None:
+        return recorded.timestamp()
+    if created is None:
+        return now
+    second = created.timestamp()
+    return min(max(now, second), second + 0.999_999)
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
+def _status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
+    try:
+        return AppWrapperStatus.model_validate(obj.get("status") or {})
+    except ValueError:
+        return AppWrapperStatus()
+
+
+class Intake:
+    def __init__(self, memory: Memory, clock: Callable[[], float],
+                 on_failed: Callable[[str], None] = lambda reason: None) -> None:
+        self.m = memory
+        self.clock = clock
+        self.on_failed = on_failed
+        # Dispatched wrappers to tear down and queue again (items edited, or a requeue
+        # that a restart cut short).
+        self.requeues_due: set[Key] = set()
+        # Pods whose owner chain is being looked up, and their phase meanwhile.
+        self._pending_buckets: dict[tuple[str, str], Bucket | None] = {}
+
+    # --- nodes -------------------------------------------------------------------------
+
+    def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        state = self.m.state
+        if event == "DELETED":
+            if name not in state.nodes:
+                return
+            state.remove_node(name)
+        else:
+            node = node_from_object(obj)
+            if state.nodes.get(name) == node:
+                return  # a heartbeat: nothing the fit looks at has changed
+            state.upsert_node(node)
+        self.m.empty_answers = type(self.m.empty_answers)()
+        self.m.wake.set()
+
+    # --- pods --------------------------------------------------------------------------
+
+    def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
+        key = _key(obj)
+        gone = event == "DELETED"
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        claim = labels.get(APPWRAPPER_LABEL)
+        claimed: Key | None = (key[0], str(claim)) if claim else None
+        owner: Key | None = None
+        if gone:
+            self.m.pods.pop(key, None)
+            self.m.ownership.drop_pod(key)
+            self._pending_buckets.pop(key, None)
+        else:
+            self.m.pods[key] = claimed
+            if claimed is not None:
+                proven = self.m.ownership.owner_of(obj, claimed)
+                owner = proven if isinstance(proven, tuple) and proven == claimed else None
+                if proven is False:
+                    self._pending_buckets[key] = pod_bucket(dict(obj))
+        bound = None if gone else bound_pod_from_object(obj)
+        if bound is not None:
+            # Only a proven member takes a planned pod off its gang's reservation.
+            bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
+        changed = self.m.state.pod(key) != bound
+        if changed:
+            self.m.state.upsert_pod(key, bound)
+        if claimed is not None:
+            t = self.m.tracked.get(claimed)
+            if t is not None:
+                bucket = pod_bucket(dict(obj)) if owner is not None else None
+                changed |= self._count(t, key[1], bucket)
+                if owner is not None and t.phase == "done" and t.teardown_due:
+                    changed = True  # pods of a failed gang appeared: tear it down again
+        if changed:
+            self.m.wake.set()
+
+    def _count(self, t: Tracked, pod: str, bucket: Bucket | None) -> bool:
+        before = t.pods.get(pod)
+        if bucket is None:
+            t.pods.pop(pod, None)
+        else:
+            t.pods[pod] = bucket
+        if bucket != before:
+            t.outcome_stale = True
+            return True
+        return False
+
+    def proven(self, decided: Mapping[tuple[str, str], Key | None]) -> None:
+        """Owner lookups finished (in the loop): count the pods now proven."""
+        for key, owner in decided.items():
+            bucket = self._pending_buckets.pop(key, None)
+            bound = self.m.state.pod(key)
+            if owner is None:
+                continue
+            if bound is not None:
+                self.m.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
+            t = self.m.tracked.get(owner)
+            if t is not None:
+                self._count(t, key[1], bucket)
+        self.m.wake.set()
+
+    # --- AppWrappers -------------------------------------------------------------------
+
+    def on_appwrapper(self, event: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = _key(obj)
+        uid = str(meta.get("uid", ""))
+        generation = int(meta.get("generation") or 0)
+        t = self.m.tracked.get(key)
+        if event == "DELETED":
+            if t is not None and t.uid == uid:
+                self.m.forget(t)
+                self.m.wake.set()
+            return
+        if t is not None and t.uid == uid:
+            self._observed_status(t, obj)
+            if generation == t.generation:
+                return  # our own status write coming back, or a label change
+            self._edited(t, obj, generation)
+            self.m.wake.set()
+            return
+        if t is not None:
+            self.m.forget(t)  # replaced by a new object of the same name
+        self._intake(key, obj)
+        self.m.wake.set()
+
+    def _observed_status(self, t: Tracked, obj: Mapping[str, Any]) -> None:
+        """The API's status is the truth about what was written: a write we thought had
+        failed (a timeout) may have landed. Late echoes of our own writes are skipped."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if t.written_version and version and not is_newer(version, t.written_version):
+            return
+        t.written = status_body(_status_of(obj))
+        if version:
+            t.written_version = version
+
+    def _edited(self, t: Tracked, obj: Mapping[str, Any], generation: int) -> None:
+        if t.phase == "queued":
+            self.m.forget(t)
+            self._intake(t.key, obj, keep=t)
+            return
+        if t.phase == "done":
+            if t.status.state == "Failed":
+                self.m.forget(t)
+                again = self._intake(t.key, obj, keep=t, requeue_failed=True)
+                log.info("%s/%s: spec changed after it failed; queued again", *t.key)
+                if again is not None:
+                    again.generation = generation
+            else:
+                t.generation = generation
+            return
+        # Dispatched or running: only an edit of what it creates matters.
+        t.generation = generation
+        try:
+            aw = parse_appwrapper(obj)
+        except InvalidSpec:
+            self.requeues_due.add(t.key)
+            return
+        if t.aw is not None and items_digest(aw) != items_digest(t.aw):
+            self.requeues_due.add(t.key)
+        else:
+            t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
+
+    def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
+                requeue_failed: bool = False) -> Tracked | None:
+        meta = obj.get("metadata") or {}
+        now = self.clock()
+        if keep is not None:
+            status = keep.status
+            written = keep.written
+        else:
+            status = _status_of(obj)
+            written = status_body(status)
+        t = Tracked(key=key, uid=str(meta.get("uid", "")),
+                    generation=int(meta.get("generation") or 0), aw=None,
+                    status=status, written=written, first_seen=now)
+        if keep is not None:
+            t.written_version = keep.written_version
+            t.last_write_at = keep.last_write_at
+        else:
+            last = latest(status.conditions)
+            stamp = last.lastUpdateMicroTime if last is not None else None
+            t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
+        self.m.tracked[key] = t
+        if status.state in ("Completed", "Failed") and not requeue_failed:
+            t.phase = "done"
+            last = latest(status.conditions)
+            t.teardown_due = status.state == "Failed" and last is not None \
+                and last.reason in TEARDOWN_REASONS
+            if t.teardown_due:
+                try:
+                    t.aw = parse_appwrapper(obj)
+                except InvalidSpec:
+                    t.teardown_due = False
+            return t
+        change = Change(t, now, status.model_copy(deep=True))
+        try:
+            aw = parse_appwrapper(obj)
+        except InvalidSpec as e:
+            self.fail_spec(t, change, "; ".join(e.problems))
+            return t
+        t.aw = aw
+        t.first_seen = keep.first_seen if keep is not None else _first_seen(
+            status.controllerfirsttimestamp, aw.metadata.creationTimestamp, now)
+        if len(key[1]) > MAX_LABEL_VALUE:
+            self.fail_spec(t, change, f"metadata.name is {len(key[1])} characters long; the "
+                           "dispatcher labels what it creates with the AppWrapper's name, "
+                           f"so it must be at most {MAX_LABEL_VALUE}")
+            return t
+        queued = queued_from_appwrapper(aw, t.first_seen)
+        if queued.invalid is not None:
+            self.fail_spec(t, change, queued.invalid)
+            return t
+        t.queued = queued
+        t.expected_pods = sum(g.pod_set.count for g in queued.gang)
+        t.completable = tuple(
+            i for i, item in enumerate(aw.spec.resources.GenericItems)
+            if item_outcome(item.generictemplate, item.completionstatus) is not None
+        )
+        if requeue_failed:
+            status.state = "Pending"
+            status.numberOfRequeueings = 0
+            status.wrappedItems = []
+            status.admittedDigest = ""
+            change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
+                             "the spec changed after the failure: queued again")
+            self.m.unwritten.add(key)
+        if not status.conditions:
+            # The whole MCAD chain, written with the first decision in one PATCH.
+            change.condition(ConditionType.Init, "", "")
+            change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
+                             "waiting for the first admission cycle")
+            status.controllerfirsttimestamp = now_dt(t.first_seen)
+            status.state = "Pending"
+            status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
+                                       for g in queued.gang)
+        for uid in (i.uid for i in status.wrappedItems):
+            self.m.ownership.add_item(uid, key)
+        last = latest(status.conditions)
+        kind = last.type if last is not None else ""
+        if kind in (ConditionType.Dispatched, ConditionType.Running):
+            since = next((c.lastTransitionMicroTime for c in reversed(status.conditions)
+                          if c.type == ConditionType.Dispatched), None)
+            t.dispatched_at = since.timestamp() if since is not None else now
+            t.phase = "running" if kind == ConditionType.Running else "dispatched"
+            t.needs_items = True
+            t.needs_reservation = t.phase == "dispatched"
+            if status.admittedDigest and status.admittedDigest != items_digest(aw):
+                self.requeues_due.add(key)  # edited while this dispatcher was down
+        elif kind == ConditionType.PreemptCandidate:
+            # A requeue was cut short by a restart: finish the teardown first.
+            t.phase = "dispatched"
+            t.teardown_due = True
+            self.requeues_due.add(key)
+        else:
+            self.m.queue.put(queued)
+        return t
+
+    def fail_spec(self, t: Tracked, change: Change, message: str) -> None:
+        t.phase = "done"
+        t.queued = None
+        t.status.state = "Failed"
+        change.condition(ConditionType.Failed, Reason.InvalidSpec, message)
+        self.m.unwritten.add(t.key)
+        self.on_failed(Reason.InvalidSpec)
+
+    # --- listings ------------------------------------------------------------------------
+
+    def relisted(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A complete listing of `kind` (Node, Pod, AppWrapper): reconcile memory."""
+        objs = list(objects)
+        if kind == "Node":
+            present = {str((o.get("metadata") or {}).get("name")) for o in objs}
+            for name in [n for n in self.m.state.nodes if n not in present]:
+                self.on_node("DELETED", {"metadata": {"name": name}})
+            for o in objs:
+                self.on_node("ADDED", o)
+        elif kind == "Pod":
+            present_pods = {_key(o) for o in objs}
+            for key in [k for k in self.m.pods if k not in present_pods]:
+                self.on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1],
+                                                     "labels": _claim_labels(self.m.pods[key])}})
+            for o in objs:
+                self.on_pod("ADDED", o)
+        elif kind == "AppWrapper":
+            present_uids = {(_key(o), str((o.get("metadata") or {}).get("uid", "")))
+                            for o in objs}
+            for t in [t for t in self.m.tracked.values() if (t.key, t.uid) not in present_uids]:
+                self.m.forget(t)
+            for o in objs:
+                self.on_appwrapper("ADDED", o)
+        self.m.wake.set()
+
+
+def _claim_labels(claimed: Key | None) -> dict[str, str]:
+    return {APPWRAPPER_LABEL: claimed[1]} if claimed is not None else {}

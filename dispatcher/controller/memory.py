@@ -1,0 +1,45 @@
+"""What the dispatcher holds in memory: a cache of the API, rebuilt from listings.
+
+Watch handlers (intake.py) write it; the admission loop (runtime.py) reads it and acts.
+It never calls the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dispatcher.admission import EmptyClusterAnswers
+from dispatcher.cluster import ClusterState
+from dispatcher.queue import AdmissionQueue, Policy
+
+from .ownership import Ownership
+from .tracked import Key, Tracked
+
+
+class Memory:
+    def __init__(self, policy: Policy) -> None:
+        self.tracked: dict[Key, Tracked] = {}
+        self.state = ClusterState()
+        self.queue = AdmissionQueue(policy)
+        self.ownership = Ownership()
+        # Every pod seen and the AppWrapper its label claims (None: no claim), so a
+        # relisting can tell which pods vanished while the watch was down.
+        self.pods: dict[tuple[str, str], Key | None] = {}
+        self.wake = asyncio.Event()
+        # Replaced, not cleared, on a node change: a cycle in the executor keeps its own.
+        self.empty_answers = EmptyClusterAnswers()
+        self.unwritten: set[Key] = set()  # status changed outside the loop's own steps
+
+    def forget(self, t: Tracked) -> None:
+        """Drop `t` — only if it is still the object held under its key (a late answer
+        about an old object must not drop its successor of the same name)."""
+        if self.tracked.get(t.key) is not t:
+            return
+        del self.tracked[t.key]
+        if t.queued is not None and self.queue.get(t.key) is t.queued:
+            self.queue.remove(t.key)
+        self.state.release(t.key)
+        self.ownership.forget(t.key)
+
+    def current(self, t: Tracked) -> bool:
+        return self.tracked.get(t.key) is t

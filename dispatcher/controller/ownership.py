@@ -1,0 +1,150 @@
+"""Which AppWrapper a pod belongs to, proven through its owner chain.
+
+A label is not proof: anyone who may create pods in a namespace may put the
+AppWrapper label on one. A pod counts for a gang only when its controller owner chain
+(pod -> ReplicaSet -> Deployment, pod -> Job -> JobSet, pod -> RayCluster, …) reaches
+one of the objects the dispatcher created for that AppWrapper (their uids are known
+from the create, or recorded in the AppWrapper's status), or when the pod itself is
+such an object. Owners not yet known are looked up by the admission loop (one GET
+each, cached by uid); watch handlers never call the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("dispatcher")
+
+Key = tuple[str, str]
+PodKey = tuple[str, str]
+# Enough for pod -> ReplicaSet -> Deployment and pod -> Job -> JobSet/RayJob.
+MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    namespace: str
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
+            return OwnerRef(str(meta.get("namespace") or "default"),
+                            str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
+                            str(ref.get("name", "")), str(ref["uid"]))
+    return None
+
+
+# Fetches an owner object, or None when it does not exist.
+Fetch = Callable[[OwnerRef], Awaitable[Mapping[str, Any] | None]]
+
+
+class Ownership:
+    def __init__(self) -> None:
+        # uid of an item or of an object below one -> its AppWrapper; None: proven not
+        # below any item (a pod under it never counts).
+        self._root: dict[str, Key | None] = {}
+        self._unknown: dict[str, OwnerRef] = {}  # owners to look up
+        self._waiting: dict[str, dict[PodKey, Key]] = {}  # owner uid -> pods claiming a key
+        # Pods whose chain did not reach their claimed AppWrapper, with their owner: an
+        # item learned later (adopted after a restart) may still prove them.
+        self._rejected: dict[PodKey, tuple[Key, OwnerRef]] = {}
+
+    def add_item(self, uid: str, owner: Key) -> None:
+        if self._root.get(uid) == owner:
+            return
+        self._root[uid] = owner
+        for u in [u for u, k in self._root.items() if k is None]:
+            del self._root[u]
+        for pod, (claimed, ref) in list(self._rejected.items()):
+            if claimed == owner:
+                del self._rejected[pod]
+                self._unknown.setdefault(ref.uid, ref)
+                self._waiting.setdefault(ref.uid, {})[pod] = claimed
+
+    def forget(self, owner: Key) -> None:
+        """The AppWrapper is gone or requeued: its items' uids prove nothing any more."""
+        for uid in [u for u, k in self._root.items() if k == owner]:
+            del self._root[uid]
+
+    def owner_of(self, pod: Mapping[str, Any], claimed: Key) -> Key | bool | None:
+        """The AppWrapper the pod is proven to belong to; None if proven foreign;
+        False while its owner chain is still being looked up (it is then queued)."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name")))
+        own_uid = str(meta.get("uid", ""))
+        if own_uid in self._root:
+            return self._root[own_uid]
+        ref = controller_ref(pod)
+        if ref is None:
+            return None
+        if ref.uid in self._root:
+            root = self._root[ref.uid]
+            if root != claimed:
+                self._rejected[key] = (claimed, ref)
+            return root
+        self._unknown.setdefault(ref.uid, ref)
+        self._waiting.setdefault(ref.uid, {})[key] = claimed
+        return False
+
+    def drop_pod(self, key: PodKey) -> None:
+        self._rejected.pop(key, None)
+        for uid in list(self._waiting):
+            pods = self._waiting[uid]
+            pods.pop(key, None)
+            if not pods:
+                del self._waiting[uid]
+                self._unknown.pop(uid, None)
+
+    @property
+    def unresolved(self) -> int:
+        return len(self._unknown)
+
+    async def resolve(self, fetch: Fetch) -> dict[PodKey, Key | None]:
+        """Look up every unknown owner; return the waiting pods now decided, with the
+        AppWrapper each belongs to (None: not proven, never counted)."""
+        decided: dict[PodKey, Key | None] = {}
+        for uid, ref in list(self._unknown.items()):
+            try:
+                root = await self._walk(ref, fetch)
+            except Exception as e:  # the API did not answer: try again next cycle
+                log.debug("owner %s %s/%s not looked up: %s", ref.kind, ref.namespace,
+                          ref.name, e)
+                continue
+            self._unknown.pop(uid, None)
+            for pod, claimed in self._waiting.pop(uid, {}).items():
+                if root == claimed:
+                    decided[pod] = root
+                else:
+                    decided[pod] = None
+                    self._rejected[pod] = (claimed, ref)
+        return decided
+
+    async def _walk(self, ref: OwnerRef, fetch: Fetch) -> Key | None:
+        chain: list[str] = []
+        current: OwnerRef | None = ref
+        root: Key | None = None
+        for _ in range(MAX_DEPTH):
+            if current is None:
+                break
+            if current.uid in self._root:
+                root = self._root[current.uid]
+                break
+            obj = await fetch(current)
+            if obj is None:
+                break  # gone: nothing below it can be proven ours
+            if str((obj.get("metadata") or {}).get("uid", "")) != current.uid:
+                break  # replaced by another object of that name
+            chain.append(current.uid)
+            current = controller_ref(obj)
+        for uid in chain:
+            self._root[uid] = root
+        return root

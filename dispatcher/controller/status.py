@@ -1,0 +1,201 @@
+"""Writing AppWrapper status: conditions, one PATCH per change, Events after it.
+
+- A change is prepared in memory (:meth:`StatusWriter.begin`), then committed by one
+  merge PATCH with a uid precondition. Only when the PATCH succeeded do its Events go
+  out; when it fails the in-memory status goes back to what the API server has, so
+  memory is never ahead of the API.
+- Nothing is written when nothing changed. A change of message alone (a waiting
+  wrapper's shortfall moves with every pod that binds anywhere) is written at most once
+  per `message_interval` per wrapper: queued wrappers do not turn each unrelated event
+  into hundreds of PATCHes.
+- Every condition reached in one step goes into the same PATCH, and one Event names
+  them all (``Queueing → HeadOfLine → Dispatched: …``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.api.conditions import ConditionType, latest, set_condition
+from dispatcher.api.models import AppWrapperStatus
+
+from .kube import ApiError, Kube, Resource
+from .tracked import Tracked, now_dt
+
+log = logging.getLogger("dispatcher")
+
+APPWRAPPERS = Resource("workload.codeflare.dev/v1beta1", "AppWrapper", "appwrappers", True)
+EVENTS = Resource("v1", "Event", "events", True)
+
+MESSAGE_INTERVAL_SECONDS = 60.0
+MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
+WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
+                           ConditionType.PreemptCandidate})
+
+
+def status_body(status: AppWrapperStatus) -> dict[str, Any]:
+    body: dict[str, Any] = status.model_dump(mode="json", exclude_none=True)
+    return body
+
+
+def _without_messages(body: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in body.items() if k != "message"}
+    conditions = [dict(c) for c in body.get("conditions", [])]
+    if conditions:
+        last = conditions[-1]
+        last.pop("message", None)
+        last.pop("lastUpdateMicroTime", None)
+    out["conditions"] = conditions
+    return out
+
+
+def _cap(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
+
+
+@dataclass
+class Change:
+    """A status change being prepared for one AppWrapper."""
+
+    t: Tracked
+    now: float
+    before: AppWrapperStatus
+    types: list[str] = field(default_factory=list)  # condition types entered, in order
+    reason: str = ""
+    message: str = ""
+
+    def condition(self, type_: str, reason: str, message: str) -> bool:
+        message = _cap(message)
+        conditions, changed = set_condition(self.t.status.conditions, type_, reason,
+                                            message, now_dt(self.now))
+        if changed:
+            previous = latest(self.t.status.conditions)
+            self.t.status.conditions = conditions
+            self.t.status.queuejobstate = type_
+            self.t.status.message = message
+            if previous is None or previous.type != type_:
+                self.types.append(type_)
+                self.reason, self.message = reason, message
+        return changed
+
+    def abandon(self) -> None:
+        self.t.status = self.before
+
+
+class StatusWriter:
+    def __init__(self, kube: Kube, clock: Callable[[], float], parallel: int = 16,
+                 message_interval: float = MESSAGE_INTERVAL_SECONDS) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.message_interval = message_interval
+        self._writes = asyncio.Semaphore(parallel)
+        self.patches = 0  # status PATCHes sent, for benchmarks and tests
+
+    def begin(self, t: Tracked, now: float) -> Change:
+        return Change(t, now, t.status.model_copy(deep=True))
+
+    def due(self, t: Tracked, now: float) -> bool:
+        """Would a write of `t` now change anything the rate limit lets through?"""
+        body = status_body(t.status)
+        if body == t.written:
+            return False
+        if _without_messages(body) != _without_messages(t.written):
+            return True
+        return now - t.last_write_at >= self.message_interval
+
+    async def commit(self, change: Change, force: bool = False) -> bool:
+        """Write the change; False if the AppWrapper is gone (404) or was replaced by
+        another of the same name (409). A transient failure restores the in-memory
+        status and raises, so the caller tries the whole step again later."""
+        try:
+            written = await self.write(change.t, change.now, force=force or bool(change.types))
+        except ApiError:
+            change.abandon()
+            raise
+        if written and change.types:
+            await self._post_event(change)
+        return written
+
+    async def write(self, t: Tracked, now: float, force: bool = False) -> bool:
+        body = status_body(t.status)
+        if body == t.written:
+            t.message_dirty_at = None
+            return True
+        if not force and not self.due(t, now):
+            t.message_dirty_at = t.message_dirty_at or now
+            return True
+        async with self._writes:
+            try:
+                answer = await self.kube.request(
+                    "PATCH", APPWRAPPERS.path(t.key[0], t.key[1], "status"),
+                    {"metadata": {"uid": t.uid}, "status": body},
+                    content_type="application/merge-patch+json")
+            except ApiError as e:
+                if e.status in (404, 409):
+                    return False
+                raise
+        self.patches += 1
+        t.written = body
+        t.written_version = _version(answer)
+        t.last_write_at = now
+        t.message_dirty_at = None
+        return True
+
+    def message_due_at(self, t: Tracked) -> float | None:
+        if t.message_dirty_at is None:
+            return None
+        return t.last_write_at + self.message_interval
+
+    async def _post_event(self, change: Change) -> None:
+        last = change.types[-1]
+        chain = " → ".join(change.types)
+        text = f"{chain}: {change.message}" if change.message else chain
+        warning = last in WARNING_TYPES
+        await self.event(change.t.key[0], event_body(
+            change.t, change.reason or last, text, warning, change.now))
+
+    async def warn(self, t: Tracked, reason: str, message: str, now: float) -> None:
+        """A Warning Event that goes with no condition (a spec the dispatcher accepts
+        but wants the user to look at)."""
+        await self.event(t.key[0], event_body(t, reason, message, True, now))
+
+    async def event(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            # Not retried: an Event is best effort, and a retry could post it twice.
+            await self.kube.request("POST", EVENTS.path(namespace), body, retry=False)
+        except ApiError as e:
+            log.debug("event in %s not posted: %s", namespace, e)
+
+
+def event_body(t: Tracked, reason: str, message: str, warning: bool,
+               now: float) -> dict[str, Any]:
+    stamp = now_dt(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{t.key[1][:200]}.", "namespace": t.key[0]},
+        "involvedObject": {"apiVersion": APPWRAPPERS.api_version, "kind": "AppWrapper",
+                           "namespace": t.key[0], "name": t.key[1], "uid": t.uid},
+        "reason": reason, "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "source": {"component": "dispatcher"},
+    }
+
+
+def _version(answer: Any) -> str:
+    if isinstance(answer, dict):
+        return str((answer.get("metadata") or {}).get("resourceVersion", ""))
+    return ""
+
+
+def is_newer(version: str, than: str) -> bool:
+    """resourceVersions are opaque, but etcd's are increasing integers; where both are
+    integers an older one (a late watch event of our own write) is told apart."""
+    try:
+        return int(version) > int(than)
+    except ValueError:
+        return version != than

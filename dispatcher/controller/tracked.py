@@ -1,0 +1,88 @@
+"""One AppWrapper as the dispatcher knows it: a cache of the API object plus what the
+dispatcher has learned since (its gang's pods, its items' uids, timers).
+
+Memory is never ahead of the API: `phase` moves only after the status write that
+records the move succeeded, and every decision names the uid (and spec generation) it
+was made for, so an edit or a delete-and-recreate in the meantime voids it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from dispatcher.api.models import AppWrapper, AppWrapperStatus
+from dispatcher.kinds.completion import Outcome
+from dispatcher.lifecycle import PodCounts
+from dispatcher.queue import QueuedWrapper
+
+Key = tuple[str, str]  # (namespace, name)
+Phase = Literal["queued", "dispatched", "running", "done"]
+Bucket = Literal["pending", "running", "succeeded", "failed"]
+
+
+def now_dt(now: float) -> datetime:
+    return datetime.fromtimestamp(now, UTC)
+
+
+def items_digest(aw: AppWrapper) -> str:
+    """What was admitted: the wrapped objects and what they ask for. Recorded at
+    dispatch, so a restart can tell that the items were edited after admission."""
+    items = [item.model_dump(mode="json", exclude_none=True)
+             for item in aw.spec.resources.GenericItems]
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Tracked:
+    key: Key
+    uid: str
+    generation: int
+    aw: AppWrapper | None
+    status: AppWrapperStatus
+    written: dict[str, Any]  # the status as last read or written, to skip no-op writes
+    first_seen: float
+    phase: Phase = "queued"
+    queued: QueuedWrapper | None = None
+    expected_pods: int = 0
+    dispatched_at: float = 0.0
+    # Pods proven to belong to the gang (owner chain to one of its items): name -> bucket.
+    pods: dict[str, Bucket] = field(default_factory=dict)
+    outcome: Outcome | None = None
+    completable: tuple[int, ...] = ()  # items whose kind reports an outcome
+    outcome_stale: bool = True
+    outcome_read_at: float = 0.0
+    check_at: float | None = None
+    needs_items: bool = False  # Dispatched, but not every item is known to exist yet
+    # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
+    needs_reservation: bool = False
+    teardown_due: bool = False  # Failed or requeued, but its objects may still exist
+    first_attempt: bool = False  # this process dispatched it: a 409 cannot be ours
+    below_min_since: float | None = None  # running, but fewer than minAvailable pods up
+    message_dirty_at: float | None = None  # a message-only change waits to be written
+    wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
+    last_write_at: float = 0.0
+    written_version: str = ""  # resourceVersion our last status write produced
+
+    def counts(self) -> PodCounts:
+        values = list(self.pods.values())
+        return PodCounts(pending=values.count("pending"), running=values.count("running"),
+                         succeeded=values.count("succeeded"), failed=values.count("failed"))
+
+    def item_uids(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> uid of the items this wrapper created, as recorded."""
+        return {(i.kind, i.name): i.uid for i in self.status.wrappedItems}
+
+
+def pod_bucket(obj: dict[str, Any]) -> Bucket | None:
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None  # on its way out: no longer part of the gang's count
+    phase = (obj.get("status") or {}).get("phase") or "Pending"
+    buckets: dict[str, Bucket] = {"Running": "running", "Succeeded": "succeeded",
+                                  "Failed": "failed"}
+    return buckets.get(phase, "pending")

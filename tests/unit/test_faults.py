@@ -1,0 +1,581 @@
+"""The controller under faults, on an in-memory API: one test per defect of issue 16
+(restarts, races, watch gaps, API errors, stuck gangs, write storms, two replicas), and
+the controller's side of issue 11 (forged owners and labels).
+
+Each test states what a user would see, and fails on the dispatcher before the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import Any
+
+from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.cluster import BoundPod, ClusterState, Node
+from dispatcher.cluster.state import PlannedPod
+from dispatcher.controller import runtime
+from dispatcher.controller.kube import ApiError
+from dispatcher.controller.lease import LeaderElector
+from dispatcher.queue import Policy
+from dispatcher.resources import GPU
+
+from .fake_kube import FakeKube
+from .test_runtime import (
+    Clock,
+    appwrapper,
+    aw_status,
+    created_job,
+    job,
+    node,
+    pod,
+    run,
+    started,
+    types,
+)
+
+AW = ("workload.codeflare.dev/v1beta1", "AppWrapper")
+
+
+def get_aw(kube: FakeKube, name: str) -> dict[str, Any]:
+    obj = kube.get(*AW, "team", name)
+    assert obj is not None
+    return obj
+
+
+def unavailable() -> ApiError:
+    return ApiError(503, "ServiceUnavailable", "the server is currently unable to handle it")
+
+
+def no_answer() -> ApiError:
+    return ApiError(0, "TimeoutError", "timed out")
+
+
+# --- 1. a restart keeps reservations --------------------------------------------------------
+
+def test_restart_reserves_the_unbound_pods_of_a_dispatched_gang_again() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"  # its pod is not bound yet
+        # Restart; then b arrives, wanting the same 8 GPUs.
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d2 = await started(kube, clock)
+        await d2.cycle()
+        assert types(kube, "b")[-1] == "Backoff"
+        assert kube.get("batch/v1", "Job", "team", "b") is None
+
+    run(scenario)
+
+
+# --- 2. decisions are for one object, not one name -------------------------------------------
+
+def _edit_during_admission(d: runtime.Dispatcher, edit: Any) -> None:
+    """Make the next admission cycle's decisions come back after `edit` ran on the loop,
+    as when a watch event lands while the cycle runs in the executor."""
+    real = runtime.admit
+    loop = asyncio.get_running_loop()
+
+    def admit_then_edit(*args: Any, **kwargs: Any) -> Any:
+        decisions = real(*args, **kwargs)
+        loop.call_soon_threadsafe(edit)
+        time.sleep(0.05)  # the edit is queued before the result
+        return decisions
+
+    runtime.admit = admit_then_edit  # type: ignore[assignment]
+
+
+def test_an_edit_while_the_cycle_runs_voids_the_decision() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        obj = kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        big = copy.deepcopy(obj)
+        big["spec"]["resources"]["GenericItems"][0]["generictemplate"] = job("a", 8, 8)
+        big["metadata"]["generation"] = 2
+        kube.put(big)
+        real = runtime.admit
+        try:
+            _edit_during_admission(d, lambda: d.on_appwrapper("MODIFIED", big))
+            await d.cycle()  # decided for the 1-GPU spec; the edit landed meanwhile
+        finally:
+            runtime.admit = real
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+        await d.cycle()  # decided again, for the spec as it is now
+        assert "needs 64 nvidia.com/gpu" in aw_status(kube, "a")["message"]
+
+    run(scenario)
+
+
+def test_a_delete_and_recreate_while_the_cycle_runs_voids_the_decision() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        old = kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        new = appwrapper("a", job("a", 8, 8))
+        new["metadata"]["uid"] = "uid-new"
+        real = runtime.admit
+
+        def recreate() -> None:
+            d.on_appwrapper("DELETED", old)
+            kube.put(copy.deepcopy(new))
+            d.on_appwrapper("ADDED", get_aw(kube, "a"))
+
+        try:
+            _edit_during_admission(d, recreate)
+            await d.cycle()
+        finally:
+            runtime.admit = real
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Backoff"
+
+    run(scenario)
+
+
+def test_items_edited_after_dispatch_are_never_created_by_a_restart() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert created_job(kube, "a")["spec"]["parallelism"] == 1
+        # The user swaps the admitted 1-GPU Job for a 64-GPU one, and the dispatcher
+        # restarts before it sees the edit.
+        obj = get_aw(kube, "a")
+        obj["spec"]["resources"]["GenericItems"][0]["generictemplate"] = job("a2", 8, 8)
+        obj["metadata"]["generation"] = 2
+        d2 = await started(kube, clock)
+        await d2.cycle()
+        assert kube.get("batch/v1", "Job", "team", "a2") is None
+        assert kube.get("batch/v1", "Job", "team", "a") is None  # torn down
+        assert types(kube, "a")[-2:] == ["PreemptCandidate", "Queueing"] or \
+            types(kube, "a")[-1] == "Backoff"
+        await d2.cycle()
+        assert "needs 64 nvidia.com/gpu" in aw_status(kube, "a")["message"]
+
+    run(scenario)
+
+
+def test_a_failed_wrapper_queues_again_when_its_spec_is_edited() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        bad = appwrapper("a", job("a", 1, 1))
+        bad["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"][
+            "parallelism"] = -2
+        kube.put(bad)
+        d = await started(kube, clock)
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Failed"
+        fixed = get_aw(kube, "a")
+        fixed["spec"]["resources"]["GenericItems"][0]["generictemplate"] = job("a", 1, 1)
+        fixed["metadata"]["generation"] = 2
+        d.on_appwrapper("MODIFIED", copy.deepcopy(fixed))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        assert created_job(kube, "a") is not None
+
+    run(scenario)
+
+
+# --- 3. forget only the object you hold --------------------------------------------------
+
+def test_a_late_answer_about_a_deleted_wrapper_does_not_forget_its_successor() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        old = kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        d = await started(kube, clock)
+        real = kube.request
+
+        async def replaced_during_write(method: str, path: str, body: Any = None,
+                                        **kw: Any) -> Any:
+            if method == "PATCH" and path.endswith("/appwrappers/a/status") \
+                    and body["metadata"]["uid"] == old["metadata"]["uid"]:
+                kube.request = real  # type: ignore[method-assign]
+                d.on_appwrapper("DELETED", old)
+                new = appwrapper("a", job("a", 1, 1), created=3)
+                new["metadata"]["uid"] = "uid-new"
+                kube.put(new)
+                d.on_appwrapper("ADDED", get_aw(kube, "a"))
+            return await real(method, path, body, **kw)
+
+        kube.request = replaced_during_write  # type: ignore[method-assign]
+        await d.cycle()  # the old "a"'s write answers 409: it was replaced
+        await d.cycle()
+        assert get_aw(kube, "a")["metadata"]["uid"] == "uid-new"
+        assert types(kube, "a")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+# --- 4. watch gaps ---------------------------------------------------------------------
+
+def test_a_relisting_drops_what_vanished_during_a_watch_gap() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("head", job("head", 1, 16), created=1))  # never fits now
+        kube.put(appwrapper("next", job("next", 1, 8), created=2))
+        kube.put(pod("other", "hog", "n1", "Running", 8))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "next")[-1] in ("Queueing", "Backoff")
+        # During a watch gap the hog pod is deleted; a relisting must notice.
+        del kube.objects["/api/v1/namespaces/team/pods/hog"]
+        d.relisted("Pod", await kube.list(_res("Pod")))
+        await d.cycle()
+        assert types(kube, "next")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def test_a_wrapper_deleted_during_a_watch_gap_leaves_the_head_of_the_queue() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(node("n2", gpus=8))
+        kube.put(pod("other", "hog", "n1", "Running", 8))
+        kube.put(appwrapper("head", job("head", 2, 8), created=1))
+        kube.put(appwrapper("next", job("next", 1, 8), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "next")[-1] == "Queueing"  # behind the head (fifo)
+        del kube.objects["/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/head"]
+        d.relisted("AppWrapper", await kube.list(_res("AppWrapper")))
+        await d.cycle()
+        assert types(kube, "next")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def _res(kind: str) -> Any:
+    from dispatcher.controller.kube import Resource
+
+    return Resource("", kind, "", True)
+
+
+# --- 5. writes are retried, never turned into verdicts ------------------------------------
+
+def test_a_500_on_the_completed_write_is_written_later() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 4, j))
+        await d.cycle()
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        kube.fail_next[("PATCH", "/apis/workload.codeflare.dev")] = [unavailable()]
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 4, j))
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Running"  # the write failed...
+        clock.now += 3
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"  # ...and was written again
+
+    run(scenario)
+
+
+def test_a_500_on_the_requeue_write_counts_the_requeue_once() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=4))  # its old pod keeps the GPUs: not dispatched again
+        kube.put(appwrapper("a", job("a", 1, 4), schedulingSpec={
+            "requeuing": {"timeInSeconds": 60}}))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Pending", 4, j))
+        clock.now += 60
+        kube.fail_next[("PATCH", "/apis/workload.codeflare.dev")] = [unavailable()]
+        await d.cycle()  # the requeue's write fails: nothing torn down yet
+        assert created_job(kube, "a") is not None
+        assert aw_status(kube, "a").get("numberOfRequeueings", 0) == 0
+        clock.now += 3
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["numberOfRequeueings"] == 1
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+
+    run(scenario)
+
+
+def test_a_429_while_creating_items_is_retried_not_a_failure() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        kube.fail[("POST", "/apis/batch/v1")] = ApiError(429, "TooManyRequests", "slow down")
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        del kube.fail[("POST", "/apis/batch/v1")]
+        clock.now += 3
+        await d.cycle()
+        assert created_job(kube, "a") is not None
+        assert aw_status(kube, "a")["state"] == "Running"
+
+    run(scenario)
+
+
+def test_a_dispatched_write_whose_answer_was_lost_still_creates_the_items_soon() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        kube.lost_answer[("PATCH", "/apis/workload.codeflare.dev")] = [no_answer()]
+        await d.cycle()  # Dispatched landed, but the answer timed out
+        d.on_appwrapper("MODIFIED", get_aw(kube, "a"))  # the watch shows what landed
+        clock.now += 1
+        await d.cycle()
+        assert created_job(kube, "a") is not None  # not left until the requeue timer
+
+    run(scenario)
+
+
+def test_failed_is_written_before_the_teardown() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4), schedulingSpec={
+            "dispatchDuration": {"limit": 100}}))
+        d = await started(kube, clock)
+        await d.cycle()
+        created_job(kube, "a")
+        clock.now += 101
+        kube.writes.clear()
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Failed"
+        order = [(m, p.split("/")[-1]) for m, p in kube.writes if m in ("PATCH", "DELETE")]
+        assert order.index(("PATCH", "status")) < order.index(("DELETE", "a"))
+
+    run(scenario)
+
+
+# --- 6. gangs that never start or stop running ------------------------------------------
+
+def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_cause() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))  # default requeuing: 300 s
+        d = await started(kube, clock)
+        await d.cycle()
+        clock.now += 61
+        await d.cycle()
+        status = aw_status(kube, "a")
+        requeue = [c for c in status["conditions"] if c["type"] == "PreemptCandidate"][-1]
+        assert requeue["reason"] == "PodsNotCreated"
+        assert "Job 'a' created, but no pod after 60 s: is its operator running" \
+            in requeue["message"]
+
+    run(scenario)
+
+
+def test_time_in_seconds_zero_does_not_loop() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4), schedulingSpec={
+            "requeuing": {"timeInSeconds": 0}}))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Pending", 4, j))
+        for _ in range(5):
+            clock.now += 1
+            await d.cycle()
+        assert aw_status(kube, "a").get("numberOfRequeueings", 0) == 0
+        assert created_job(kube, "a") is not None
+
+    run(scenario)
+
+
+def test_a_running_gang_that_loses_pods_is_requeued_after_the_failure_grace() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("a", job("a", 2, 8)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, j))
+        d.on_pod("ADDED", pod("a", "a-1", "n2", "Running", 8, j))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        d.on_node("DELETED", node("n2"))  # its pod goes with it
+        d.on_pod("DELETED", pod("a", "a-1", "n2", "Running", 8, j))
+        await d.cycle()
+        clock.now += 30
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"  # within the failure grace
+        clock.now += 31
+        await d.cycle()
+        status = aw_status(kube, "a")
+        requeue = [c for c in status["conditions"] if c["type"] == "PreemptCandidate"][-1]
+        assert requeue["reason"] == "PodsLost"
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+
+    run(scenario)
+
+
+# --- 7. write storms and indexed reservations ---------------------------------------------
+
+def test_an_unrelated_pod_binding_writes_no_status_of_queued_wrappers() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(pod("other", "hog", "n1", "Running", 4))
+        for i in range(200):
+            kube.put(appwrapper(f"w{i:03d}", job(f"w{i:03d}", 1, 8), created=i % 60))
+        # Under backfill every queued wrapper waits with its own shortfall message.
+        d = await started(kube, clock, Policy("backfill", order="priority", backfill=True))
+        await d.cycle()
+        assert "4 nvidia.com/gpu free" in aw_status(kube, "w150")["message"]
+        before = sum(1 for m, p in kube.writes if m == "PATCH")
+        d.on_pod("ADDED", pod("other", "small", "n1", "Running", 1))
+        clock.now += 1
+        await d.cycle()
+        assert sum(1 for m, p in kube.writes if m == "PATCH") == before
+        clock.now += 60  # the new numbers are written, once, a minute later
+        await d.cycle()
+        assert "3 nvidia.com/gpu free" in aw_status(kube, "w150")["message"]
+        assert sum(1 for m, p in kube.writes if m == "PATCH") == before + 200
+
+    run(scenario)
+
+
+def _match_seconds(pods: int) -> float:
+    state = ClusterState()
+    for i in range(max(1, pods // 100)):
+        state.upsert_node(Node(f"n{i}", {GPU: 800, "pods": 1000}))
+    owner = ("ns", "big")
+    planned = [PlannedPod(f"n{i // 100}", {GPU: 1, "pods": 1}) for i in range(pods)]
+    state.reserve(owner, planned)
+    started_at = time.perf_counter()
+    for i in range(pods):
+        state.upsert_pod(("ns", f"p{i}"), BoundPod("ns", f"p{i}", f"n{(i * 7) % (pods // 100)}",
+                                                   {GPU: 1, "pods": 1}, "big"))
+    return time.perf_counter() - started_at
+
+
+def test_matching_bound_pods_to_a_reservation_grows_linearly() -> None:
+    small, large = _match_seconds(1000), _match_seconds(8000)
+    # 8x the pods: linear matching costs ~8x; the old quadratic scan cost ~64x.
+    assert large / small < 24
+
+
+# --- 8. two replicas --------------------------------------------------------------------
+
+def test_only_one_replica_leads_and_a_standby_takes_over_once_the_lease_expires() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        t = {"now": 0.0}
+
+        def mono() -> float:
+            return t["now"]
+
+        a = LeaderElector(kube, "sys", identity="a", clock=mono, wall=clock,  # type: ignore[arg-type]
+                          retry_period=0.0)
+        b = LeaderElector(kube, "sys", identity="b", clock=mono, wall=clock,  # type: ignore[arg-type]
+                          retry_period=0.0)
+        assert await a._try() is True
+        assert await b._try() is False
+        t["now"] += 10
+        assert await a._try() is True  # a renews
+        assert await b._try() is False
+        t["now"] += 14  # a is killed: no renewal; b has seen it unchanged for 14 s
+        assert await b._try() is False
+        t["now"] += 2
+        assert await b._try() is True
+        assert await a._try() is False  # a, if it came back, finds b leading
+
+    run(scenario)
+
+
+def test_a_released_lease_is_taken_over_at_once() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        a = LeaderElector(kube, "sys", identity="a", wall=clock)  # type: ignore[arg-type]
+        b = LeaderElector(kube, "sys", identity="b", wall=clock)  # type: ignore[arg-type]
+        await a.acquire()
+        assert await b._try() is False
+        await a.release()
+        assert await b._try() is True
+
+    run(scenario)
+
+
+# --- 9. blind: decide nothing ----------------------------------------------------------
+
+def test_nothing_is_decided_while_a_watch_is_down() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        d.blind = lambda: "pods: not watching for 3s (connection refused)"
+        await d.cycle()
+        assert "status" not in get_aw(kube, "a")
+        d.blind = lambda: None
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+# --- issue 11, the controller's side -----------------------------------------------------
+
+def test_an_object_planted_before_dispatch_with_a_forged_owner_is_not_adopted() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        victim = kube.put(appwrapper("a", job("a", 1, 4)))
+        evil = job("a", 1, 4)
+        evil["spec"]["template"]["spec"]["containers"][0]["image"] = "attacker/miner"
+        evil["metadata"] = {"name": "a", "namespace": "team", "ownerReferences": [
+            {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+             "name": "a", "uid": victim["metadata"]["uid"], "controller": True}]}
+        clock.now -= 30
+        kube.put(evil)
+        clock.now += 30
+        d = await started(kube, clock)
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "Failed"
+        assert "already exists and does not belong to this AppWrapper" in status["message"]
+
+    run(scenario)
+
+
+def test_a_pod_that_only_carries_the_label_does_not_count_for_the_gang() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 4), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        forged = pod("a", "forged", "n1", "Running", 0)
+        d.on_pod("ADDED", forged)
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"  # not Running
+        assert aw_status(kube, "a").get("running", 0) == 0
+        assert d.state.reserved_for(("team", "a"))  # its GPUs are still held
+        assert forged["metadata"]["labels"][APPWRAPPER_LABEL] == "a"
+
+    run(scenario)
+
+
+def test_a_pod_of_a_replicaset_of_a_wrapped_deployment_counts() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                      "metadata": {"name": "web"},
+                      "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                          {"name": "c", "resources": {"limits": {GPU: 1}}}]}}}}
+        kube.put(appwrapper("a", deployment))
+        d = await started(kube, clock)
+        await d.cycle()
+        dep = kube.get("apps/v1", "Deployment", "team", "web")
+        assert dep is not None
+        rs = kube.put({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                       "metadata": {"name": "web-1", "namespace": "team", "ownerReferences": [
+                           {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                            "uid": dep["metadata"]["uid"], "controller": True}]}})
+        d.on_pod("ADDED", pod("a", "web-1-x", "n1", "Running", 1, rs))
+        await d.cycle()  # the owner chain is looked up, then the pod counts
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+
+    run(scenario)
