@@ -50,13 +50,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.operator import Settings, operate
     from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
 
     try:
         policy = load_policy(args.policy)
-    except PolicyError as e:
+        config = load_config(args.config)
+    except (PolicyError, ConfigError) as e:
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -84,7 +86,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port, metrics_host=args.metrics_host, timing=timing,
         qps=args.kube_qps, burst=args.kube_burst, resync_seconds=args.resync_seconds,
         leader_election=args.leader_elect, lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name)
+        lease_name=args.lease_name, allowed_kinds=config.allowed_kinds)
+    logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
+                                         config.describe())
     return asyncio.run(operate(settings))
 
 
@@ -188,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 8080; 0: serve nothing)")
     r.add_argument("--metrics-host", default="0.0.0.0", metavar="ADDRESS",
                    help="the address to serve metrics on (default 0.0.0.0)")
+    r.add_argument("--config", metavar="CONFIG.yaml",
+                   help="the installation's configuration (allowedKinds); default: the "
+                   "built-in list of kinds")
     ha = r.add_argument_group("high availability")
     ha.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a "

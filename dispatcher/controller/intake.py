@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import bound_pod_from_object, node_from_object
 from dispatcher.kinds.completion import item_outcome
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU
+from dispatcher.review import review
 
-from .items import MAX_LABEL_VALUE
 from .memory import Memory
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
@@ -66,10 +66,15 @@ def _status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
 
 class Intake:
     def __init__(self, memory: Memory, clock: Callable[[], float],
-                 on_failed: Callable[[str], None] = lambda reason: None) -> None:
+                 on_failed: Callable[[str], None] = lambda reason: None,
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
         self.m = memory
         self.clock = clock
         self.on_failed = on_failed
+        self.allowed_kinds = allowed_kinds
+        # What the dispatcher accepts but the user should look at: (wrapper, text),
+        # posted as Warning Events by the loop, once per new spec.
+        self.warnings: list[tuple[Tracked, str]] = []
         # Dispatched wrappers to tear down and queue again (items edited, or a requeue
         # that a restart cut short).
         self.requeues_due: set[Key] = set()
@@ -250,23 +255,20 @@ class Intake:
                     t.teardown_due = False
             return t
         change = Change(t, now, status.model_copy(deep=True))
-        try:
-            aw = parse_appwrapper(obj)
-        except InvalidSpec as e:
-            self.fail_spec(t, change, "; ".join(e.problems))
+        verdict = review(obj, now, self.allowed_kinds)
+        if verdict.appwrapper is None or verdict.queued is None:
+            t.aw = verdict.appwrapper
+            self.fail_spec(t, change, verdict.message)
             return t
+        aw = verdict.appwrapper
         t.aw = aw
         t.first_seen = keep.first_seen if keep is not None else _first_seen(
             status.controllerfirsttimestamp, aw.metadata.creationTimestamp, now)
-        if len(key[1]) > MAX_LABEL_VALUE:
-            self.fail_spec(t, change, f"metadata.name is {len(key[1])} characters long; the "
-                           "dispatcher labels what it creates with the AppWrapper's name, "
-                           f"so it must be at most {MAX_LABEL_VALUE}")
-            return t
-        queued = queued_from_appwrapper(aw, t.first_seen)
-        if queued.invalid is not None:
-            self.fail_spec(t, change, queued.invalid)
-            return t
+        queued = dataclasses.replace(verdict.queued, first_seen=t.first_seen)
+        if not status.conditions or keep is not None:
+            # A new spec: say once what it asks that the dispatcher will not do as
+            # written (a restart, finding conditions, does not say it again).
+            self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
         t.completable = tuple(

@@ -19,10 +19,12 @@ import functools
 import logging
 import signal
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dispatcher.admission import Fit
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 
@@ -57,6 +59,7 @@ class Settings:
     lease_namespace: str = "default"
     lease_name: str = "dispatcher"
     watch_seconds: int = 240
+    allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
 
 
 class Operator:
@@ -106,7 +109,8 @@ class Operator:
                     acquired.cancel()
                     return 0
                 stopped.cancel()
-            d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing)
+            d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
+                           allowed_kinds=s.allowed_kinds)
             self.dispatcher = d
             d.blind = self.blind
             if self.metrics_server is not None:

@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from dispatcher.admission import BEHIND_HEAD, Decision, Fit, admit
@@ -40,6 +40,7 @@ from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import GangPodSet, Shortfall, place
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import (
     DEFAULT_TIMING,
     WRAPPED_OBJECT_FAILED,
@@ -72,6 +73,8 @@ TICK_SECONDS = 5.0
 OUTCOME_REFRESH_SECONDS = 15.0
 # After a transient API failure, the step for that AppWrapper is tried again this soon.
 RETRY_SECONDS = 2.0
+# The reason of the Warning Events about a spec accepted as it is (kinds.checks).
+SPEC_WARNING = "AppWrapperWarning"
 
 
 class Observer:
@@ -91,7 +94,8 @@ class Dispatcher:
     def __init__(self, kube: Kube, policy: Policy, fit: Fit = "per-node",
                  clock: Callable[[], float] = time.time,
                  observer: Observer | None = None, timing: Timing = DEFAULT_TIMING,
-                 message_interval: float | None = None) -> None:
+                 message_interval: float | None = None,
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -99,7 +103,8 @@ class Dispatcher:
         self.clock = clock
         self.timing = timing
         self.m = Memory(policy)
-        self.intake = Intake(self.m, clock, on_failed=self.observer.failed)
+        self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
+                             allowed_kinds=allowed_kinds)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership)
@@ -212,8 +217,11 @@ class Dispatcher:
         ripe = [t for t in self.m.tracked.values()
                 if t.message_dirty_at is not None and t.key not in self.m.unwritten
                 and self.writer.due(t, now)]
+        warnings, self.intake.warnings = self.intake.warnings, []
         await _gather([*(self._write(t, now) for t in owed),
-                       *(self._write(t, now, force=False) for t in ripe)])
+                       *(self._write(t, now, force=False) for t in ripe),
+                       *(self.writer.warn(t, SPEC_WARNING, text, now)
+                         for t, text in warnings if self.m.current(t))])
 
     async def _write(self, t: Tracked, now: float, force: bool = True) -> None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 import time
 from typing import Any
 
@@ -441,24 +442,41 @@ def test_an_unrelated_pod_binding_writes_no_status_of_queued_wrappers() -> None:
     run(scenario)
 
 
-def _match_seconds(pods: int) -> float:
+def _match_steps(pods: int) -> int:
+    """Bytecode instructions run while `pods` pods of one gang bind: a count, not a
+    time, so a busy machine cannot change it."""
     state = ClusterState()
-    for i in range(max(1, pods // 100)):
+    nodes = max(1, pods // 100)
+    for i in range(nodes):
         state.upsert_node(Node(f"n{i}", {GPU: 800, "pods": 1000}))
     owner = ("ns", "big")
-    planned = [PlannedPod(f"n{i // 100}", {GPU: 1, "pods": 1}) for i in range(pods)]
-    state.reserve(owner, planned)
-    started_at = time.perf_counter()
-    for i in range(pods):
-        state.upsert_pod(("ns", f"p{i}"), BoundPod("ns", f"p{i}", f"n{(i * 7) % (pods // 100)}",
-                                                   {GPU: 1, "pods": 1}, "big"))
-    return time.perf_counter() - started_at
+    state.reserve(owner, [PlannedPod(f"n{i // 100}", {GPU: 1, "pods": 1})
+                          for i in range(pods)])
+    bound = [BoundPod("ns", f"p{i}", f"n{(i * 7) % nodes}", {GPU: 1, "pods": 1}, "big")
+             for i in range(pods)]
+    steps = 0
+
+    def count(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal steps
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            steps += 1
+        return count
+
+    sys.settrace(count)
+    try:
+        for p in bound:
+            state.upsert_pod(p.key, p)
+    finally:
+        sys.settrace(None)
+    assert not state.reserved_for(owner)
+    return steps
 
 
 def test_matching_bound_pods_to_a_reservation_grows_linearly() -> None:
-    small, large = _match_seconds(1000), _match_seconds(8000)
-    # 8x the pods: linear matching costs ~8x; the old quadratic scan cost ~64x.
-    assert large / small < 24
+    small, large = _match_steps(200), _match_steps(800)
+    # 4x the pods: linear matching costs ~4x the steps; a scan of the plan, ~16x.
+    assert large / small < 6
 
 
 # --- 8. two replicas --------------------------------------------------------------------
