@@ -288,7 +288,9 @@ def test_bad_input_fails_alone_and_the_queue_goes_on() -> None:
         assert aw_status(kube, "empty")["message"] == \
             "spec.resources.GenericItems is empty: wrap at least one object"
         assert "custompodresources" in aw_status(kube, "unknown")["message"]
-        assert "is not served by this cluster" in aw_status(kube, "uninstalled")["message"]
+        # Widget is not among the kinds this installation allows, pods declared or not.
+        assert "add Widget.example.com to allowedKinds.add" \
+            in aw_status(kube, "uninstalled")["message"]
         for name in ("empty", "unknown", "uninstalled"):
             assert aw_status(kube, name)["state"] == "Failed"
         assert types(kube, "good")[-1] == "Dispatched"
@@ -412,5 +414,29 @@ def test_wrappers_created_in_the_same_second_keep_the_order_they_arrived_in() ->
         assert types(kube, "alpha")[-1] == "Backoff"
         stamp = aw_status(kube, "zeta")["controllerfirsttimestamp"]
         assert stamp.startswith("2027-01-15T08:00:00.1")
+
+    run(scenario)
+
+
+def test_an_allowed_kind_whose_crd_is_not_installed_says_so() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
+
+        kube.put(node("n1"))
+        widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        aw = appwrapper("uninstalled", widget)
+        aw["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+            {"replicas": 1, "requests": {"cpu": "1"}}]
+        kube.put(aw)
+        d = Dispatcher(kube, FIFO, clock=clock,  # type: ignore[arg-type]
+                       allowed_kinds=DEFAULT_ALLOWED_KINDS | {("example.com", "Widget")})
+        for obj in await kube.list(_res("Node")):
+            d.on_node("ADDED", obj)
+        for obj in await kube.list(_res("AppWrapper")):
+            d.on_appwrapper("ADDED", obj)
+        await d.cycle()
+        status = aw_status(kube, "uninstalled")
+        assert status["state"] == "Failed"
+        assert "is not served by this cluster; install its CRD" in status["message"]
 
     run(scenario)
