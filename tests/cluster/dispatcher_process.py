@@ -28,21 +28,23 @@ def install_crd(kubectl: Kubectl) -> None:
 
 
 class DispatcherProcess:
-    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "dispatcher") -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
+        self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self.policy = "fifo"
         self.starts = 0
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / "dispatcher.log"
+        return self.log_dir / f"{self.name}.log"
 
     def start(self, policy: str | None = None, fit: str = "per-node",
-              extra_args: Sequence[str] = ()) -> None:
+              extra_args: Sequence[str] = (), wait: bool = True) -> None:
         """Start `dispatcher run`; `extra_args` are added to its command line. Unless
-        they name a --metrics-port, none is served (so no port is needed)."""
+        they name a --metrics-port, none is served (so no port is needed). With `wait`,
+        return once it has listed the cluster and started its loop."""
         self.stop()
         if policy is not None:
             self.policy = policy
@@ -59,14 +61,25 @@ class DispatcherProcess:
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        wait_for(self._ready, 60, "the dispatcher to list the cluster and start its loop")
+        if wait:
+            wait_for(self._ready, 60, "the dispatcher to list the cluster and start its loop")
+
+    def this_run(self) -> str:
+        """The log of the current start."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return text.split(f"===== start {self.starts}:")[-1]
+
+    def leading(self) -> bool:
+        return "dispatcher ready:" in self.this_run()
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"dispatcher exited with {self.proc.returncode}; "
                                f"log: {self.log_path}\n{self.tail()}")
-        return "dispatcher ready:" in self.log_path.read_text(errors="replace").split(
-            f"===== start {self.starts}:")[-1]
+        return self.leading()
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no last status write — a crash."""
