@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import NameOID
 
 from .kube import Kubectl
@@ -101,7 +103,11 @@ def write_kubeconfig(cluster_dir: Path, kubectl: Kubectl, user: User) -> Path:
     """A client certificate for ``user`` signed by the cluster's CA, in a kubeconfig that
     points at the same API server as the admin's."""
     pki = cluster_dir / "pki"
-    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    with warnings.catch_warnings():
+        # kwokctl's CA has a serial number that is not positive, which RFC 5280 forbids
+        # and cryptography warns about; only its subject is used here.
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([

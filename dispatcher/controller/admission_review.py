@@ -153,6 +153,8 @@ class AppWrapperReview:
         user = UserInfo.from_request(request.get("userInfo") or {})
         namespace = str(request.get("namespace") or
                         (obj.get("metadata") or {}).get("namespace") or "default")
+        # The core reads the namespace from the object: make sure it is the request's.
+        obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
         if operation == "CREATE":
             mine = user.annotations()
             forged = [k for k in CREATOR_ANNOTATIONS if _annotations(obj).get(k) != mine.get(k)]
