@@ -17,6 +17,6 @@ ENV DISPATCHER_POLICIES_DIR=/app/policies \
     PYTHONUNBUFFERED=1
 # A numeric user, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 9443
 ENTRYPOINT ["dispatcher"]
 CMD ["run", "--metrics-port", "8080"]

@@ -28,6 +28,9 @@ def install_crd(kubectl: Kubectl) -> None:
 
 
 class DispatcherProcess:
+    LOG = "dispatcher.log"
+    READY = "dispatcher ready:"  # logged once it listed the cluster and started its loop
+
     def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
@@ -37,7 +40,7 @@ class DispatcherProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / "dispatcher.log"
+        return self.log_dir / self.LOG
 
     def start(self, policy: str | None = None, fit: str = "per-node",
               extra_args: Sequence[str] = ()) -> None:
@@ -52,20 +55,23 @@ class DispatcherProcess:
         log.write(f"\n===== start {self.starts}: policy {self.policy} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig", str(self.kubeconfig),
-             "--policy", self.policy, "--fit", fit, "-v",
-             *([] if "--metrics-port" in extra_args else ["--metrics-port", "0"]),
-             *extra_args],
+            [sys.executable, "-m", "dispatcher.cli", *self.arguments(fit, extra_args)],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        wait_for(self._ready, 60, "the dispatcher to list the cluster and start its loop")
+        wait_for(self._ready, 60, f"{self.READY!r} in {self.log_path}")
+
+    def arguments(self, fit: str, extra_args: Sequence[str]) -> list[str]:
+        return ["run", "--kubeconfig", str(self.kubeconfig), "--policy", self.policy,
+                "--fit", fit, "-v",
+                *([] if "--metrics-port" in extra_args else ["--metrics-port", "0"]),
+                *extra_args]
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"dispatcher exited with {self.proc.returncode}; "
                                f"log: {self.log_path}\n{self.tail()}")
-        return "dispatcher ready:" in self.log_path.read_text(errors="replace").split(
+        return self.READY in self.log_path.read_text(errors="replace").split(
             f"===== start {self.starts}:")[-1]
 
     def kill(self) -> None:
@@ -84,6 +90,14 @@ class DispatcherProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc = None
+
+    def finish(self) -> None:
+        """Stop it, after a test; a process that died by itself fails the test."""
+        alive = self.alive()
+        self.stop()
+        if self.starts and not alive:
+            raise AssertionError(f"{self.LOG.removesuffix('.log')} died during the test:\n"
+                                 f"{self.tail()}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
