@@ -64,6 +64,9 @@ def core_problems(obj: Mapping[str, Any]) -> list[str]:
 SPEC_CHECKS: tuple[Callable[[Mapping[str, Any]], list[str]], ...] = (core_problems,)
 
 
+REASONS = {403: "Forbidden", 422: "Invalid", 500: "InternalError"}
+
+
 @dataclass(frozen=True)
 class Verdict:
     allowed: bool
@@ -75,7 +78,7 @@ class Verdict:
         out: dict[str, Any] = {"uid": uid, "allowed": self.allowed}
         if not self.allowed:
             out["status"] = {"code": self.code, "message": self.message,
-                             "reason": "Forbidden" if self.code == 403 else "Invalid"}
+                             "reason": REASONS.get(self.code, "Invalid")}
         if self.patch:
             out["patchType"] = "JSONPatch"
             out["patch"] = base64.b64encode(json.dumps(self.patch).encode()).decode()
