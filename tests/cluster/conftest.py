@@ -31,8 +31,8 @@ Fixtures
   a user of the local cluster (client certificate; localcluster/users.py): ``alice`` may
   create AppWrappers and Jobs in ``team-a``, ``bob`` AppWrappers only in ``team-b``,
   ``admin`` is cluster-admin. Bound to the user's own namespace, if any;
-  ``.in_namespace(ns)`` rebinds. ``grant`` (session): ``grant("bob", ns, ["jobs.batch"])``
-  gives a user rights in another namespace (``localcluster.users.grant``).
+  ``.in_namespace(ns)`` rebinds. ``localcluster.users.grant(kubectl, "bob", ns,
+  ["jobs.batch"])`` gives a user rights in another namespace (tests use fresh ones).
 - ``deployed`` (module): deploy/ applied for real (after a server-side dry run), its
   webhook configurations pointed at a `dispatcher webhook` process on loopback that runs
   with deploy/'s ``dispatcher-webhook`` service account; ``.controller_kubeconfig`` acts
@@ -179,14 +179,6 @@ def as_user(local_cluster: Cluster, kubectl: Kubectl) -> Callable[[str], Kubectl
                        user.namespace if user is not None else None)
 
     return acting_as
-
-
-@pytest.fixture(scope="session")
-def grant(kubectl: Kubectl) -> Callable[..., str]:
-    def granting(user: str, namespace: str, resources: list[str]) -> str:
-        return users.grant(kubectl, user, namespace, resources)
-
-    return granting
 
 
 @pytest.fixture(scope="module")
