@@ -15,6 +15,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # A numeric user, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 9443
 ENTRYPOINT ["dispatcher"]
 CMD ["run", "--metrics-port", "8080"]

@@ -1,4 +1,4 @@
-"""The `dispatcher` command: plan (what-if), run, queue, simulate; and the
+"""The `dispatcher` command: plan (what-if), run, queue, simulate, webhook; and the
 `kubectl appwrapper` plugin (`kubectl-appwrapper` on the PATH)."""
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dispatcher.queue.policy import PolicyError
+
+if TYPE_CHECKING:
+    from dispatcher.controller.kube import Kube
+    from dispatcher.controller.webhook import WebhookOptions, WebhookServer
 
 EXIT_CLUSTER = 1
 EXIT_INPUT = 2
@@ -52,6 +57,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.operator import Settings, operate
+    from dispatcher.controller.webhook import own_namespace
     from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
 
@@ -67,8 +73,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for noisy in ("aiohttp", "kubernetes_asyncio"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     problems = []
-    if not 0 <= args.metrics_port <= 65535:
-        problems.append(f"--metrics-port {args.metrics_port} is not a port (0-65535)")
+    for flag, port in (("--metrics-port", args.metrics_port),
+                       ("--webhook-port", args.webhook_port)):
+        if not 0 <= port <= 65535:
+            problems.append(f"{flag} {port} is not a port (0-65535)")
     for flag in ("admission_grace", "failure_grace", "requeue_floor", "requeue_cap",
                  "resync_seconds", "kube_qps"):
         if getattr(args, flag) < 0:
@@ -85,11 +93,111 @@ def _cmd_run(args: argparse.Namespace) -> int:
         policy=policy, fit=args.fit, kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host, timing=timing,
         qps=args.kube_qps, burst=args.kube_burst, resync_seconds=args.resync_seconds,
-        leader_election=args.leader_elect, lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name, allowed_kinds=config.allowed_kinds)
+        leader_election=args.leader_elect,
+        lease_namespace=args.lease_namespace or own_namespace(),
+        lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
+        require_creator=args.require_creator)
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
-    return asyncio.run(operate(settings))
+    if args.metrics_auth == "kubernetes":
+        from dispatcher.controller.bearer import TokenReviewAuth
+        from dispatcher.controller.kube import Kube
+        from dispatcher.controller.metrics import MetricsServer
+
+        MetricsServer.default_auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
+
+    async def run() -> int:
+        # The webhook shares the event loop with the controller, not its state.
+        webhook = await _start_webhook(args, args.webhook_port) if args.webhook_port else None
+        try:
+            return await operate(settings)
+        finally:
+            if webhook is not None:
+                server, kube = webhook
+                await server.stop()
+                await kube.close()
+
+    return asyncio.run(run())
+
+
+async def _start_webhook(args: argparse.Namespace, port: int
+                         ) -> tuple[WebhookServer, Kube]:
+    from dispatcher.controller.kube import Kube
+    from dispatcher.controller.webhook import make_server
+
+    kube = await Kube.connect(args.kubeconfig)
+    server = make_server(kube, _webhook_options(args, port))
+    try:
+        await server.start()
+    except BaseException:
+        await kube.close()
+        raise
+    return server, kube
+
+
+def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
+    """The webhook's options; raises ConfigError for a bad --config."""
+    from dispatcher.config import load_config
+    from dispatcher.controller.webhook import WebhookOptions, own_namespace
+
+    return WebhookOptions(
+        port=port, host=args.webhook_host, namespace=args.namespace or own_namespace(),
+        service=args.webhook_service, secret=args.webhook_secret,
+        configuration=args.webhook_configuration or None,
+        cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
+        cert_hosts=tuple(args.webhook_cert_host or ()),
+        allowed_kinds=load_config(args.config).allowed_kinds)
+
+
+def _cmd_webhook(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from dispatcher.config import ConfigError
+    from dispatcher.controller.webhook import serve
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not 1 <= args.webhook_port <= 65535:
+        print(f"dispatcher webhook: --port {args.webhook_port} is not a port (1-65535)",
+              file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        options = _webhook_options(args, args.webhook_port)
+    except ConfigError as e:
+        print(f"dispatcher webhook: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        asyncio.run(serve(options, args.kubeconfig))
+    except (OSError, RuntimeError) as e:
+        print(f"dispatcher webhook: {e}", file=sys.stderr)
+        return EXIT_CLUSTER
+    return 0
+
+
+def add_webhook_arguments(p: argparse.ArgumentParser, prefix: str) -> None:
+    """The webhook's options; `prefix` is "--webhook-" inside `run`, "--" on its own."""
+    p.add_argument(f"{prefix}host", dest="webhook_host", default="0.0.0.0",
+                   metavar="ADDRESS", help="the address to serve the webhook on "
+                   "(default 0.0.0.0)")
+    p.add_argument(f"{prefix}cert-dir", dest="webhook_cert_dir", metavar="DIR",
+                   help="serve tls.crt and tls.key from DIR (cert-manager); the CA bundle "
+                   "is then not patched. Default: certificates made by the dispatcher and "
+                   "kept in a Secret of its namespace")
+    p.add_argument(f"{prefix}cert-host", dest="webhook_cert_host", action="append",
+                   metavar="NAME", help="another DNS name or IP address the certificate "
+                   "must be valid for, e.g. 127.0.0.1 (repeatable)")
+    p.add_argument(f"{prefix}service", dest="webhook_service", default="dispatcher-webhook",
+                   metavar="NAME", help="the Service kube-apiserver calls the webhook "
+                   "through; the certificate names it (default dispatcher-webhook)")
+    p.add_argument(f"{prefix}secret", dest="webhook_secret",
+                   default="dispatcher-webhook-cert", metavar="NAME",
+                   help="the Secret holding the certificates (default "
+                   "dispatcher-webhook-cert)")
+    p.add_argument(f"{prefix}configuration", dest="webhook_configuration",
+                   default="dispatcher-appwrappers", metavar="NAME",
+                   help="the Mutating/ValidatingWebhookConfiguration to patch the CA "
+                   "bundle into (default dispatcher-appwrappers; '' patches none)")
 
 
 def _cmd_queue(args: argparse.Namespace) -> int:
@@ -145,15 +253,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
-def _own_namespace() -> str:
-    """The namespace this pod runs in (its service account says), else default."""
-    try:
-        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
@@ -191,16 +290,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on /metrics and health on /healthz "
                    "(default 8080; 0: serve nothing)")
     r.add_argument("--metrics-host", default="0.0.0.0", metavar="ADDRESS",
-                   help="the address to serve metrics on (default 0.0.0.0)")
+                   help="the address to serve metrics on (default 0.0.0.0; 127.0.0.1 keeps "
+                   "them inside the pod)")
+    r.add_argument("--metrics-auth", choices=("none", "kubernetes"), default="none",
+                   help="kubernetes: /metrics answers only bearer tokens of users allowed "
+                   "to get /metrics (TokenReview + SubjectAccessReview); default none")
+    r.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
+                   help="also serve the AppWrapper admission webhook (HTTPS) on PORT "
+                   "(default 0: not here; `dispatcher webhook` serves it on its own)")
+    r.add_argument("--namespace", help="the dispatcher's namespace, for the webhook's "
+                   "Secret (default: $POD_NAMESPACE, the pod's, else dispatcher-system)")
+    add_webhook_arguments(r, "--webhook-")
     r.add_argument("--config", metavar="CONFIG.yaml",
                    help="the installation's configuration (allowedKinds); default: the "
                    "built-in list of kinds")
+    r.add_argument("--require-creator", action="store_true",
+                   help="fail, at dispatch, AppWrappers with no creator recorded by the "
+                   "webhook (set it once the webhook is installed: deploy/ does); a "
+                   "recorded creator's rights are re-checked at dispatch either way")
     ha = r.add_argument_group("high availability")
     ha.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a "
                     "coordination.k8s.io Lease dispatches (deploy/ runs 2)")
-    ha.add_argument("--lease-namespace", default=_own_namespace(),
-                    help="namespace of the Lease (default: this pod's, else default)")
+    ha.add_argument("--lease-namespace",
+                    help="namespace of the Lease (default: $POD_NAMESPACE, the pod's, else "
+                    "dispatcher-system)")
     ha.add_argument("--lease-name", default="dispatcher", help="(default dispatcher)")
     api = r.add_argument_group("API server")
     api.add_argument("--kube-qps", type=float, default=50.0,
@@ -233,6 +347,24 @@ def build_parser() -> argparse.ArgumentParser:
                        description=QUEUE_DESCRIPTION)
     add_queue_arguments(q)
     q.set_defaults(func=_cmd_queue)
+
+    w = sub.add_parser(
+        "webhook", help="serve the AppWrapper admission webhook",
+        description="Serve the admission webhook kube-apiserver calls for AppWrappers: it "
+        "records the creator, refuses invalid AppWrappers, items their creator may not "
+        "create, cluster-scoped items and edits of dispatched items (docs/operations.md, "
+        "\"Trust model\").")
+    w.add_argument("--kubeconfig", help="default: in-cluster config, else $KUBECONFIG")
+    w.add_argument("--port", dest="webhook_port", type=int, default=9443, metavar="PORT",
+                   help="the HTTPS port (default 9443)")
+    w.add_argument("--namespace", help="the dispatcher's namespace, for the Secret "
+                   "(default: $POD_NAMESPACE, the pod's, else dispatcher-system)")
+    w.add_argument("--config", metavar="CONFIG.yaml",
+                   help="the installation's configuration (allowedKinds), as given to "
+                   "dispatcher run; default: the built-in list of kinds")
+    add_webhook_arguments(w, "--")
+    w.add_argument("-v", "--verbose", action="store_true")
+    w.set_defaults(func=_cmd_webhook)
 
     from dispatcher.simulate.command import DESCRIPTION, add_arguments
 

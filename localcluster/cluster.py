@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import build, config, profiles, versions
+from . import build, config, profiles, users, versions
 from .kube import Kubectl, KubectlError, wait_for
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
@@ -163,6 +163,7 @@ class Cluster:
                 # Started without them (the e2e bench does): whoever wants them now gets them.
                 info["operators"] = self._start_operators(self.kubectl(), timeout)
                 (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
+            users.ensure(self.dir, self.kubectl())  # a cluster from before users existed
             _say(f"cluster {self.name!r} is already running")
             self.print_usage()
             return
@@ -180,6 +181,7 @@ class Cluster:
             _say(f"{len(names)} fake nodes Ready (profile {profile!r})")
             self._finish_crd_install(kubectl, crds, timeout)
             self._wait_default_serviceaccount(kubectl, "default", timeout)
+            users.ensure(self.dir, kubectl)
             ops = self._start_operators(kubectl, timeout) if operators else []
         except Exception as exc:
             raise ClusterError(f"the local cluster did not start: {exc}\n{self.log_hint()}"

@@ -11,7 +11,9 @@ another controller, say) are counted as ``Other``.
 
 `MetricsServer` serves ``/metrics`` and ``/healthz`` with aiohttp on the event loop the
 dispatcher runs on, so the gauges are read where they are written and nothing needs a
-lock. Every handler returns without awaiting anything slow.
+lock. Every handler returns without awaiting anything slow, except that with
+``--metrics-auth kubernetes`` a new bearer token is first checked with the API server
+(bearer.py; answers are kept for a minute).
 
 See docs/operations.md for the list of metrics.
 """
@@ -25,6 +27,7 @@ from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -226,11 +229,15 @@ class PrometheusObserver(Observer):
         s.seen_labels.update(s.appwrappers)
         s.pending = len(d.queue)
         nodes, total, free, largest = capacity_of(d.state)
+        # Only what some node advertises gets a series: resources named by AppWrappers
+        # alone (a user can make up any number of them) would grow /metrics without bound.
+        advertised = {r for node in d.state.nodes.values() for r in node.allocatable}
         s.nodes = nodes
         s.capacity = {r: _in_base_units(r, v) for r, v in total.items()}
-        s.free = {r: _in_base_units(r, v) for r, v in free.items()}
-        s.largest_free = {r: _in_base_units(r, v) for r, v in largest.items()}
-        s.resources.update(s.capacity, s.free)
+        s.free = {r: _in_base_units(r, v) for r, v in free.items() if r in advertised}
+        s.largest_free = {r: _in_base_units(r, v) for r, v in largest.items()
+                          if r in advertised}
+        s.resources.update(advertised)
         s.policy = (d.policy.name, d.fit)
         self._dirty = False
         self._computed_at = time.monotonic()
@@ -292,15 +299,29 @@ class _SnapshotCollector:
 
 # --- the HTTP server -------------------------------------------------------------------
 
+class MetricsAuth(Protocol):
+    async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
+        """None if the request may read ``path``, else (HTTP status, reason)."""
+
+    async def close(self) -> None: ...
+
+
 class MetricsServer:
-    """/metrics and /healthz on the running event loop."""
+    """/metrics and /healthz on the running event loop. With ``auth``, /metrics answers
+    only requests it lets through; /healthz stays open (the kubelet's probes carry no
+    credentials, and it tells nothing about the cluster)."""
+
+    # `dispatcher run --metrics-auth` sets this before the operator starts the server.
+    default_auth: MetricsAuth | None = None
 
     def __init__(self, observer: PrometheusObserver, port: int, host: str = "0.0.0.0",
-                 max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS) -> None:
+                 max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
+                 auth: MetricsAuth | None = None) -> None:
         self.observer = observer
         self.host = host
         self.port = port
         self.max_cycle_age = max_cycle_age
+        self.auth = auth if auth is not None else MetricsServer.default_auth
         self.dispatcher: Dispatcher | None = None
         # Set while this replica waits for the Lease: a standby is healthy.
         self.standby: str | None = None
@@ -338,8 +359,15 @@ class MetricsServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.auth is not None:
+            await self.auth.close()
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.auth is not None:
+            refused = await self.auth.check(request.headers.get("Authorization"),
+                                            request.path)
+            if refused is not None:
+                return web.Response(status=refused[0], text=refused[1])
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
         body = encode(self.observer.registry)
         return web.Response(body=body, headers={"Content-Type": content_type})

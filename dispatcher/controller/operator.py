@@ -60,6 +60,7 @@ class Settings:
     lease_name: str = "dispatcher"
     watch_seconds: int = 240
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
+    require_creator: bool = False
 
 
 class Operator:
@@ -110,7 +111,7 @@ class Operator:
                     return 0
                 stopped.cancel()
             d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
-                           allowed_kinds=s.allowed_kinds)
+                           allowed_kinds=s.allowed_kinds, require_creator=s.require_creator)
             self.dispatcher = d
             d.blind = self.blind
             if self.metrics_server is not None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from dispatcher.admission import BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing
 from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
@@ -53,6 +54,7 @@ from dispatcher.lifecycle import (
 )
 from dispatcher.queue import AdmissionQueue, Policy
 
+from .access import creator_denials
 from .creation import Items, Refused, Waiting
 from .intake import Intake
 from .kube import ApiError, Kube
@@ -95,7 +97,8 @@ class Dispatcher:
                  clock: Callable[[], float] = time.time,
                  observer: Observer | None = None, timing: Timing = DEFAULT_TIMING,
                  message_interval: float | None = None,
-                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
+                 require_creator: bool = False) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -108,6 +111,7 @@ class Dispatcher:
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership)
+        self.require_creator = require_creator
         self._task: asyncio.Task[None] | None = None
         self.cycles = 0
         self.ready = False
@@ -478,6 +482,20 @@ class Dispatcher:
 
     async def _dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None
+        # RBAC may have changed while it queued: its creator must still be allowed to
+        # create every item, or nothing is created.
+        try:
+            denials = await creator_denials(self.kube, t.aw,
+                                            require_creator=self.require_creator)
+        except ApiError as e:
+            if not e.transient:
+                raise
+            log.info("rights of %s/%s's creator not checked (%s); it stays queued", *t.key, e)
+            return
+        if denials:
+            await self._fail(t, Reason.ItemCreationFailure,
+                             problems_message(cap_problems(denials)), now, teardown=False)
+            return
         change = self.writer.begin(t, now)
         change.condition(ConditionType.HeadOfLine, Reason.FrontOfQueue, "")
         change.condition(ConditionType.Dispatched, Reason.AppWrapperRunnable, d.message)

@@ -27,6 +27,16 @@ Fixtures
   2x8 + 2x4 + 1x1 GPU nodes and 2 CPU-only nodes; ``tainted`` GPU nodes tainted
   ``nvidia.com/gpu=present:NoSchedule`` plus CPU-only nodes; ``labelled`` A100 nodes in
   zone-a and H100 nodes in zone-b.
+- ``as_user`` (session): ``as_user("alice")`` is a :class:`localcluster.Kubectl` acting as
+  a user of the local cluster (client certificate; localcluster/users.py): ``alice`` may
+  create AppWrappers and Jobs in ``team-a``, ``bob`` AppWrappers only in ``team-b``,
+  ``admin`` is cluster-admin. Bound to the user's own namespace, if any;
+  ``.in_namespace(ns)`` rebinds. ``localcluster.users.grant(kubectl, "bob", ns,
+  ["jobs.batch"])`` gives a user rights in another namespace (tests use fresh ones).
+- ``deployed`` (module): deploy/ applied for real (after a server-side dry run), its
+  webhook configurations pointed at a `dispatcher webhook` process on loopback that runs
+  with deploy/'s ``dispatcher-webhook`` service account; ``.controller_kubeconfig`` acts
+  as deploy/'s ``dispatcher`` service account. Everything but the CRD is removed after.
 - ``kube_api_client`` (session): a ``kubernetes.client.ApiClient`` for the cluster.
 
 What pods do (localcluster.testing, localcluster/stages/pods.yaml): a pod bound to a fake
@@ -52,8 +62,21 @@ from typing import Any
 
 import pytest
 
-from localcluster import Cluster, Kubectl, wait_for
+from localcluster import Cluster, Kubectl, users, wait_for
 from localcluster import config as lc_config
+
+from .dispatcher_process import install_crd
+from .webhook_process import (
+    CONTROLLER_SA,
+    SYSTEM_NAMESPACE,
+    WEBHOOK_SA,
+    Installed,
+    WebhookProcess,
+    apply_deploy,
+    delete_deploy,
+    service_account_kubeconfig,
+    unregister_webhooks,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -80,6 +103,9 @@ def local_cluster() -> Iterator[Cluster]:
             f"(run `make cluster-build` then `python -m localcluster up` to reproduce).",
             pytrace=False,
         )
+    # A run killed mid-way may have left webhook configurations calling a dead process:
+    # with failurePolicy Fail they would refuse every AppWrapper.
+    unregister_webhooks(cluster.kubectl())
     yield cluster
     if not was_running and not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
         cluster.down()
@@ -143,3 +169,34 @@ def kube_api_client(kubeconfig: Path) -> Any:
     from kubernetes import config as k8s_config
 
     return k8s_config.new_client_from_config(config_file=str(kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def as_user(local_cluster: Cluster, kubectl: Kubectl) -> Callable[[str], Kubectl]:
+    def acting_as(name: str) -> Kubectl:
+        user = next((u for u in users.USERS if u.name == name), None)
+        return Kubectl(kubectl.binary, users.kubeconfig(local_cluster.dir, name),
+                       user.namespace if user is not None else None)
+
+    return acting_as
+
+
+@pytest.fixture(scope="module")
+def deployed(local_cluster: Cluster, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Installed]:
+    install_crd(kubectl)
+    apply_deploy(kubectl)
+    wait_for(lambda: kubectl.json("clusterrole", "dispatcher-wrapped-kinds").get("rules"),
+             60, "the aggregated ClusterRole dispatcher-wrapped-kinds to be filled in")
+    tmp = tmp_path_factory.mktemp("deployed")
+    configs = {sa: service_account_kubeconfig(kubectl, local_cluster.kubeconfig, sa,
+                                              tmp / f"{sa}.kubeconfig")
+               for sa in (WEBHOOK_SA, CONTROLLER_SA)}
+    webhook = WebhookProcess(configs[WEBHOOK_SA], local_cluster.logs / "deployed",
+                             SYSTEM_NAMESPACE)
+    try:
+        webhook.serve(kubectl)
+        yield Installed("deployed", webhook, configs[CONTROLLER_SA])
+    finally:
+        webhook.stop()
+        delete_deploy(kubectl)

@@ -28,10 +28,13 @@ def install_crd(kubectl: Kubectl) -> None:
 
 
 class DispatcherProcess:
-    def __init__(self, kubeconfig: Path, log_dir: Path, name: str = "dispatcher") -> None:
+    LOG = "dispatcher.log"
+    READY = "dispatcher ready:"  # logged once it listed the cluster and started its loop
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, name: str | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
-        self.name = name
+        self.name = name or self.LOG.removesuffix(".log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.policy = "fifo"
         self.starts = 0
@@ -54,15 +57,18 @@ class DispatcherProcess:
         log.write(f"\n===== start {self.starts}: policy {self.policy} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig", str(self.kubeconfig),
-             "--policy", self.policy, "--fit", fit, "-v",
-             *([] if "--metrics-port" in extra_args else ["--metrics-port", "0"]),
-             *extra_args],
+            [sys.executable, "-m", "dispatcher.cli", *self.arguments(fit, extra_args)],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         if wait:
-            wait_for(self._ready, 60, "the dispatcher to list the cluster and start its loop")
+            wait_for(self._ready, 60, f"{self.READY!r} in {self.log_path}")
+
+    def arguments(self, fit: str, extra_args: Sequence[str]) -> list[str]:
+        return ["run", "--kubeconfig", str(self.kubeconfig), "--policy", self.policy,
+                "--fit", fit, "-v",
+                *([] if "--metrics-port" in extra_args else ["--metrics-port", "0"]),
+                *extra_args]
 
     def this_run(self) -> str:
         """The log of the current start."""
@@ -73,7 +79,8 @@ class DispatcherProcess:
         return text.split(f"===== start {self.starts}:")[-1]
 
     def leading(self) -> bool:
-        return "dispatcher ready:" in self.this_run()
+        """Listed the cluster and started its loop (with leader election: leads)."""
+        return self.READY in self.this_run()
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -97,6 +104,14 @@ class DispatcherProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         self.proc = None
+
+    def finish(self) -> None:
+        """Stop it, after a test; a process that died by itself fails the test."""
+        alive = self.alive()
+        self.stop()
+        if self.starts and not alive:
+            raise AssertionError(f"{self.name} died during the test:\n"
+                                 f"{self.tail()}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -1,6 +1,7 @@
 """Operating the dispatcher on a real control plane: its metrics against what happened,
 the queue command and kubectl plugin, and deploy/ applied as it is, with the dispatcher
-running as its own service account under the least-privilege RBAC of deploy/.
+and its admission webhook running as their own service accounts under the least-privilege
+RBAC of deploy/.
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, fake_gpu_nodes, outcome
 
 from .dispatcher_process import REPO, DispatcherProcess, install_crd, wait_quiet
+from .webhook_process import (
+    CONTROLLER_SA,
+    DEPLOY,
+    SECRET,
+    SYSTEM_NAMESPACE,
+    WEBHOOK_SA,
+    Installed,
+)
 
-DEPLOY = REPO / "deploy"
-SA_NAMESPACE = "dispatcher-system"
-SA = "dispatcher"
+SA_NAMESPACE = SYSTEM_NAMESPACE
+SA = CONTROLLER_SA
 SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA}"
 LABEL = "workload.codeflare.dev/appwrapper"
 GPU = "nvidia.com/gpu"
@@ -139,10 +147,7 @@ def crd(kubectl: Kubectl) -> None:
 def dispatcher(local_cluster: Cluster, crd: None) -> Iterator[DispatcherProcess]:
     d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs)
     yield d
-    alive = d.alive()
-    d.stop()
-    if d.starts and not alive:
-        pytest.fail(f"the dispatcher died during the test:\n{d.tail()}")
+    d.finish()
 
 
 # --- metrics ----------------------------------------------------------------------------
@@ -260,42 +265,26 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
 
 # --- deploy/ on the cluster ---------------------------------------------------------------
 
-def _delete_deploy(kubectl: Kubectl) -> None:
-    """Everything deploy/ made except the CRD (deleting it would delete every
-    AppWrapper in the cluster)."""
-    kubectl("delete", "namespace", SA_NAMESPACE, "--ignore-not-found", "--wait=false")
-    kubectl("delete", "clusterrole,clusterrolebinding", "-l",
-            "app.kubernetes.io/part-of=dispatcher", "--ignore-not-found")
-
-
-@pytest.fixture(scope="module")
-def deployed(kubectl: Kubectl, crd: None) -> Iterator[None]:
-    """deploy/ applied for real (after a server-side dry run), removed afterwards."""
-    _delete_deploy(kubectl)
-    wait_for(lambda: kubectl.run("get", "namespace", SA_NAMESPACE, check=False).returncode,
-             120, f"namespace {SA_NAMESPACE} of an earlier run to be gone")
-    kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
-    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts",
-            "--dry-run=server")
-    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts")
-    yield
-    _delete_deploy(kubectl)
-
-
-def test_deploy_applies_and_its_pod_meets_the_restricted_standard(
-        deployed: None, kubectl: Kubectl) -> None:
+def test_deploy_applies_and_its_pods_meet_the_restricted_standard(
+        deployed: Installed, kubectl: Kubectl) -> None:
     ns = kubectl.in_namespace(SA_NAMESPACE)
     labels = kubectl.json("namespace", SA_NAMESPACE)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     # The API server's Pod Security admission would refuse a pod that does not meet the
-    # restricted standard; kwok plays its kubelet, so the Deployment becomes available.
-    wait_for(lambda: (ns.json("deployment", "dispatcher").get("status") or {}).get(
-        "availableReplicas") == 1, 90, "the dispatcher Deployment to be available")
-    (pod,) = ns.items("pods", "-l", "app.kubernetes.io/name=dispatcher")
-    assert pod["spec"]["serviceAccountName"] == SA
-    sc = pod["spec"]["containers"][0]["securityContext"]
-    assert sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"]["drop"] == ["ALL"]
+    # restricted standard; kwok plays its kubelet, so the Deployments become available.
+    for name, replicas, component, account in (
+            ("dispatcher", 1, "controller", SA), ("dispatcher-webhook", 2, "webhook",
+                                                  WEBHOOK_SA)):
+        wait_for(lambda name=name, replicas=replicas: (
+            ns.json("deployment", name).get("status") or {}).get(
+            "availableReplicas") == replicas, 90, f"the {name} Deployment to be available")
+        pods = ns.items("pods", "-l", f"app.kubernetes.io/component={component}")
+        assert len(pods) == replicas
+        for pod in pods:
+            assert pod["spec"]["serviceAccountName"] == account
+            sc = pod["spec"]["containers"][0]["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"]["drop"] == ["ALL"]
     warnings = [e for e in ns.items("events") if e.get("type") == "Warning"
                 and e["involvedObject"].get("kind") == "ReplicaSet"]
     assert not warnings, warnings
@@ -312,15 +301,17 @@ def test_deploy_applies_and_its_pod_meets_the_restricted_standard(
     assert kinds.count("ServiceMonitor") == 1
 
 
-def _can(kubectl: Kubectl, verb: str, resource: str) -> bool:
+def _can(kubectl: Kubectl, verb: str, resource: str, user: str = SA_USER,
+         namespace: str = "default") -> bool:
     resource, _, sub = resource.partition("/")
-    proc = kubectl.run("auth", "can-i", verb, resource, "--as", SA_USER, "-n", "default",
+    resource = resource.replace(":", "/")  # "kind:name" asks about one object
+    proc = kubectl.run("auth", "can-i", verb, resource, "--as", user, "-n", namespace,
                        *([f"--subresource={sub}"] if sub else []), check=False)
     return proc.stdout.strip() == "yes"
 
 
 def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
-        deployed: None, kubectl: Kubectl) -> None:
+        deployed: Installed, kubectl: Kubectl) -> None:
     wait_for(lambda: kubectl.json("clusterrole", "dispatcher-wrapped-kinds").get("rules"),
              60, "the aggregated ClusterRole dispatcher-wrapped-kinds to be filled in")
     allowed = [("watch", "appwrappers.workload.codeflare.dev"),
@@ -331,7 +322,11 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                ("create", "deployments.apps"), ("create", "statefulsets.apps"),
                ("create", "rayclusters.ray.io"), ("create", "rayjobs.ray.io"),
                ("create", "pytorchjobs.kubeflow.org"), ("create", "mpijobs.kubeflow.org"),
-               ("create", "jobsets.jobset.x-k8s.io")]
+               ("create", "jobsets.jobset.x-k8s.io"),
+               # blockOwnerDeletion on what it creates, under OwnerReferencesPermissionEnforcement
+               ("update", "appwrappers.workload.codeflare.dev/finalizers"),
+               ("create", "subjectaccessreviews.authorization.k8s.io"),
+               ("create", "tokenreviews.authentication.k8s.io")]
     refused = [("create", "secrets"), ("get", "secrets"), ("create", "networkpolicies"),
                ("create", "roles.rbac.authorization.k8s.io"),
                ("create", "rolebindings.rbac.authorization.k8s.io"),
@@ -341,35 +336,50 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                ("create", "clusterkopfpeerings.kopf.dev"), ("*", "*")]
     assert [a for a in allowed if not _can(kubectl, *a)] == []
     assert [r for r in refused if _can(kubectl, *r)] == []
+    # The controller keeps no certificates; the webhook creates nothing for AppWrappers.
+    assert not _can(kubectl, "get", "secrets", namespace=SA_NAMESPACE)
+    webhook = f"system:serviceaccount:{SA_NAMESPACE}:{WEBHOOK_SA}"
+    config = "dispatcher-appwrappers"
+    webhook_allowed = [
+        ("create", "subjectaccessreviews.authorization.k8s.io"),
+        ("get", f"secrets:{SECRET}"), ("update", f"secrets:{SECRET}"),
+        ("patch", f"mutatingwebhookconfigurations:{config}"),
+        ("patch", f"validatingwebhookconfigurations:{config}")]
+    webhook_refused = [
+        ("get", "secrets:other"), ("list", "secrets"), ("create", "secrets"),
+        ("patch", "validatingwebhookconfigurations:someone-elses"),
+        ("create", "validatingwebhookconfigurations"), ("create", "jobs.batch"),
+        ("create", "pods"), ("list", "appwrappers.workload.codeflare.dev"), ("*", "*")]
+    assert [a for a in webhook_allowed
+            if not _can(kubectl, *a, user=webhook, namespace=SA_NAMESPACE)] == []
+    assert [r for r in webhook_refused
+            if _can(kubectl, *r, user=webhook, namespace=SA_NAMESPACE)] == []
 
 
-def _service_account_kubeconfig(kubectl: Kubectl, cluster_kubeconfig: Path,
-                                path: Path) -> Path:
-    """The cluster's kubeconfig with a token of the dispatcher's service account: what
-    the pod's mounted token gives it."""
-    token = kubectl("create", "token", SA, "-n", SA_NAMESPACE, "--duration=2h").strip()
-    config = yaml.safe_load(cluster_kubeconfig.read_text())
-    context = next(c for c in config["contexts"]
-                   if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "dispatcher-sa",
-        "clusters": [cluster],
-        "users": [{"name": "dispatcher-sa", "user": {"token": token}}],
-        "contexts": [{"name": "dispatcher-sa",
-                      "context": {"cluster": cluster["name"], "user": "dispatcher-sa"}}],
-    }))
-    return path
+def test_the_webhook_keeps_its_certificate_in_its_secret_as_its_service_account(
+        deployed: Installed, kubectl: Kubectl) -> None:
+    secret = kubectl.in_namespace(SA_NAMESPACE).json("secret", SECRET)
+    data = secret.get("data") or {}
+    assert set(data) >= {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        (hook,) = kubectl.json(kind, "dispatcher-appwrappers")["webhooks"]
+        assert hook["clientConfig"]["caBundle"] == data["ca.crt"]
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["rules"][0]["resources"] == ["appwrappers"]
+    # A restart reuses the certificate: same Secret, nothing renewed.
+    version = secret["metadata"]["resourceVersion"]
+    deployed.webhook.start()
+    assert kubectl.in_namespace(SA_NAMESPACE).json("secret", SECRET)["metadata"][
+        "resourceVersion"] == version
 
 
 def test_dispatcher_runs_as_its_service_account_and_is_refused_other_kinds(
-        deployed: None, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl, namespace: str,
-        tmp_path: Path, crd: None) -> None:
+        deployed: Installed, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str) -> None:
     wait_for(lambda: kubectl.json("clusterrole", "dispatcher-wrapped-kinds").get("rules"),
              60, "the aggregated ClusterRole dispatcher-wrapped-kinds to be filled in")
     wait_alone(kubectl, namespace)
-    sa_config = _service_account_kubeconfig(kubectl, local_cluster.kubeconfig,
-                                            tmp_path / "sa.kubeconfig")
+    sa_config = deployed.controller_kubeconfig
     whoami = Kubectl(kubectl.binary, sa_config).run("auth", "whoami", "-o", "json",
                                                     check=False)
     if whoami.returncode == 0:

@@ -201,6 +201,26 @@ def test_labels_are_bounded_and_names_follow_prometheus_conventions() -> None:
     assert "my-appwrapper" not in text
 
 
+def test_only_resources_some_node_advertises_become_series() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        made_up = {f"example.com/r{i}": "0" for i in range(100)}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "resources": {
+                   "requests": {"cpu": "1", **made_up}}}]}}
+        kube.put(appwrapper("greedy", pod))
+        obs = PrometheusObserver()
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_dispatches_total") == 1
+        resources = {dict(lbl)["resource"] for (n, lbl) in m
+                     if n.startswith("dispatcher_cluster_") and "resource" in dict(lbl)}
+        assert resources == {"cpu", "memory", "pods", "nvidia.com/gpu"}
+
+    run(scenario)
+
+
 def test_snapshot_is_throttled_in_the_loop_and_exact_at_scrape() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))

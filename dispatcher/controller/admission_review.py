@@ -1,0 +1,198 @@
+"""What the admission webhook decides about an AppWrapper (no HTTP here: webhook.py serves it).
+
+Mutating, on CREATE: the creator annotations (access.py) are set to the user the API
+server authenticated; whatever the user wrote there is overwritten.
+
+Validating, on CREATE and UPDATE:
+
+- the spec, by the same rules as the dispatcher's core (:func:`core_problems`), so a bad
+  AppWrapper is refused at ``kubectl apply`` with the message its status would have shown;
+- the creator annotations: on CREATE they must be the requester's, on UPDATE they must
+  not change;
+- every wrapped object: its kind must be served and namespaced, and the requester must
+  be allowed to ``create`` its resource in the AppWrapper's namespace (checked on CREATE,
+  and on an UPDATE that changes the items);
+- ``spec.resources.GenericItems`` may change only while the AppWrapper waits in the
+  queue: its latest condition is none yet, ``Init``, ``Queueing`` or ``Backoff``
+  (:data:`EDITABLE`). From ``HeadOfLine``/``Dispatched`` on, what was checked is what gets
+  created: ``Dispatched``, ``Running``, ``PreemptCandidate`` (being requeued: its objects
+  are being deleted), ``Completed`` and ``Failed`` all refuse. A requeued AppWrapper is
+  back in ``Queueing``, its objects deleted, and may be edited again.
+
+Other updates (labels, annotations, finalizers, the garbage collector's) pass, and
+nothing is checked on an object that is being deleted, so deletion never hangs on us.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.api.conditions import ConditionType
+from dispatcher.api.messages import cap_problems, problems_message
+from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.review import review
+
+from .access import CREATOR_ANNOTATIONS, Access, UserInfo, wrapped_items
+from .kube import ApiError
+
+log = logging.getLogger("dispatcher.webhook")
+
+# A refusal quotes every problem, up to this many characters (a 1 MB AppWrapper must
+# not make a 1 MB message).
+MAX_MESSAGE = 4096
+
+EDITABLE = frozenset({"", ConditionType.Init.value, ConditionType.Queueing.value,
+                      ConditionType.Backoff.value})
+
+
+def core_problems(obj: Mapping[str, Any],
+                  allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> list[str]:
+    """What the dispatcher's core finds wrong with the AppWrapper — the very review the
+    controller and `dispatcher plan` run (dispatcher.review) — as a list of problems."""
+    return review(obj, 0.0, allowed).problems
+
+
+REASONS = {403: "Forbidden", 422: "Invalid", 500: "InternalError"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+    code: int = 200
+    patch: list[dict[str, Any]] | None = None
+
+    def response(self, uid: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"uid": uid, "allowed": self.allowed}
+        if not self.allowed:
+            out["status"] = {"code": self.code, "message": self.message,
+                             "reason": REASONS.get(self.code, "Invalid")}
+        if self.patch:
+            out["patchType"] = "JSONPatch"
+            out["patch"] = base64.b64encode(json.dumps(self.patch).encode()).decode()
+        return out
+
+
+ALLOW = Verdict(True)
+
+
+def capped(problems: list[str], limit: int = MAX_MESSAGE) -> str:
+    """The problems, "; "-separated, in at most ``limit`` characters (the rest counted)."""
+    return problems_message(cap_problems(problems, total=limit))
+
+
+def latest_condition(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    if conditions and isinstance(conditions[-1], Mapping):
+        return str(conditions[-1].get("type") or "")
+    return str(status.get("queuejobstate") or "")
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _items(obj: Mapping[str, Any]) -> Any:
+    return ((obj.get("spec") or {}).get("resources") or {}).get("GenericItems")
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+class AppWrapperReview:
+    """Decides AdmissionReview requests for AppWrappers."""
+
+    def __init__(self, access: Access,
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
+        self.access = access
+        self.allowed_kinds = allowed_kinds
+
+    @staticmethod
+    def _ours(request: Mapping[str, Any]) -> bool:
+        kind = request.get("kind") or {}
+        return kind.get("group") == API_GROUP and kind.get("kind") == APPWRAPPER_KIND
+
+    def mutate(self, request: Mapping[str, Any]) -> Verdict:
+        if request.get("operation") != "CREATE" or not self._ours(request):
+            return ALLOW
+        obj = request.get("object") or {}
+        want = UserInfo.from_request(request.get("userInfo") or {}).annotations()
+        have = _annotations(obj)
+        if not (obj.get("metadata") or {}).get("annotations"):
+            return Verdict(True, patch=[{"op": "add", "path": "/metadata/annotations",
+                                         "value": want}])
+        patch = [{"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
+                 for k, v in want.items() if have.get(k) != v]
+        patch += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
+                  for k in CREATOR_ANNOTATIONS if k in have and k not in want]
+        return Verdict(True, patch=patch or None)
+
+    async def validate(self, request: Mapping[str, Any]) -> Verdict:
+        if not self._ours(request):
+            return ALLOW
+        operation = request.get("operation")
+        obj: Mapping[str, Any] = request.get("object") or {}
+        user = UserInfo.from_request(request.get("userInfo") or {})
+        namespace = str(request.get("namespace") or
+                        (obj.get("metadata") or {}).get("namespace") or "default")
+        # The core reads the namespace from the object: make sure it is the request's.
+        obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
+        if operation == "CREATE":
+            mine = user.annotations()
+            forged = [k for k in CREATOR_ANNOTATIONS if _annotations(obj).get(k) != mine.get(k)]
+            creator = ([f"metadata.annotations[{forged[0]}]: the creator annotations are set "
+                        "by the dispatcher's mutating webhook, which did not run; register "
+                        "MutatingWebhookConfiguration dispatcher-appwrappers (deploy/)"]
+                       if forged else [])
+            return await self._judge(creator, obj, user, namespace, check_items=True)
+        if operation != "UPDATE":
+            return ALLOW
+        old: Mapping[str, Any] = request.get("oldObject") or {}
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return ALLOW
+        changed = [k for k in CREATOR_ANNOTATIONS
+                   if _annotations(old).get(k) != _annotations(obj).get(k)]
+        if changed:
+            return Verdict(False, code=403, message=(
+                f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
+                "and cannot be changed; keep the annotations as they are (kubectl apply and "
+                "kubectl edit do; kubectl replace with a file without them does not)"))
+        if _items(old) != _items(obj):
+            state = latest_condition(old)
+            if state not in EDITABLE:
+                return Verdict(False, code=403, message=(
+                    f"spec.resources.GenericItems cannot change once the AppWrapper is past "
+                    f"the queue (its latest condition is {state}): what was checked is "
+                    "what the dispatcher creates; delete the AppWrapper and apply the new "
+                    "one"))
+            return await self._judge([], obj, user, namespace, check_items=True)
+        if old.get("spec") != obj.get("spec"):
+            return await self._judge([], obj, user, namespace, check_items=False)
+        return ALLOW
+
+    async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
+                     namespace: str, check_items: bool) -> Verdict:
+        spec = core_problems(obj, self.allowed_kinds)
+        denied: list[str] = []
+        if check_items:
+            try:
+                denied = await self.access.denials(user, namespace, wrapped_items(obj))
+            except ApiError as e:
+                return Verdict(False, code=500, message=capped([
+                    f"could not check the wrapped objects against {user.username}'s "
+                    f"permissions: {e}; try again"]))
+        problems = [*problems, *spec, *denied]
+        if not problems:
+            return ALLOW
+        name = (obj.get("metadata") or {}).get("name") or "(unnamed)"
+        log.info("refused AppWrapper %s/%s of %s: %s", namespace, name, user.username,
+                 "; ".join(problems)[:1000])
+        return Verdict(False, code=422 if spec else 403, message=capped(problems))

@@ -1,0 +1,245 @@
+"""The admission webhook's HTTPS server: ``dispatcher webhook``, or inside ``dispatcher run
+--webhook-port``.
+
+kube-apiserver POSTs an AdmissionReview to ``/mutate-appwrappers`` (creator annotations)
+and ``/validate-appwrappers`` (spec, creator, RBAC per item, immutability); what is decided
+is in admission_review.py. ``/healthz`` answers once a certificate is loaded.
+
+Certificates come from a Secret the webhook keeps itself (certs.py: made, rotated, and
+the CA patched into its webhook configurations), or, with ``cert_dir``, from files that
+something else keeps (cert-manager mounting its Secret there; nothing is patched then).
+Either way they are looked at again every minute and reloaded when they changed, without
+a restart: new connections get the new certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import ssl
+import tempfile
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+
+from .access import Access
+from .admission_review import AppWrapperReview, Verdict
+from .certs import SecretCertificates, service_hosts
+from .kube import Kube
+
+log = logging.getLogger("dispatcher.webhook")
+
+MUTATE_PATH = "/mutate-appwrappers"
+VALIDATE_PATH = "/validate-appwrappers"
+RECHECK_SECONDS = 60.0
+# An AdmissionReview carries the object and, on UPDATE, the old one: etcd takes objects
+# up to 1.5 MB, so a little more than twice that.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "dispatcher-system"
+
+
+def own_namespace() -> str:
+    """The namespace the dispatcher runs in: $POD_NAMESPACE, the pod's service account
+    namespace, else dispatcher-system (deploy/'s)."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    with contextlib.suppress(OSError):
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or DEFAULT_NAMESPACE
+    return DEFAULT_NAMESPACE
+
+
+@dataclass
+class WebhookOptions:
+    port: int = 9443
+    host: str = "0.0.0.0"
+    namespace: str = field(default_factory=own_namespace)
+    service: str = "dispatcher-webhook"
+    secret: str = "dispatcher-webhook-cert"
+    configuration: str | None = "dispatcher-appwrappers"
+    cert_dir: Path | None = None
+    cert_hosts: tuple[str, ...] = ()
+    allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
+
+
+class TlsContext:
+    """A server SSLContext whose certificate can be replaced while it serves."""
+
+    def __init__(self) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.loaded: tuple[bytes, bytes] | None = None
+
+    def load(self, cert: bytes, key: bytes) -> bool:
+        """Serve ``cert`` (PEM, chain) with ``key`` from the next handshake on; False if
+        they are what is served already."""
+        if self.loaded == (cert, key):
+            return False
+        # ssl loads certificates from files only; they live just long enough to be read.
+        with tempfile.TemporaryDirectory(prefix="dispatcher-webhook-") as tmp:
+            cert_file, key_file = Path(tmp, "tls.crt"), Path(tmp, "tls.key")
+            cert_file.write_bytes(cert)
+            key_file.touch(mode=0o600)
+            key_file.write_bytes(key)
+            self.context.load_cert_chain(cert_file, key_file)
+        self.loaded = (cert, key)
+        return True
+
+
+CertSource = Callable[[], Awaitable[tuple[bytes, bytes]]]
+
+
+def secret_source(store: SecretCertificates) -> CertSource:
+    async def fetch() -> tuple[bytes, bytes]:
+        certs = await store.current()
+        await store.publish(certs)
+        return certs.tls_cert, certs.tls_key
+
+    return fetch
+
+
+def directory_source(directory: Path) -> CertSource:
+    async def fetch() -> tuple[bytes, bytes]:
+        try:
+            return (directory / "tls.crt").read_bytes(), (directory / "tls.key").read_bytes()
+        except OSError as e:
+            raise RuntimeError(f"cannot read the webhook certificate in {directory} "
+                               f"(tls.crt and tls.key): {e}") from e
+
+    return fetch
+
+
+class WebhookServer:
+    """The HTTPS endpoints; ``refresh()`` (re)loads the certificate from its source."""
+
+    def __init__(self, review: AppWrapperReview, source: CertSource,
+                 host: str = "0.0.0.0", port: int = 9443) -> None:
+        self.review = review
+        self.source = source
+        self.host = host
+        self.port = port
+        self.tls = TlsContext()
+        self._runner: web.AppRunner | None = None
+        self._refresher: asyncio.Task[None] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_post(MUTATE_PATH, self._mutate)
+        app.router.add_post(VALIDATE_PATH, self._validate)
+        app.router.add_get("/healthz", self._healthz)
+        return app
+
+    async def refresh(self) -> None:
+        cert, key = await self.source()
+        if self.tls.load(cert, key):
+            log.info("webhook serving certificate loaded")
+
+    async def start(self) -> None:
+        """Load the certificate (fails if there is none to be had), then serve."""
+        await self.refresh()
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port, ssl_context=self.tls.context
+                              ).start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._refresher = asyncio.create_task(self._keep_fresh(), name="webhook-certificates")
+        log.info("serving the AppWrapper admission webhook on %s", ", ".join(
+            f"https://{h}:{p}" for h, p in self.addresses()))
+
+    def addresses(self) -> list[tuple[str, int]]:
+        if self._runner is None:
+            return []
+        return [(str(a[0]), int(a[1])) for a in self._runner.addresses
+                if isinstance(a, tuple) and len(a) >= 2]
+
+    async def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _keep_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(RECHECK_SECONDS)
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the current certificate still serves; try again
+                log.warning("webhook certificate not refreshed: %s", e)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        ok = self.tls.loaded is not None
+        return web.Response(status=200 if ok else 503,
+                            text="ok\n" if ok else "no certificate loaded\n")
+
+    async def _mutate(self, request: web.Request) -> web.Response:
+        return await self._answer(request, mutate=True)
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        return await self._answer(request, mutate=False)
+
+    async def _answer(self, request: web.Request, mutate: bool) -> web.Response:
+        try:
+            body = await request.json()
+            review = body["request"]
+            uid = str(review["uid"])
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400, text="expected an AdmissionReview with a "
+                                "request (admission.k8s.io/v1)\n")
+        try:
+            verdict = self.review.mutate(review) if mutate else \
+                await self.review.validate(review)
+        except Exception:
+            log.exception("AdmissionReview %s failed", uid)
+            verdict = Verdict(False, code=500, message="the dispatcher's webhook failed "
+                              "on this AppWrapper; its log says why")
+        answer: dict[str, Any] = {"apiVersion": body.get("apiVersion") or
+                                  "admission.k8s.io/v1",
+                                  "kind": "AdmissionReview", "response": verdict.response(uid)}
+        return web.json_response(answer)
+
+
+def make_server(kube: Kube, options: WebhookOptions) -> WebhookServer:
+    source: CertSource
+    if options.cert_dir is not None:
+        source = directory_source(options.cert_dir)
+    else:
+        hosts = service_hosts(options.service, options.namespace, options.cert_hosts)
+        source = secret_source(SecretCertificates(kube, options.namespace, options.secret,
+                                                  hosts, options.configuration))
+    return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds), source,
+                         options.host, options.port)
+
+
+async def serve(options: WebhookOptions, kubeconfig: str | None,
+                stop: asyncio.Event | None = None) -> None:
+    """`dispatcher webhook`: serve until SIGTERM/SIGINT (or ``stop``)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    kube = await Kube.connect(kubeconfig)
+    server = make_server(kube, options)
+    try:
+        await server.start()
+        await stop.wait()
+    finally:
+        await server.stop()
+        await kube.close()

@@ -1,0 +1,328 @@
+"""Many tenants on one cluster: users act as themselves (client certificates of the local
+cluster), and the dispatcher's admission webhook makes sure an AppWrapper never gets
+created what its author may not create.
+
+Every webhook test runs twice: against a `dispatcher webhook` process with admin
+credentials whose configurations are registered by the tests ("local"), and against
+deploy/ applied as it is, its webhook running as deploy/'s service account and the
+controller as its own ("deployed"). Each test has a fresh namespace where ``alice`` may
+create AppWrappers and Jobs and ``bob`` AppWrappers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from dispatcher.controller.access import CREATOR, CREATOR_GROUPS, creator_denials
+from dispatcher.controller.admission_review import core_problems
+from dispatcher.controller.kube import Kube
+from localcluster import Cluster, Kubectl, users, wait_for
+from localcluster.testing import container, outcome
+
+from .dispatcher_process import DispatcherProcess, install_crd, wait_quiet
+from .webhook_process import Installed, WebhookProcess, free_port, unregister_webhooks
+
+LABEL = "workload.codeflare.dev/appwrapper"
+LOCAL_WEBHOOK_NAMESPACE = "dispatcher-webhook-local"
+APPWRAPPERS = "appwrappers.workload.codeflare.dev"
+
+
+# --- builders ------------------------------------------------------------------------
+
+def appwrapper(name: str, *items: dict[str, Any], custom: bool = False,
+               annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    generic: list[dict[str, Any]] = [{"generictemplate": i} for i in items]
+    if custom:
+        for g in generic:
+            g["custompodresources"] = [{"replicas": 1, "requests": {"cpu": "100m"}}]
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": meta, "spec": {"resources": {"GenericItems": generic}}}
+
+
+def job(name: str = "train", pods: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": {"metadata": {"annotations": outcome("run")},
+                                  "spec": {"restartPolicy": "Never",
+                                           "containers": [container(gpus=1)]}}}}
+
+
+def deployment(name: str = "web") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [container()]}}}}
+
+
+def privileged_pod(name: str = "root") -> dict[str, Any]:
+    c = container()
+    c["securityContext"] = {"privileged": True}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"hostPID": True, "containers": [c]}}
+
+
+def refused(k: Kubectl, obj: dict[str, Any], *args: str) -> str:
+    """`kubectl apply` of ``obj`` (or another command given by ``args``) must fail; its
+    error output."""
+    proc = k.run(*(args or ("apply", "-f", "-")), input=yaml.safe_dump(obj), check=False)
+    assert proc.returncode != 0, f"expected a refusal, got: {proc.stdout}"
+    return proc.stderr
+
+
+def last_condition(k: Kubectl, name: str) -> str:
+    conditions = (k.json("appwrapper", name).get("status") or {}).get("conditions") or []
+    return str(conditions[-1]["type"]) if conditions else ""
+
+
+# --- fixtures ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def crd(kubectl: Kubectl) -> None:
+    install_crd(kubectl)
+
+
+@pytest.fixture(scope="module", params=["local", "deployed"])
+def webhook(request: pytest.FixtureRequest, local_cluster: Cluster, kubectl: Kubectl,
+            crd: None) -> Iterator[Installed]:
+    if request.param == "deployed":
+        yield request.getfixturevalue("deployed")
+        return
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": LOCAL_WEBHOOK_NAMESPACE}})
+    process = WebhookProcess(local_cluster.kubeconfig, local_cluster.logs / "webhook-local",
+                             LOCAL_WEBHOOK_NAMESPACE)
+    try:
+        process.serve(kubectl)
+        yield Installed("local", process, local_cluster.kubeconfig)
+    finally:
+        process.stop()
+        unregister_webhooks(kubectl)
+
+
+@dataclass
+class Tenants:
+    namespace: str
+    alice: Kubectl
+    bob: Kubectl
+    admin: Kubectl
+    alice_jobs_role: str
+
+
+@pytest.fixture
+def tenants(webhook: Installed, namespace: str, kubectl: Kubectl,
+            as_user: Callable[[str], Kubectl]) -> Tenants:
+    users.grant(kubectl, "alice", namespace, [APPWRAPPERS])
+    role = users.grant(kubectl, "alice", namespace, ["jobs.batch"])
+    users.grant(kubectl, "bob", namespace, [APPWRAPPERS])
+    alice, bob = as_user("alice").in_namespace(namespace), as_user("bob").in_namespace(namespace)
+    wait_for(lambda: alice.run("auth", "can-i", "create", "jobs.batch").stdout.strip() == "yes"
+             and bob.run("auth", "can-i", "create", APPWRAPPERS).stdout.strip() == "yes",
+             30, "the grants to take effect")
+    return Tenants(namespace, alice, bob, as_user("admin").in_namespace(namespace), role)
+
+
+@pytest.fixture
+def dispatcher(webhook: Installed, local_cluster: Cluster, kubectl: Kubectl
+               ) -> Iterator[DispatcherProcess]:
+    d = DispatcherProcess(webhook.controller_kubeconfig,
+                          local_cluster.logs / f"tenancy-{webhook.mode}")
+    wait_quiet(kubectl)
+    yield d
+    d.finish()
+
+
+# --- users ---------------------------------------------------------------------------
+
+def test_users_act_as_themselves_with_their_teams_rights(
+        as_user: Callable[[str], Kubectl], crd: None) -> None:
+    alice, bob, admin = as_user("alice"), as_user("bob"), as_user("admin")
+    who = json.loads(alice("auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    assert who["username"] == "alice" and users.USERS_GROUP in who["groups"]
+    assert alice.namespace == "team-a" and bob.namespace == "team-b"
+    # A server-side dry run is authorized and admitted like the real thing.
+    alice("create", "job", "probe", "--image=busybox", "--dry-run=server")
+    denied = bob.run("create", "job", "probe", "--image=busybox", "--dry-run=server",
+                     check=False)
+    assert denied.returncode != 0
+    assert 'User "bob" cannot create resource "jobs" in API group "batch" in the ' \
+        'namespace "team-b"' in denied.stderr
+    assert bob("auth", "can-i", "create", APPWRAPPERS).strip() == "yes"
+    assert alice.run("auth", "can-i", "create", "jobs", "-n", "team-b",
+                     check=False).stdout.strip() == "no"
+    assert admin("auth", "can-i", "*", "*", "-A").strip() == "yes"
+
+
+# --- the webhook ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("item", "resource"), [
+    (deployment(), "deployments.apps"), (job(), "jobs.batch"), (privileged_pod(), "pods")])
+def test_bobs_appwrapper_of_what_he_may_not_create_is_refused_naming_the_item(
+        tenants: Tenants, item: dict[str, Any], resource: str) -> None:
+    error = refused(tenants.bob, appwrapper("sneaky", item))
+    name = item["metadata"]["name"]
+    assert (f"denied the request: spec.resources.GenericItems[0] ({item['kind']} {name!r}): "
+            f"bob may not create {resource} in namespace {tenants.namespace}") in error
+    assert tenants.admin.items("appwrappers") == []
+
+
+def test_alices_appwrapper_of_a_job_is_admitted_recorded_and_dispatched(
+        tenants: Tenants, dispatcher: DispatcherProcess) -> None:
+    dispatcher.start("fifo")
+    tenants.alice.apply(appwrapper("train", job("train", pods=2)))
+    aw = tenants.alice.json("appwrapper", "train")
+    annotations = aw["metadata"]["annotations"]
+    assert annotations[CREATOR] == "alice"
+    assert users.USERS_GROUP in json.loads(annotations[CREATOR_GROUPS])
+    wait_for(lambda: last_condition(tenants.alice, "train") == "Running", 90,
+             "alice's AppWrapper to run")
+    assert len(tenants.admin.items("pods", "-l", f"{LABEL}=train")) == 2
+
+
+@pytest.mark.parametrize("item", [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "taken-over"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "taken-over"},
+     "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}])
+def test_cluster_scoped_items_are_refused_even_to_the_admin(
+        tenants: Tenants, kubectl: Kubectl, item: dict[str, Any]) -> None:
+    error = refused(tenants.admin, appwrapper("global", item, custom=True))
+    assert f"spec.resources.GenericItems[0] ({item['kind']} 'taken-over'): {item['kind']} " \
+        "is cluster-scoped; an AppWrapper wraps only objects of its own namespace" in error
+    assert kubectl.run("get", item["kind"].lower(), "taken-over", check=False).returncode != 0
+
+
+def test_items_of_a_dispatched_appwrapper_cannot_be_edited(
+        tenants: Tenants, kubectl: Kubectl) -> None:
+    alice = tenants.alice
+    alice.apply(appwrapper("frozen", job("frozen")))
+    # Queued (no dispatcher here): its items may still change.
+    alice("patch", "appwrapper", "frozen", "--type=json", "-p", json.dumps([
+        {"op": "replace", "value": 2,
+         "path": "/spec/resources/GenericItems/0/generictemplate/spec/parallelism"}]))
+    # As the dispatcher records a dispatch (the status is its alone to write).
+    kubectl.in_namespace(tenants.namespace)(
+        "patch", "appwrapper", "frozen", "--subresource=status", "--type=merge", "-p",
+        json.dumps({"status": {"state": "Running", "queuejobstate": "Dispatched",
+                               "conditions": [{"type": "Init"}, {"type": "Dispatched"}]}}))
+    proc = alice.run("patch", "appwrapper", "frozen", "--type=json", "-p", json.dumps([
+        {"op": "replace", "value": 8,
+         "path": "/spec/resources/GenericItems/0/generictemplate/spec/parallelism"}]),
+        check=False)
+    assert proc.returncode != 0
+    assert "spec.resources.GenericItems cannot change once the AppWrapper is past the queue " \
+        "(its latest condition is Dispatched)" in proc.stderr
+    items = alice.json("appwrapper", "frozen")["spec"]["resources"]["GenericItems"]
+    assert items[0]["generictemplate"]["spec"]["parallelism"] == 2
+    # Anything but the items may still change.
+    alice("label", "appwrapper", "frozen", "team=a")
+    alice("patch", "appwrapper", "frozen", "--type=merge", "-p", '{"spec": {"priority": 3}}')
+
+
+def test_the_creator_cannot_be_forged_or_edited(tenants: Tenants) -> None:
+    alice = tenants.alice
+    alice.apply(appwrapper("forged", job("forged"), annotations={
+        CREATOR: "bob", CREATOR_GROUPS: '["system:masters"]'}))
+    annotations = alice.json("appwrapper", "forged")["metadata"]["annotations"]
+    assert annotations[CREATOR] == "alice"
+    assert "system:masters" not in json.loads(annotations[CREATOR_GROUPS])
+    for change in (f"{CREATOR}=bob", f"{CREATOR}-", f'{CREATOR_GROUPS}=["system:masters"]'):
+        proc = alice.run("annotate", "--overwrite", "appwrapper", "forged", change,
+                         check=False)
+        assert proc.returncode != 0, change
+        assert "records who created this AppWrapper and cannot be changed" in proc.stderr
+    # Not even the admin rewrites history.
+    proc = tenants.admin.run("annotate", "--overwrite", "appwrapper", "forged",
+                             f"{CREATOR}=admin", check=False)
+    assert proc.returncode != 0
+
+
+def test_an_invalid_appwrapper_is_refused_at_apply_with_the_cores_message(
+        tenants: Tenants) -> None:
+    stray = job("stray")
+    stray["metadata"]["namespace"] = "elsewhere"
+    obj = appwrapper("stray", stray)
+    error = refused(tenants.alice, obj)
+    (message,) = core_problems({**obj, "metadata": {**obj["metadata"],
+                                                    "namespace": tenants.namespace}})
+    assert message in error
+    assert "must be in the AppWrapper's namespace" in message
+
+
+def test_creator_denials_see_rbac_change_while_it_queues(
+        tenants: Tenants, webhook: Installed, kubectl: Kubectl) -> None:
+    """What the controller asks just before creating the items, with its own
+    credentials (deploy/'s service account in the deployed run)."""
+    tenants.alice.apply(appwrapper("waiting", job("waiting")))
+    aw = tenants.alice.json("appwrapper", "waiting")
+
+    async def denials() -> list[str]:
+        kube = await Kube.connect(str(webhook.controller_kubeconfig))
+        try:
+            return await creator_denials(kube, aw)
+        finally:
+            await kube.close()
+
+    assert asyncio.run(denials()) == []
+    users.revoke(kubectl, tenants.namespace, tenants.alice_jobs_role)
+    want = [f"spec.resources.GenericItems[0] (Job 'waiting'): alice may not create jobs.batch "
+            f"in namespace {tenants.namespace}"]
+    wait_for(lambda: asyncio.run(denials()) == want, 30,
+             "the revoked right to show in creator_denials")
+
+
+def test_metrics_can_require_a_token_allowed_to_get_them(
+        tenants: Tenants, dispatcher: DispatcherProcess, kubectl: Kubectl) -> None:
+    ns = kubectl.in_namespace(tenants.namespace)
+    ns("create", "serviceaccount", "scraper")
+    reader = f"{tenants.namespace}-metrics-reader"
+    kubectl.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": reader},
+         "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": reader},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": reader},
+         "subjects": [{"kind": "ServiceAccount", "name": "scraper",
+                       "namespace": tenants.namespace}]}])
+    account = f"system:serviceaccount:{tenants.namespace}:scraper"
+    try:
+        # Refusals are remembered for a minute: ask only once the grant is in force.
+        wait_for(lambda: kubectl.run("auth", "can-i", "get", "/metrics", "--as", account,
+                                     check=False).stdout.strip() == "yes",
+                 30, "the scraper's grant to take effect")
+        port = free_port()
+        dispatcher.start("fifo", extra_args=["--metrics-port", str(port), "--metrics-host",
+                                             "127.0.0.1", "--metrics-auth", "kubernetes"])
+        scraper = ns("create", "token", "scraper").strip()
+        other = ns("create", "token", "default").strip()
+
+        def status(token: str | None, path: str = "/metrics") -> int:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        assert status(None) == 401
+        assert status("not-a-token") == 401
+        assert status(other) == 403
+        assert status(scraper) == 200
+        assert status(None, "/healthz") == 200
+    finally:
+        kubectl("delete", "clusterrole,clusterrolebinding", reader, "--ignore-not-found")

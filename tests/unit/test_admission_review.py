@@ -1,0 +1,391 @@
+"""The admission webhook's decisions on AppWrappers, and the creator's re-check at dispatch:
+who may have what created (RBAC per wrapped item, by discovery), creator annotations that
+cannot be forged or edited, items that cannot change once dispatched, the core's own
+messages at `kubectl apply`, messages of bounded size."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from dispatcher.api.models import parse_appwrapper
+from dispatcher.controller.access import (
+    CREATOR,
+    CREATOR_EXTRA,
+    CREATOR_GROUPS,
+    CREATOR_UID,
+    Access,
+    UserInfo,
+    creator_denials,
+)
+from dispatcher.controller.admission_review import (
+    EDITABLE,
+    MAX_MESSAGE,
+    AppWrapperReview,
+    Verdict,
+)
+from dispatcher.controller.kube import ApiError
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.queue import Policy
+
+from .fake_authz import FakeApi, apply_json_patch
+from .fake_kube import FakeKube
+
+T = TypeVar("T")
+ALICE = {"username": "alice", "uid": "u-alice", "groups": ["team-a", "system:authenticated"]}
+BOB = {"username": "bob", "uid": "u-bob", "groups": ["system:authenticated"]}
+RIGHTS = {"alice": {"jobs.batch", "appwrappers.workload.codeflare.dev"},
+          "bob": {"appwrappers.workload.codeflare.dev"}}
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def job(name: str = "train") -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}}}
+
+
+def deployment(name: str = "web") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "c", "image": "nginx"}]}}}}
+
+
+def privileged_pod(name: str = "root") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                                     "securityContext": {"privileged": True}}]}}
+
+
+def appwrapper(*items: dict[str, Any], namespace: str = "team-a",
+               status: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+        "metadata": {"name": "aw", "namespace": namespace, **meta},
+        "spec": {"resources": {"GenericItems": [{"generictemplate": i} for i in items]}}}
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def request(obj: dict[str, Any], user: dict[str, Any], operation: str = "CREATE",
+            old: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"uid": "r1", "operation": operation, "userInfo": user,
+            "kind": {"group": "workload.codeflare.dev", "version": "v1beta1",
+                     "kind": "AppWrapper"},
+            "namespace": obj["metadata"]["namespace"], "object": obj, "oldObject": old}
+
+
+def admitted(review: AppWrapperReview, obj: dict[str, Any], user: dict[str, Any]
+             ) -> tuple[dict[str, Any], Verdict]:
+    """What `kubectl apply` of a new AppWrapper gets: mutation, then validation."""
+    mutated = review.mutate(request(obj, user))
+    obj = apply_json_patch(obj, mutated.patch or [])
+    return obj, run(review.validate(request(obj, user)))
+
+
+def reviewer(api: FakeApi | None = None) -> tuple[AppWrapperReview, FakeApi]:
+    api = api or FakeApi(RIGHTS)
+    return AppWrapperReview(Access(api)), api  # type: ignore[arg-type]
+
+
+def with_status(obj: dict[str, Any], condition: str) -> dict[str, Any]:
+    conditions = [{"type": "Init"}, {"type": condition}] if condition else []
+    return {**obj, "status": {"conditions": conditions, "queuejobstate": condition}}
+
+
+# --- creator annotations -------------------------------------------------------------
+
+def test_the_creator_is_recorded_and_a_forged_one_overwritten() -> None:
+    review, _ = reviewer()
+    obj, verdict = admitted(review, appwrapper(job()), ALICE)
+    assert verdict.allowed
+    ann = obj["metadata"]["annotations"]
+    assert ann[CREATOR] == "alice" and ann[CREATOR_UID] == "u-alice"
+    assert json.loads(ann[CREATOR_GROUPS]) == ["team-a", "system:authenticated"]
+    assert CREATOR_EXTRA not in ann
+
+    forged = appwrapper(job(), annotations={CREATOR: "alice", CREATOR_UID: "u-alice",
+                                            CREATOR_GROUPS: '["system:masters"]',
+                                            CREATOR_EXTRA: '{"scopes": ["all"]}',
+                                            "note": "mine"})
+    obj, verdict = admitted(review, forged, BOB)
+    ann = obj["metadata"]["annotations"]
+    assert (ann[CREATOR], ann[CREATOR_UID], json.loads(ann[CREATOR_GROUPS])) == (
+        "bob", "u-bob", ["system:authenticated"])
+    assert CREATOR_EXTRA not in ann and ann["note"] == "mine"
+    # bob may not create Jobs: his AppWrapper is refused whatever it claims.
+    assert not verdict.allowed and "bob may not create jobs.batch" in verdict.message
+
+
+def test_extra_user_attributes_are_recorded_and_reviewed() -> None:
+    review, api = reviewer()
+    user = {**ALICE, "extra": {"scopes.authorization.openshift.io": ["user:full"]}}
+    obj, verdict = admitted(review, appwrapper(job()), user)
+    assert verdict.allowed
+    assert json.loads(obj["metadata"]["annotations"][CREATOR_EXTRA]) == {
+        "scopes.authorization.openshift.io": ["user:full"]}
+    assert api.reviews[-1]["spec"]["extra"] == {
+        "scopes.authorization.openshift.io": ["user:full"]}
+
+
+def test_without_the_mutating_webhook_a_create_is_refused() -> None:
+    review, _ = reviewer()
+    obj = appwrapper(job(), annotations={CREATOR: "bob"})
+    verdict = run(review.validate(request(obj, ALICE)))
+    assert not verdict.allowed
+    assert "mutating webhook, which did not run" in verdict.message
+
+
+@pytest.mark.parametrize("change", [
+    {CREATOR: "mallory"}, {CREATOR_GROUPS: '["system:masters"]'}, {CREATOR_UID: "x"},
+    {CREATOR_EXTRA: '{"a": ["b"]}'}])
+def test_the_creator_annotations_cannot_be_edited(change: dict[str, str]) -> None:
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"].update(change)
+    verdict = run(review.validate(request(new, ALICE, "UPDATE", old)))
+    assert not verdict.allowed and verdict.code == 403
+    assert "records who created this AppWrapper and cannot be changed" in verdict.message
+    removed = json.loads(json.dumps(old))
+    del removed["metadata"]["annotations"][CREATOR]
+    assert not run(review.validate(request(removed, ALICE, "UPDATE", old))).allowed
+
+
+def test_an_appwrapper_from_before_the_webhook_cannot_be_given_a_creator() -> None:
+    review, _ = reviewer()
+    old = appwrapper(job())
+    new = appwrapper(job(), annotations={CREATOR: "alice"})
+    assert not run(review.validate(request(new, BOB, "UPDATE", old))).allowed
+
+
+# --- RBAC per item -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("item", "resource"), [
+    (deployment(), "deployments.apps"), (job(), "jobs.batch"), (privileged_pod(), "pods")])
+def test_bob_may_not_wrap_what_he_may_not_create(item: dict[str, Any], resource: str) -> None:
+    review, _ = reviewer()
+    _, verdict = admitted(review, appwrapper(item, namespace="team-b"), BOB)
+    assert not verdict.allowed and verdict.code == 403
+    name = item["metadata"]["name"]
+    assert verdict.message == (
+        f"spec.resources.GenericItems[0] ({item['kind']} {name!r}): bob may not create "
+        f"{resource} in namespace team-b")
+
+
+def test_alice_may_wrap_a_job_and_each_resource_is_reviewed_once() -> None:
+    review, api = reviewer()
+    _, verdict = admitted(review, appwrapper(job("a"), job("b"), job("c")), ALICE)
+    assert verdict.allowed
+    assert len(api.reviews) == 1
+    spec = api.reviews[0]["spec"]
+    assert spec["user"] == "alice" and spec["uid"] == "u-alice"
+    assert spec["groups"] == ["team-a", "system:authenticated"]
+    assert spec["resourceAttributes"] == {"namespace": "team-a", "verb": "create",
+                                          "group": "batch", "version": "v1",
+                                          "resource": "jobs"}
+
+
+def test_rights_through_a_group_count() -> None:
+    review, _ = reviewer(FakeApi({"group:team-a": {"deployments.apps"}}))
+    _, verdict = admitted(review, appwrapper(deployment(), status=None), ALICE)
+    assert verdict.allowed
+
+
+def test_every_item_the_user_may_not_create_is_named() -> None:
+    review, _ = reviewer()
+    _, verdict = admitted(review, appwrapper(job(), deployment(), privileged_pod()), ALICE)
+    assert not verdict.allowed
+    assert verdict.message == (
+        "spec.resources.GenericItems[1] (Deployment 'web'): alice may not create "
+        "deployments.apps in namespace team-a; spec.resources.GenericItems[2] (Pod 'root'): "
+        "alice may not create pods in namespace team-a")
+
+
+@pytest.mark.parametrize("item", [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "root"}, "rules": [{"apiGroups": ["*"], "resources": ["*"],
+                                              "verbs": ["*"]}]}])
+def test_cluster_scoped_items_are_refused_even_to_an_admin(item: dict[str, Any]) -> None:
+    admin_rights = {"namespaces", "clusterroles.rbac.authorization.k8s.io"}
+    review, _ = reviewer(FakeApi({"admin": admin_rights}))
+    wrapped = appwrapper(item)
+    wrapped["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+        {"replicas": 1, "requests": {"cpu": "1"}}]
+    _, verdict = admitted(review, wrapped, {"username": "admin", "groups": []})
+    assert not verdict.allowed
+    assert f"({item['kind']} " in verdict.message
+    assert "is cluster-scoped; an AppWrapper wraps only objects of its own namespace" \
+        in verdict.message
+
+
+def test_a_kind_the_cluster_does_not_serve_is_refused_after_a_fresh_look() -> None:
+    review, api = reviewer()
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    wrapped = appwrapper(widget)
+    wrapped["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [{"replicas": 1}]
+    _, verdict = admitted(review, wrapped, ALICE)
+    assert not verdict.allowed
+    assert "kind Widget (example.com/v1) is not served by this cluster" in verdict.message
+    assert api.forgotten == ["example.com/v1"]
+
+
+def test_an_api_error_refuses_with_a_message_to_try_again() -> None:
+    api = FakeApi(RIGHTS)
+    api.fail[("POST", "/apis/authorization.k8s.io")] = ApiError(500, "InternalError", "boom")
+    review, _ = reviewer(api)
+    _, verdict = admitted(review, appwrapper(job()), ALICE)
+    assert not verdict.allowed and verdict.code == 500
+    assert "could not check the wrapped objects against alice's permissions" in verdict.message
+
+
+# --- the core's rules, with the core's messages ----------------------------------------
+
+def status_message(obj: dict[str, Any]) -> str:
+    """The message the controller writes into the status of this AppWrapper."""
+    d = Dispatcher(FakeKube(), Policy("fifo", order="arrival"))  # type: ignore[arg-type]
+    d.on_appwrapper("ADDED", {**obj, "metadata": {**obj["metadata"], "uid": "u1"}})
+    (tracked,) = d.tracked.values()
+    assert tracked.status.state == "Failed"
+    return tracked.status.message
+
+
+@pytest.mark.parametrize("obj", [
+    appwrapper(),  # no items
+    appwrapper({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+    appwrapper({**job(), "metadata": {"name": "j", "namespace": "elsewhere"}}),
+    {**appwrapper(job()), "spec": {"priority": "high", "resources": {"GenericItems": [
+        {"generictemplate": job(), "replicas": -2}]}}},
+])
+def test_an_invalid_appwrapper_is_refused_with_the_message_its_status_would_show(
+        obj: dict[str, Any]) -> None:
+    review, _ = reviewer(FakeApi({"alice": {"jobs.batch"}}))
+    _, verdict = admitted(review, obj, ALICE)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message.startswith(status_message(obj))
+
+
+def test_messages_are_capped() -> None:
+    review, _ = reviewer()
+    items = [{"generictemplate": {**job(f"j{i}"), "spec": {}}, "replicas": -1}
+             for i in range(2000)]
+    obj = appwrapper()
+    obj["spec"]["resources"]["GenericItems"] = items
+    _, verdict = admitted(review, obj, BOB)
+    assert not verdict.allowed
+    assert len(verdict.message) <= MAX_MESSAGE
+    assert verdict.message.endswith("more problems")
+    assert "GenericItems[0]" in verdict.message
+
+
+# --- GenericItems are frozen once past the queue ---------------------------------------
+
+@pytest.mark.parametrize("condition", ["HeadOfLine", "Dispatched", "Running",
+                                       "PreemptCandidate", "Completed", "Failed"])
+def test_items_cannot_change_once_dispatched(condition: str) -> None:
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    old = with_status(old, condition)
+    new = json.loads(json.dumps(old))
+    new["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["parallelism"] = 8
+    verdict = run(review.validate(request(new, ALICE, "UPDATE", old)))
+    assert not verdict.allowed
+    assert verdict.message.startswith("spec.resources.GenericItems cannot change once the "
+                                      f"AppWrapper is past the queue (its latest condition "
+                                      f"is {condition})")
+    # Anything else may still change: labels, other spec fields.
+    relabelled = json.loads(json.dumps(old))
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    relabelled["spec"]["priority"] = 3
+    assert run(review.validate(request(relabelled, ALICE, "UPDATE", old))).allowed
+
+
+@pytest.mark.parametrize("condition", sorted(EDITABLE))
+def test_items_of_a_queued_wrapper_may_change_within_the_editors_rights(condition: str
+                                                                        ) -> None:
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    old = with_status(old, condition)
+    new = json.loads(json.dumps(old))
+    new["spec"]["resources"]["GenericItems"].append({"generictemplate": job("second")})
+    assert run(review.validate(request(new, ALICE, "UPDATE", old))).allowed
+    # Whoever edits is checked: bob may edit AppWrappers in team-a but not create Jobs.
+    verdict = run(review.validate(request(new, BOB, "UPDATE", old)))
+    assert not verdict.allowed and "bob may not create jobs.batch in namespace team-a" \
+        in verdict.message
+
+
+def test_an_invalid_edit_is_refused_and_deletion_is_never_held_up() -> None:
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    bad = json.loads(json.dumps(old))
+    bad["spec"]["schedulingSpec"] = {"minAvailable": -1}
+    verdict = run(review.validate(request(bad, ALICE, "UPDATE", old)))
+    assert not verdict.allowed and "spec.schedulingSpec.minAvailable" in verdict.message
+    old = with_status(old, "Running")
+    going = json.loads(json.dumps(old))
+    going["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
+    going["spec"]["resources"]["GenericItems"] = []
+    assert run(review.validate(request(going, ALICE, "UPDATE", old))).allowed
+
+
+def test_other_resources_and_operations_pass() -> None:
+    review, _ = reviewer()
+    other = {**request(appwrapper(job()), BOB), "kind": {"group": "", "kind": "Pod"}}
+    assert run(review.validate(other)).allowed and review.mutate(other).patch is None
+    assert run(review.validate(request(appwrapper(job()), BOB, "DELETE"))).allowed
+
+
+# --- the creator's rights again, at dispatch ----------------------------------------------
+
+def recorded(*items: dict[str, Any], user: dict[str, Any] = ALICE) -> dict[str, Any]:
+    return appwrapper(*items, annotations=UserInfo.from_request(user).annotations())
+
+
+def test_creator_denials_follow_rbac_as_it_is_now() -> None:
+    api = FakeApi(RIGHTS)
+    aw = recorded(job(), job("other"))
+    assert run(creator_denials(api, aw)) == []  # type: ignore[arg-type]
+    assert run(creator_denials(api, parse_appwrapper(aw))) == []  # type: ignore[arg-type]
+    api.rights["alice"].discard("jobs.batch")
+    assert run(creator_denials(api, aw)) == [  # type: ignore[arg-type]
+        "spec.resources.GenericItems[0] (Job 'train'): alice may not create jobs.batch in "
+        "namespace team-a",
+        "spec.resources.GenericItems[1] (Job 'other'): alice may not create jobs.batch in "
+        "namespace team-a"]
+
+
+def test_creator_denials_without_a_recorded_creator() -> None:
+    api = FakeApi(RIGHTS)
+    (denial,) = run(creator_denials(api, appwrapper(job())))  # type: ignore[arg-type]
+    assert "no creator is recorded on this AppWrapper" in denial
+    assert run(creator_denials(api, appwrapper(job()),  # type: ignore[arg-type]
+                               require_creator=False)) == []
+    broken = appwrapper(job(), annotations={CREATOR: "alice", CREATOR_GROUPS: "team-a"})
+    (denial,) = run(creator_denials(api, broken))  # type: ignore[arg-type]
+    assert "creator annotations are not readable" in denial
+
+
+def test_creator_denials_refuse_cluster_scoped_items_and_leave_unserved_kinds_alone() -> None:
+    api = FakeApi({"alice": {"namespaces"}})
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}}
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert run(creator_denials(api, recorded(namespace, widget))) == [  # type: ignore[arg-type]
+        "spec.resources.GenericItems[0] (Namespace 'mine'): Namespace is cluster-scoped; an "
+        "AppWrapper wraps only objects of its own namespace"]
+
+
+def test_creator_denials_raise_when_the_api_cannot_answer() -> None:
+    api = FakeApi(RIGHTS)
+    api.fail[("POST", "/apis/authorization.k8s.io")] = ApiError(503, "", "unavailable")
+    with pytest.raises(ApiError):
+        run(creator_denials(api, recorded(job())))  # type: ignore[arg-type]
