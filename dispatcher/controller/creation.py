@@ -98,7 +98,10 @@ class Items:
         assert t.aw is not None
         created = 0
         waiting = False
+        recorded = t.item_uids()
         for obj in prepared_items(t.aw):
+            if (obj["kind"], obj["metadata"]["name"]) in recorded:
+                continue  # created by an earlier run: its uid is in the status
             where = f"{obj['kind']} {obj['metadata']['name']!r}"
             resource = await self._resource(obj)
             if resource is None:

@@ -113,7 +113,7 @@ class Intake:
             self._pending_buckets.pop(key, None)
         else:
             self.m.pods[key] = claimed
-            if claimed is not None:
+            if claimed is not None and self._counts_pods(claimed):
                 proven = self.m.ownership.owner_of(obj, claimed)
                 owner = proven if isinstance(proven, tuple) and proven == claimed else None
                 if proven is False:
@@ -134,6 +134,12 @@ class Intake:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
             self.m.wake.set()
+
+    def _counts_pods(self, claimed: Key) -> bool:
+        """Only a gang that is dispatched, running or being torn down counts its pods
+        (a finished or queued one needs no proof of what is left of it)."""
+        t = self.m.tracked.get(claimed)
+        return t is not None and (t.phase in ("dispatched", "running") or t.teardown_due)
 
     def _count(self, t: Tracked, pod: str, bucket: Bucket | None) -> bool:
         before = t.pods.get(pod)

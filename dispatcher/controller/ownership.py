@@ -11,6 +11,7 @@ each, cached by uid); watch handlers never call the API.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ Key = tuple[str, str]
 PodKey = tuple[str, str]
 # Enough for pod -> ReplicaSet -> Deployment and pod -> Job -> JobSet/RayJob.
 MAX_DEPTH = 4
+# Owner lookups per admission cycle, and at once: a cycle is never held up long.
+MAX_LOOKUPS_PER_CYCLE = 256
+PARALLEL_LOOKUPS = 16
 
 
 @dataclass(frozen=True)
@@ -108,17 +112,22 @@ class Ownership:
     def unresolved(self) -> int:
         return len(self._unknown)
 
-    async def resolve(self, fetch: Fetch) -> dict[PodKey, Key | None]:
-        """Look up every unknown owner; return the waiting pods now decided, with the
+    async def resolve(self, fetch: Fetch, limit: int = MAX_LOOKUPS_PER_CYCLE,
+                      parallel: int = PARALLEL_LOOKUPS) -> dict[PodKey, Key | None]:
+        """Look up unknown owners (at most `limit`, `parallel` at a time, so one cycle
+        is never held up long); return the waiting pods now decided, with the
         AppWrapper each belongs to (None: not proven, never counted)."""
         decided: dict[PodKey, Key | None] = {}
-        for uid, ref in list(self._unknown.items()):
-            try:
-                root = await self._walk(ref, fetch)
-            except Exception as e:  # the API did not answer: try again next cycle
-                log.debug("owner %s %s/%s not looked up: %s", ref.kind, ref.namespace,
-                          ref.name, e)
-                continue
+        gate = asyncio.Semaphore(parallel)
+
+        async def one(uid: str, ref: OwnerRef) -> None:
+            async with gate:
+                try:
+                    root = await self._walk(ref, fetch)
+                except Exception as e:  # the API did not answer: try again next cycle
+                    log.debug("owner %s %s/%s not looked up: %s", ref.kind, ref.namespace,
+                              ref.name, e)
+                    return
             self._unknown.pop(uid, None)
             for pod, claimed in self._waiting.pop(uid, {}).items():
                 if root == claimed:
@@ -126,6 +135,9 @@ class Ownership:
                 else:
                     decided[pod] = None
                     self._rejected[pod] = (claimed, ref)
+
+        batch = list(self._unknown.items())[:limit]
+        await asyncio.gather(*(one(uid, ref) for uid, ref in batch))
         return decided
 
     async def _walk(self, ref: OwnerRef, fetch: Fetch) -> Key | None:

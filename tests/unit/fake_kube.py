@@ -43,6 +43,7 @@ class FakeKube:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.objects: dict[str, dict[str, Any]] = {}  # path -> object
         self.writes: list[tuple[str, str]] = []
+        self.reads: list[str] = []
         self.fail: dict[tuple[str, str], ApiError] = {}  # (method, path prefix) -> error
         # (method, path prefix) -> errors raised once each, in order, before answering.
         self.fail_next: dict[tuple[str, str], list[ApiError]] = {}
@@ -118,6 +119,7 @@ class FakeKube:
 
     def _answer(self, method: str, path: str, body: Any) -> Any:
         if method == "GET":
+            self.reads.append(path)
             if path in self.objects:
                 return copy.deepcopy(self.objects[path])
             raise ApiError(404, "NotFound", f"{path} not found")

@@ -72,6 +72,37 @@ def test_restart_reserves_the_unbound_pods_of_a_dispatched_gang_again() -> None:
     run(scenario)
 
 
+def test_a_restart_reads_nothing_for_gangs_whose_items_are_recorded() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        for name in ("a", "b", "c"):
+            kube.put(appwrapper(name, job(name, 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        for name in ("a", "b"):
+            j = created_job(kube, name)
+            kube.put(pod(name, f"{name}-0", "n1", "Running", 1, j))
+            d.on_pod("ADDED", pod(name, f"{name}-0", "n1", "Running", 1, j))
+        await d.cycle()
+        j = created_job(kube, "a")
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 20
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+        assert aw_status(kube, "b")["state"] == "Running"
+        kube.reads.clear()
+        kube.writes.clear()
+        d2 = await started(kube, clock)  # the restart: a finished, b running, c dispatched
+        await d2.cycle()
+        # Nothing of the finished gang is read (its pods' owner chain included); the
+        # others' Jobs are read for their outcome only, never created again.
+        assert [p for p in kube.reads if p.endswith("/jobs/a")] == []
+        assert [w for w in kube.writes if w[0] == "POST" and "/jobs" in w[1]] == []
+        assert types(kube, "b")[-1] == "Running"
+
+    run(scenario)
+
+
 # --- 2. decisions are for one object, not one name -------------------------------------------
 
 def _edit_during_admission(d: runtime.Dispatcher, edit: Any) -> None:
