@@ -25,7 +25,10 @@ GroupKind = tuple[str, str]
 # - Endpoints, EndpointSlice: send a Service's traffic to any address (CVE-2021-25740);
 #   Kubernetes' own edit role no longer grants them.
 # - LimitRange, ResourceQuota: the namespace's policy, its administrator's, not a job's.
+# - Secret: to adopt and remove what it created, the dispatcher would need to read every
+#   Secret of the cluster; deploy/ does not grant that (add it with the RBAC to match).
 OPT_IN_KINDS: frozenset[GroupKind] = frozenset({
+    ("", "Secret"),
     ("rbac.authorization.k8s.io", "Role"),
     ("rbac.authorization.k8s.io", "RoleBinding"),
     ("", "Endpoints"),

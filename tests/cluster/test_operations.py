@@ -273,7 +273,7 @@ def test_deploy_applies_and_its_pods_meet_the_restricted_standard(
     # The API server's Pod Security admission would refuse a pod that does not meet the
     # restricted standard; kwok plays its kubelet, so the Deployments become available.
     for name, replicas, component, account in (
-            ("dispatcher", 1, "controller", SA), ("dispatcher-webhook", 2, "webhook",
+            ("dispatcher", 2, "controller", SA), ("dispatcher-webhook", 2, "webhook",
                                                   WEBHOOK_SA)):
         wait_for(lambda name=name, replicas=replicas: (
             ns.json("deployment", name).get("status") or {}).get(
@@ -326,16 +326,25 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                # blockOwnerDeletion on what it creates, under OwnerReferencesPermissionEnforcement
                ("update", "appwrappers.workload.codeflare.dev/finalizers"),
                ("create", "subjectaccessreviews.authorization.k8s.io"),
-               ("create", "tokenreviews.authentication.k8s.io")]
-    refused = [("create", "secrets"), ("get", "secrets"), ("create", "networkpolicies"),
+               ("create", "tokenreviews.authentication.k8s.io"),
+               # owner chains of gang pods; the pod-less kinds of the allow-list
+               ("get", "replicasets.apps"), ("create", "networkpolicies.networking.k8s.io"),
+               ("create", "serviceaccounts"), ("create", "ingresses.networking.k8s.io")]
+    refused = [("create", "secrets"), ("get", "secrets"), ("create", "endpoints"),
                ("create", "roles.rbac.authorization.k8s.io"),
                ("create", "rolebindings.rbac.authorization.k8s.io"),
                ("create", "resourcequotas"), ("patch", "appwrappers.workload.codeflare.dev"),
                ("delete", "appwrappers.workload.codeflare.dev"), ("update", "nodes"),
                ("patch", "pods"), ("list", "customresourcedefinitions"),
-               ("create", "clusterkopfpeerings.kopf.dev"), ("*", "*")]
+               ("update", "leases.coordination.k8s.io:dispatcher"), ("*", "*")]
     assert [a for a in allowed if not _can(kubectl, *a)] == []
     assert [r for r in refused if _can(kubectl, *r)] == []
+    # Leader election: its own Lease, in its own namespace, and nothing else.
+    lease = "leases.coordination.k8s.io:dispatcher"
+    assert _can(kubectl, "update", lease, namespace=SA_NAMESPACE)
+    assert _can(kubectl, "create", "leases.coordination.k8s.io", namespace=SA_NAMESPACE)
+    assert not _can(kubectl, "update", "leases.coordination.k8s.io:other",
+                    namespace=SA_NAMESPACE)
     # The controller keeps no certificates; the webhook creates nothing for AppWrappers.
     assert not _can(kubectl, "get", "secrets", namespace=SA_NAMESPACE)
     webhook = f"system:serviceaccount:{SA_NAMESPACE}:{WEBHOOK_SA}"
@@ -387,8 +396,10 @@ def test_dispatcher_runs_as_its_service_account_and_is_refused_other_kinds(
     d = DispatcherProcess(sa_config, local_cluster.logs / "as-service-account")
     port = free_port()
     try:
+        # As deploy/ runs it: leader election on its Lease, creators required.
         d.start("fifo", extra_args=["--metrics-port", str(port), "--metrics-host",
-                                    "127.0.0.1"])
+                                    "127.0.0.1", "--leader-elect", "--lease-namespace",
+                                    SA_NAMESPACE, "--require-creator"])
         k.apply(appwrapper("job", job("job", 2, 1)))
         wait_condition(k, "job", "Running", timeout=90)
         assert len(k.items("pods", "-l", f"{LABEL}=job")) == 2
@@ -397,19 +408,17 @@ def test_dispatcher_runs_as_its_service_account_and_is_refused_other_kinds(
                   and e.get("source", {}).get("component") == "dispatcher"]
         assert {e["reason"] for e in events} >= {"AppWrapperRunnable"}
 
-        # A kind deploy/ does not grant: refused by the API server, nothing created.
-        policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                  "metadata": {"name": "deny-all"},
-                  "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
-        k.apply(appwrapper("netpol", policy,
-                           custom=[{"replicas": 1, "requests": {"cpu": "100m"}}]))
-        failed = wait_condition(k, "netpol", "Failed")
-        assert failed["reason"] == "ItemCreationFailure"
-        assert "forbidden" in failed["message"]
-        assert k.json("appwrapper", "netpol")["status"]["state"] == "Failed"
-        assert not k.items("networkpolicies")
-        wait_metrics(port, {m("dispatcher_failures_total", reason="ItemCreationFailure"): 1,
-                            m("dispatcher_dispatches_total"): 2})
+        # A kind outside the allow-list (deploy/ grants it no rights either): refused at
+        # kubectl apply by the webhook, with the fix; nothing is created.
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                  "stringData": {"token": "x"}}
+        refused = k.run("apply", "-f", "-", input=yaml.safe_dump(appwrapper(
+            "secret", secret, custom=[{"replicas": 1, "requests": {"cpu": "100m"}}])),
+            check=False)
+        assert refused.returncode != 0
+        assert "Secret" in refused.stderr and "allowedKinds" in refused.stderr
+        assert not k.items("appwrappers", "--field-selector=metadata.name=secret")
+        wait_metrics(port, {m("dispatcher_dispatches_total"): 1})
         assert d.alive()
         log = d.log_path.read_text(errors="replace")
         assert "Not enough permissions" not in log, d.tail()

@@ -41,7 +41,7 @@ README_TABLE = [
     ("kubeflow.org/v1", "PaddleJob"), ("kubeflow.org/v2beta1", "MPIJob"), ("batch/v1", "Job"),
     ("jobset.x-k8s.io/v1alpha2", "JobSet"), ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"), ("apps/v1", "ReplicaSet"), ("v1", "Pod"), ("v1", "Service"),
-    ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "PersistentVolumeClaim"),
+    ("v1", "ConfigMap"), ("v1", "PersistentVolumeClaim"),
     ("v1", "ServiceAccount"), ("route.openshift.io/v1", "Route"),
 ]
 
@@ -54,7 +54,8 @@ def test_the_readme_kinds_are_allowed_by_default(api_version: str, kind: str) ->
 @pytest.mark.parametrize(("api_version", "kind"), [
     ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("rbac.authorization.k8s.io/v1", "Role"),
     ("v1", "Endpoints"), ("discovery.k8s.io/v1", "EndpointSlice"), ("v1", "ResourceQuota"),
-    ("v1", "LimitRange"), ("example.com/v1", "Widget"), ("apps/v1", "DaemonSet"),
+    ("v1", "LimitRange"), ("v1", "Secret"), ("example.com/v1", "Widget"),
+    ("apps/v1", "DaemonSet"),
 ])
 def test_kinds_that_grant_rights_or_are_unknown_need_the_administrator(
         api_version: str, kind: str) -> None:
@@ -117,10 +118,11 @@ def test_no_file_means_the_defaults(tmp_path: Path) -> None:
 def test_the_administrator_adds_and_removes_kinds(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("allowedKinds:\n  add: [RoleBinding.rbac.authorization.k8s.io, "
-                    "Widget.example.com]\n  remove: [Secret]\n")
+                    "Widget.example.com]\n  remove: [ServiceAccount]\n")
     allowed = load_config(path).allowed_kinds
     assert allowed == (DEFAULT_ALLOWED_KINDS | {("rbac.authorization.k8s.io", "RoleBinding"),
-                                                ("example.com", "Widget")}) - {("", "Secret")}
+                                                ("example.com", "Widget")}) - {
+                                                    ("", "ServiceAccount")}
     assert check_kinds(aw(obj("rbac.authorization.k8s.io/v1", "RoleBinding")), allowed) == []
 
 
