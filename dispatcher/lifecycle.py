@@ -39,6 +39,7 @@ WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
 REQUEUE_LIMIT_REACHED = "RequeueLimitReached"
 PODS_NOT_CREATED = "PodsNotCreated"
 PODS_LOST = "PodsLost"
+ITEMS_CHANGED = "ItemsChanged"  # requeued: the items were edited after dispatch
 
 # Per-AppWrapper overrides of the installation's grace periods, in seconds.
 ADMISSION_GRACE_ANNOTATION = "workload.codeflare.dev/admissionGracePeriodSeconds"

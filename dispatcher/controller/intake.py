@@ -78,6 +78,8 @@ class Intake:
         # Dispatched wrappers to tear down and queue again (items edited, or a requeue
         # that a restart cut short).
         self.requeues_due: set[Key] = set()
+        # Dispatched wrappers whose items were edited after admission: to requeue.
+        self.edited: set[Key] = set()
         # Pods whose owner chain is being looked up, and their phase meanwhile.
         self._pending_buckets: dict[tuple[str, str], Bucket | None] = {}
 
@@ -221,10 +223,10 @@ class Intake:
         try:
             aw = parse_appwrapper(obj)
         except InvalidSpec:
-            self.requeues_due.add(t.key)
+            self.edited.add(t.key)
             return
         if t.aw is not None and items_digest(aw) != items_digest(t.aw):
-            self.requeues_due.add(t.key)
+            self.edited.add(t.key)
         else:
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
 
@@ -310,7 +312,7 @@ class Intake:
             t.needs_items = True
             t.needs_reservation = t.phase == "dispatched"
             if status.admittedDigest and status.admittedDigest != items_digest(aw):
-                self.requeues_due.add(key)  # edited while this dispatcher was down
+                self.edited.add(key)  # edited while this dispatcher was down
         elif kind == ConditionType.PreemptCandidate:
             # A requeue was cut short by a restart: finish the teardown first.
             t.phase = "dispatched"

@@ -38,6 +38,7 @@ from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.models import State
 from dispatcher.cluster import ClusterState
 from dispatcher.lifecycle import (
+    ITEMS_CHANGED,
     PODS_LOST,
     PODS_NOT_CREATED,
     REQUEUE_LIMIT_REACHED,
@@ -56,7 +57,7 @@ NONE = "None"  # an AppWrapper with no state or no condition yet
 STATES = tuple(s.value for s in State)
 CONDITIONS = tuple(c.value for c in ConditionType)
 REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceeded.value,
-                   Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST)
+                   Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST, ITEMS_CHANGED)
 FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
                    Reason.DispatchDeadlineExceeded.value)

@@ -44,6 +44,7 @@ from dispatcher.fit.gang import GangPodSet, Shortfall, place
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import (
     DEFAULT_TIMING,
+    ITEMS_CHANGED,
     WRAPPED_OBJECT_FAILED,
     Timing,
     Verdict,
@@ -265,6 +266,7 @@ class Dispatcher:
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
         active = [t for t in active if t.check_at is None or t.check_at <= now
                   or t.needs_items or t.outcome_stale or t.key in self.intake.requeues_due
+                  or t.key in self.intake.edited
                   or t.teardown_due or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         await _gather(self._step_safely(t, now) for t in active)
@@ -292,6 +294,12 @@ class Dispatcher:
             return
         if t.key in self.intake.requeues_due:
             await self._finish_requeue(t, now)
+            return
+        if t.key in self.intake.edited:
+            # What runs is not what the spec now says: run the new spec from the queue.
+            await self._start_requeue(
+                t, ITEMS_CHANGED, "spec.resources.GenericItems changed after dispatch: torn "
+                "down and queued again with the new items", now, self.timing, counted=False)
             return
         if t.needs_items:
             result = await self.items.create(t)
@@ -397,6 +405,7 @@ class Dispatcher:
         if not await self._commit(change):
             return
         self.observer.requeued(reason)
+        self.intake.edited.discard(t.key)
         self.intake.requeues_due.add(t.key)
         await self._finish_requeue(t, now)
 

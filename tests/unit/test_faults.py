@@ -184,8 +184,10 @@ def test_items_edited_after_dispatch_are_never_created_by_a_restart() -> None:
         await d2.cycle()
         assert kube.get("batch/v1", "Job", "team", "a2") is None
         assert kube.get("batch/v1", "Job", "team", "a") is None  # torn down
-        assert types(kube, "a")[-2:] == ["PreemptCandidate", "Queueing"] or \
-            types(kube, "a")[-1] == "Backoff"
+        changed = [c for c in aw_status(kube, "a")["conditions"]
+                   if c["type"] == "PreemptCandidate"]
+        assert changed[-1]["reason"] == "ItemsChanged"
+        assert aw_status(kube, "a").get("numberOfRequeueings", 0) == 0
         await d2.cycle()
         assert "needs 64 nvidia.com/gpu" in aw_status(kube, "a")["message"]
 
