@@ -291,15 +291,16 @@ class Condition(_Model):
 
 
 class WrappedItem(_Model):
-    """An object the dispatcher created for this AppWrapper, by uid: proof of ownership
-    that a forged owner reference cannot give."""
+    """An object the dispatcher creates for this AppWrapper: named at dispatch (so what
+    was admitted can be removed even if the spec is edited later), its uid recorded once
+    created — proof of ownership that a forged owner reference cannot give."""
 
     model_config = ConfigDict(extra="allow")
 
     apiVersion: str = ""
     kind: str
     name: str
-    uid: str
+    uid: str = ""  # "" until it is created
 
 
 class AppWrapperStatus(_Model):

@@ -300,7 +300,7 @@ class Intake:
             status.state = "Pending"
             status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
                                        for g in queued.gang)
-        for uid in (i.uid for i in status.wrappedItems):
+        for uid in (i.uid for i in status.wrappedItems if i.uid):
             self.m.ownership.add_item(uid, key)
         last = latest(status.conditions)
         kind = last.type if last is not None else ""

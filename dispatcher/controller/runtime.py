@@ -36,7 +36,7 @@ from typing import Any
 from dispatcher.admission import BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.messages import cap_problems, problems_message
-from dispatcher.api.models import Requeuing
+from dispatcher.api.models import Requeuing, WrappedItem
 from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit import Capacity
@@ -58,6 +58,7 @@ from dispatcher.queue import AdmissionQueue, Policy
 from .access import creator_denials
 from .creation import Items, Refused, Waiting
 from .intake import Intake
+from .items import prepared_items
 from .kube import ApiError, Kube
 from .memory import Memory
 from .status import APPWRAPPERS, Change, StatusWriter
@@ -511,7 +512,10 @@ class Dispatcher:
         t.status.state = "Running"
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
-        t.status.wrappedItems = []
+        # What will be created, by name: removable even if the spec is edited later.
+        t.status.wrappedItems = [
+            WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
+            for o in prepared_items(t.aw)]
         try:
             if not await self._commit(change):
                 return

@@ -4,10 +4,12 @@
   merge PATCH with a uid precondition. Only when the PATCH succeeded do its Events go
   out; when it fails the in-memory status goes back to what the API server has, so
   memory is never ahead of the API.
-- Nothing is written when nothing changed. A change of message alone (a waiting
-  wrapper's shortfall moves with every pod that binds anywhere) is written at most once
-  per `message_interval` per wrapper: queued wrappers do not turn each unrelated event
-  into hundreds of PATCHes.
+- Nothing is written when nothing changed. What is news — a condition, a state, a
+  requeue — is written at once. Details wait: pod counts and the uids of created items
+  are written with the next news, or after `detail_interval` (10 s); a change of message
+  alone (a waiting wrapper's shortfall moves with every pod that binds anywhere) after
+  `message_interval` (60 s) — so queued wrappers do not turn each unrelated event into
+  hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each.
 - Every condition reached in one step goes into the same PATCH, and one Event names
   them all (``Queueing → HeadOfLine → Dispatched: …``).
 """
@@ -32,6 +34,8 @@ APPWRAPPERS = Resource("workload.codeflare.dev/v1beta1", "AppWrapper", "appwrapp
 EVENTS = Resource("v1", "Event", "events", True)
 
 MESSAGE_INTERVAL_SECONDS = 60.0
+DETAIL_INTERVAL_SECONDS = 10.0
+DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems")
 MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
 WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
                            ConditionType.PreemptCandidate})
@@ -42,8 +46,11 @@ def status_body(status: AppWrapperStatus) -> dict[str, Any]:
     return body
 
 
-def _without_messages(body: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in body.items() if k != "message"}
+def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
+    """The status without its message (and, with `details`, its pod counts and item
+    uids): what is left is the news."""
+    out = {k: v for k, v in body.items()
+           if k != "message" and not (details and k in DETAILS)}
     conditions = [dict(c) for c in body.get("conditions", [])]
     if conditions:
         last = conditions[-1]
@@ -88,10 +95,12 @@ class Change:
 
 class StatusWriter:
     def __init__(self, kube: Kube, clock: Callable[[], float], parallel: int = 16,
-                 message_interval: float = MESSAGE_INTERVAL_SECONDS) -> None:
+                 message_interval: float = MESSAGE_INTERVAL_SECONDS,
+                 detail_interval: float = DETAIL_INTERVAL_SECONDS) -> None:
         self.kube = kube
         self.clock = clock
         self.message_interval = message_interval
+        self.detail_interval = detail_interval
         self._writes = asyncio.Semaphore(parallel)
         self.patches = 0  # status PATCHes sent, for benchmarks and tests
 
@@ -99,13 +108,20 @@ class StatusWriter:
         return Change(t, now, t.status.model_copy(deep=True))
 
     def due(self, t: Tracked, now: float) -> bool:
-        """Would a write of `t` now change anything the rate limit lets through?"""
+        """Would a write of `t` now change anything the rate limits let through?"""
+        due_at = self.due_at(t)
+        return due_at is not None and now >= due_at
+
+    def due_at(self, t: Tracked) -> float | None:
+        """When the status in memory should be written (None: it is written)."""
         body = status_body(t.status)
         if body == t.written:
-            return False
-        if _without_messages(body) != _without_messages(t.written):
-            return True
-        return now - t.last_write_at >= self.message_interval
+            return None
+        if _without(body, details=True) != _without(t.written, details=True):
+            return t.last_write_at  # news: now
+        if _without(body, details=False) != _without(t.written, details=False):
+            return t.last_write_at + self.detail_interval
+        return t.last_write_at + self.message_interval
 
     async def commit(self, change: Change, force: bool = False) -> bool:
         """Write the change; False if the AppWrapper is gone (404) or was replaced by
@@ -148,7 +164,7 @@ class StatusWriter:
     def message_due_at(self, t: Tracked) -> float | None:
         if t.message_dirty_at is None:
             return None
-        return t.last_write_at + self.message_interval
+        return self.due_at(t)
 
     async def _post_event(self, change: Change) -> None:
         last = change.types[-1]

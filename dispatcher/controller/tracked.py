@@ -75,7 +75,7 @@ class Tracked:
 
     def item_uids(self) -> dict[tuple[str, str], str]:
         """(kind, name) -> uid of the items this wrapper created, as recorded."""
-        return {(i.kind, i.name): i.uid for i in self.status.wrappedItems}
+        return {(i.kind, i.name): i.uid for i in self.status.wrappedItems if i.uid}
 
 
 def pod_bucket(obj: dict[str, Any]) -> Bucket | None:

@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,14 +54,25 @@ def processes(local_cluster: Cluster, kubectl: Kubectl) -> Iterator[list[Dispatc
         d.stop()
 
 
-def drain(api: Any, ns: str, names: list[str], sampler: Sampler,
-          during: Callable[[], None] | None = None) -> float:
+def run_workload(api: Any, ns: str, during: Callable[[], None] | None = None,
+                 run_for: str = RUN_FOR, retries: int = 0) -> tuple[list[str], Report]:
+    """Create the workload with the sampler already sampling, inject the fault (`during`,
+    in a thread, while the workload is created and runs), wait until every AppWrapper has
+    completed; the names and what the sampler saw."""
     t0 = time.monotonic()
-    if during is not None:
-        during()
-    wait_for(lambda: completed(api, ns) == len(names), DRAIN_TIMEOUT,
-             f"all {len(names)} AppWrappers to complete")
-    return time.monotonic() - t0
+    with Sampler(api, ns, PODS) as sampler:
+        fault = threading.Thread(target=during, daemon=True) if during else None
+        if fault is not None:
+            fault.start()
+        names = create_workload(api, ns, WRAPPERS, PODS, run_for, retries=retries)
+        created = time.monotonic() - t0
+        wait_for(lambda: completed(api, ns) == len(names), DRAIN_TIMEOUT,
+                 f"all {len(names)} AppWrappers to complete")
+        if fault is not None:
+            fault.join(120)
+    print(f"{len(names)} AppWrappers created in {created:.0f} s, all completed after "
+          f"{time.monotonic() - t0:.0f} s")
+    return names, sampler.report
 
 
 def check(api: Any, ns: str, names: list[str], report: Report, what: str) -> None:
@@ -78,17 +90,16 @@ def test_kill_9_at_five_random_moments(local_cluster: Cluster, k: Kubectl, names
     processes.append(d)
     d.start()
     rng = random.Random(16)
-    names = create_workload(k, WRAPPERS, PODS, RUN_FOR)
 
     def kills() -> None:
         for _ in range(5):
-            time.sleep(rng.uniform(2, 12))
+            time.sleep(rng.uniform(3, 15))
             d.kill()
             d.start()
 
-    with Sampler(kube_api_client, namespace, PODS) as sampler:
-        drain(kube_api_client, namespace, names, sampler, kills)
-    check(kube_api_client, namespace, names, sampler.report, "kill -9 x5")
+    names, report = run_workload(kube_api_client, namespace, kills)
+    assert d.starts == 6
+    check(kube_api_client, namespace, names, report, "kill -9 x5")
 
 
 def test_fault_injecting_proxy_10_percent(local_cluster: Cluster, k: Kubectl, namespace: str,
@@ -107,9 +118,7 @@ def test_fault_injecting_proxy_10_percent(local_cluster: Cluster, k: Kubectl, na
         d = DispatcherProcess(proxied, local_cluster.logs, "dispatcher-proxied")
         processes.append(d)
         d.start()
-        names = create_workload(k, WRAPPERS, PODS, RUN_FOR)
-        with Sampler(kube_api_client, namespace, PODS) as sampler:
-            drain(kube_api_client, namespace, names, sampler)
+        names, report = run_workload(kube_api_client, namespace)
         d.stop()
     finally:
         proxy.terminate()
@@ -118,7 +127,7 @@ def test_fault_injecting_proxy_10_percent(local_cluster: Cluster, k: Kubectl, na
     print(f"faults injected: {counts}")
     for fault in ("429", "500", "hang", "lost", "watch-cut"):
         assert counts.get(fault, 0) > 0, f"no {fault} was injected: {counts}"
-    check(kube_api_client, namespace, names, sampler.report, "10% faults")
+    check(kube_api_client, namespace, names, report, "10% faults")
 
 
 def test_a_node_deleted_under_running_gangs(local_cluster: Cluster, k: Kubectl,
@@ -128,9 +137,6 @@ def test_a_node_deleted_under_running_gangs(local_cluster: Cluster, k: Kubectl,
     d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs, "dispatcher-node")
     processes.append(d)
     d.start(extra_args=["--failure-grace", "10"])
-    # The Job replaces a pod lost with its node (backoffLimit 3), so the AppWrapper
-    # must not fail with it; the dispatcher requeues the gang if it stays short.
-    names = create_workload(k, WRAPPERS, PODS, "20s", retries=3)
     victims: set[str] = set()
 
     def delete_a_busy_node() -> None:
@@ -147,9 +153,10 @@ def test_a_node_deleted_under_running_gangs(local_cluster: Cluster, k: Kubectl,
                        for p in k.items("pods", f"--field-selector=spec.nodeName={node}"))
         kubectl("delete", "node", node, "--wait=false")
 
-    with Sampler(kube_api_client, namespace, PODS) as sampler:
-        drain(kube_api_client, namespace, names, sampler, delete_a_busy_node)
-    report = sampler.report
+    # The Job replaces a pod lost with its node (backoffLimit 3), so the AppWrapper
+    # must not fail with it; the dispatcher requeues the gang if it stays short.
+    names, report = run_workload(kube_api_client, namespace, delete_a_busy_node,
+                                 run_for="20s", retries=3)
     # A gang that lost a pod with its node may wait unschedulable for the failure
     # grace before it is requeued: only the gangs on that node may ever be partial.
     report.partial = [p for p in report.partial if p.split()[1].rstrip(":") not in victims]
@@ -172,7 +179,6 @@ def test_two_replicas_and_the_leader_is_killed(local_cluster: Cluster, k: Kubect
     wait_for(lambda: any(r.leading() for r in replicas), 90, "one replica to lead")
     time.sleep(3)
     assert sum(r.leading() for r in replicas) == 1
-    names = create_workload(k, WRAPPERS, PODS, RUN_FOR)
     took: list[float] = []
 
     def kill_the_leader() -> None:
@@ -184,8 +190,7 @@ def test_two_replicas_and_the_leader_is_killed(local_cluster: Cluster, k: Kubect
         wait_for(standby.leading, 60, "the standby to take over")
         took.append(time.monotonic() - t0)
 
-    with Sampler(kube_api_client, namespace, PODS) as sampler:
-        drain(kube_api_client, namespace, names, sampler, kill_the_leader)
+    names, report = run_workload(kube_api_client, namespace, kill_the_leader)
     print(f"failover took {took[0]:.1f} s")
     assert took[0] < 30
-    check(kube_api_client, namespace, names, sampler.report, "leader killed")
+    check(kube_api_client, namespace, names, report, "leader killed")

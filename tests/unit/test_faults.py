@@ -475,6 +475,34 @@ def test_an_unrelated_pod_binding_writes_no_status_of_queued_wrappers() -> None:
     run(scenario)
 
 
+def test_a_gang_s_whole_life_takes_three_status_writes() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()  # Init, Queueing, HeadOfLine, Dispatched: one write
+        j = created_job(kube, "a")
+        for phase in ("Pending", "Running"):
+            for i in range(2):
+                clock.now += 0.5
+                d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", phase, 1, j))
+                await d.cycle()
+        for i in range(2):
+            clock.now += 0.5
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Succeeded", 1, j))
+            await d.cycle()
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 15  # its outcome is read again
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "Completed" and status["Succeeded"] == 2
+        assert [c["type"] for c in status["conditions"]] == [
+            "Init", "Queueing", "HeadOfLine", "Dispatched", "Running", "Completed"]
+        assert kube.status_writes("a") == 3  # Dispatched, Running, Completed
+
+    run(scenario)
+
+
 def _match_steps(pods: int) -> int:
     """Bytecode instructions run while `pods` pods of one gang bind: a count, not a
     time, so a busy machine cannot change it."""
