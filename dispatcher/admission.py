@@ -110,6 +110,37 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     )
 
 
+ADMITTED_STATES = frozenset({"Dispatched", "Running"})  # queuejobstate of an admitted one
+FINISHED_STATES = frozenset({"Completed", "Failed", "Deleted"})
+
+
+def is_admitted(aw: AppWrapper) -> bool:
+    """Dispatched and not finished: it holds capacity and counts against its quota."""
+    if aw.status.state in FINISHED_STATES or aw.status.queuejobstate in FINISHED_STATES:
+        return False
+    return aw.status.state == "Running" or aw.status.queuejobstate in ADMITTED_STATES
+
+
+def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,
+                             preempted: Iterable[WrapperKey] = ()) -> AdmittedWrapper:
+    """The record `admit` needs of a dispatched or running AppWrapper.
+
+    holdings: ``ClusterState.holdings(key)``; preempted: the victims of the Hold it was
+    dispatched from, if any. Its priority is the effective priority it was dispatched
+    with (status.systempriority), else spec.priority; dispatched_at the time of its
+    Dispatched condition, else `now`.
+    """
+    queued = queued_from_appwrapper(aw, first_seen_of(aw, now))
+    dispatched = next((c for c in reversed(aw.status.conditions) if c.type == "Dispatched"),
+                      None)
+    stamp = dispatched.lastTransitionMicroTime if dispatched is not None else None
+    return AdmittedWrapper(
+        queued.namespace, queued.name, queued.uid,
+        aw.status.systempriority or float(aw.spec.priority), queued.demand,
+        tuple(holdings), stamp.timestamp() if stamp is not None else now, queued.labels,
+        tuple(preempted))
+
+
 def first_seen_of(aw: AppWrapper, default: float) -> float:
     stamp: datetime | None = aw.status.controllerfirsttimestamp or aw.metadata.creationTimestamp
     return stamp.timestamp() if stamp is not None else default

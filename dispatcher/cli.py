@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from dispatcher.queue.policy import PolicyError
 
@@ -29,17 +30,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy)
         now = _now(args.now)
-        state = plan.load_cluster([Path(p) for p in args.cluster])
-        wrappers = plan.load_appwrappers([Path(p) for p in args.appwrappers], now)
+        subtrees: list[Mapping[str, Any]] = []
+        state = plan.load_cluster([Path(p) for p in args.cluster], subtrees)
+        loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now)
     except (plan.InputError, PolicyError) as e:
         print(f"dispatcher plan: {e}", file=sys.stderr)
         return EXIT_INPUT
     except ValueError as e:  # a --now that is not a date
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
-    decisions = plan.plan(state, wrappers, policy, args.fit, now)
+    result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
+                       [*subtrees, *loaded.subtrees])
     render = plan.to_json if args.output == "json" else plan.to_table
-    print(render(decisions, policy, args.fit))
+    print(render(result, policy, args.fit))
     return 0
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.quota.forest import Labels, QuotaForest, QuotaNode, QuotaTree, Resolution
-from dispatcher.resources import CPU, PODS, format_amount
+from dispatcher.resources import CPU, amount_number, format_amount
 
 WrapperKey = tuple[str, str]
 
@@ -393,18 +393,11 @@ def _resolvable(forest: QuotaForest, labels: Labels) -> list[tuple[str, str]]:
     return out
 
 
-def _number(resource: str, value: int) -> str:
-    """An amount without its resource's name: '12', '1400m', '2Gi'."""
-    if resource == PODS:
-        return str(value)
-    return format_amount(resource, value).removesuffix(" " + resource)
-
-
 def _would_use(resource: str, used: int, quota: int) -> str:
     """'would use 1200m of its 1075m cpu': both amounts in the same unit."""
     if resource == CPU and (used % 1000 or quota % 1000):
         return f"would use {used}m of its {quota}m cpu"
-    return f"would use {_number(resource, used)} of its {format_amount(resource, quota)}"
+    return f"would use {amount_number(resource, used)} of its {format_amount(resource, quota)}"
 
 
 __all__ = [
