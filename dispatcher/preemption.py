@@ -196,7 +196,7 @@ class Preemption:
         return f"dispatch after preempting {names} ({'; '.join(why)}); then {placed}"
 
 
-@dataclass
+@dataclass(eq=False)
 class _Victim:
     wrapper: AdmittedWrapper
     reclaim: bool
@@ -219,6 +219,7 @@ class PreemptionSearch:
         guard = policy.min_running_seconds
         self.pool = [a for a in admitted if now - a.dispatched_at >= guard]
         self._failed: set[tuple[object, ...]] = set()
+        self._freed: dict[WrapperKey, tuple[IndexArray, IntArray, dict[str, dict[str, int]]]] = {}
 
     @property
     def exhausted(self) -> bool:
@@ -251,9 +252,9 @@ class PreemptionSearch:
             if self.policy.preemption in ("reclaim", "lowerPriority"):
                 within = ledger.within_quota(w.labels, w.demand)
         by_priority = self.policy.preemption == "lowerPriority"
-        useful_rows: set[int] = set()
+        useful = np.zeros(len(cap.names), dtype=bool)
         for g in w.gang:
-            useful_rows.update(cap.eligible_rows(g.pod_set.constraints).tolist())
+            useful[cap.eligible_rows(g.pod_set.constraints)] = True
         out: list[_Victim] = []
         for a in self.pool:
             if a.key == w.key or a.key in self.gone or w.key in a.preempted:
@@ -265,12 +266,14 @@ class PreemptionSearch:
             reclaim = within and borrows_on_path
             if not (reclaim or (by_priority and a.priority < prio and on_path)):
                 continue
-            rows, amounts = cap.amounts((p.node, p.request) for p in a.holdings)
-            quota_help = bool(spots) and any(at in paths.get(t, ()) for t, (at, _) in
-                                             spots.items())
-            if not quota_help and not useful_rows.intersection(rows.tolist()):
-                continue  # frees neither quota W needs nor a node W's pods may use
-            out.append(_Victim(a, reclaim, rows, amounts, _per_node(a.holdings)))
+            freed = self._freed.get(a.key)
+            if freed is None:
+                rows, amounts = cap.amounts((p.node, p.request) for p in a.holdings)
+                freed = self._freed[a.key] = (rows, amounts, _per_node(a.holdings))
+            rows, amounts, per_node = freed
+            if not spots and not useful[rows].any():
+                continue  # frees neither quota nor a node W's pods may use
+            out.append(_Victim(a, reclaim, rows, amounts, per_node))
         borrows = ledger.borrows if ledger is not None else (lambda _k: False)
         out.sort(key=lambda v: (v.wrapper.priority, not borrows(v.wrapper.key),
                                 -v.wrapper.dispatched_at, v.wrapper.key))
@@ -297,24 +300,25 @@ class PreemptionSearch:
 
     def _search(self, w: QueuedWrapper, prio: float, cap: Capacity) -> Preemption | None:
         pool = self._eligible(w, prio, cap)
-        if not pool or self._trial(w, cap, pool) is None:
+        if not pool:
             return None
-        # Shortest feasible prefix: double, then bisect. Feasibility grows with the prefix.
-        hi = 1
-        while hi < len(pool) and self._trial(w, cap, pool[:hi]) is None:
-            hi *= 2
-        hi = min(hi, len(pool))
-        lo = hi // 2 + 1 if hi > 1 else 1
-        while lo < hi:
+        # Shortest feasible prefix: double, then bisect (feasibility grows with the prefix),
+        # starting from the shortest one that gives back enough in total.
+        lo, hi = 0, _enough_in_total(w, cap, pool)
+        planned = self._trial(w, cap, pool[:hi])
+        while planned is None:
+            if hi == len(pool):
+                return None  # even every eligible victim gone would not make room
+            lo, hi = hi, min(hi * 2, len(pool))
+            planned = self._trial(w, cap, pool[:hi])
+        while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self._trial(w, cap, pool[:mid]) is None:
-                lo = mid + 1
+            found = self._trial(w, cap, pool[:mid])
+            if found is None:
+                lo = mid
             else:
-                hi = mid
-        chosen = pool[:hi]
-        planned = self._trial(w, cap, chosen)
-        assert planned is not None
-        chosen = self._minimal(w, cap, chosen, planned)
+                hi, planned = mid, found
+        chosen = self._minimal(w, cap, pool[:hi], planned)
         final = self._trial(w, cap, chosen)
         placements = final if final is not None else planned
         return Preemption(tuple(v.wrapper for v in chosen),
@@ -323,40 +327,69 @@ class PreemptionSearch:
 
     def _minimal(self, w: QueuedWrapper, cap: Capacity, chosen: list[_Victim],
                  planned: Sequence[Placement]) -> list[_Victim]:
-        """Drop victims, most expensive first, while `planned` still fits without them."""
-        need = _per_node(PlannedPod(p.node or "", p.request) for p in planned)
-        aggregate = any(p.node is None for p in planned)
-        if aggregate:
-            total: dict[str, int] = {}
-            for row in need.values():
-                for r, v in row.items():
-                    total[r] = total.get(r, 0) + v
-            free_rows = {"": dict(cap.free_total)}
-            need = {"": total}
-        else:
-            free_rows = {n: cap.free_of(n) for n in need}
+        """Drop victims, most expensive first, while `planned` still fits without them.
 
-        def gain(v: _Victim, node: str) -> Mapping[str, int]:
+        Per node under per-node fit: the room each node of the placement needs, against
+        what is free there and what the kept victims give back there. Under the aggregate
+        rule the same over the cluster's totals (schedulable nodes only).
+        """
+        aggregate = any(p.node is None for p in planned)
+        need = _per_node(PlannedPod("" if aggregate else (p.node or ""), p.request)
+                         for p in planned)
+        free = {"": dict(cap.free_total)} if aggregate else {n: cap.free_of(n) for n in need}
+
+        def gains(v: _Victim) -> dict[str, dict[str, int]]:
             if not aggregate:
-                return v.per_node.get(node, {})
-            out: dict[str, int] = {}
+                return {n: row for n, row in v.per_node.items() if n in need}
+            total: dict[str, int] = {}
             for n, row in v.per_node.items():
                 if n in cap.nodes and not cap.nodes[n].unschedulable:
                     for r, x in row.items():
-                        out[r] = out.get(r, 0) + x
-            return out
+                        total[r] = total.get(r, 0) + x
+            return {"": total}
 
-        def enough(keep: Sequence[_Victim]) -> bool:
-            for node, row in need.items():
-                free = free_rows[node]
-                for r, v in row.items():
-                    if free.get(r, 0) + sum(gain(k, node).get(r, 0) for k in keep) < v:
-                        return False
-            return self._fits_quota(w, keep)
-
-        keep = list(chosen)
+        given = {v.wrapper.key: gains(v) for v in chosen}
+        kept: dict[str, dict[str, int]] = {n: {} for n in need}
+        for v in chosen:
+            for n, row in given[v.wrapper.key].items():
+                for r, x in row.items():
+                    kept[n][r] = kept[n].get(r, 0) + x
+        ledger = self.ledger if self.ledger is not None and self.ledger.active else None
+        less = (ledger.usage_of([*self.gone, *(v.wrapper.key for v in chosen)])
+                if ledger is not None else None)
+        dropped: set[int] = set()
         for victim in reversed(chosen):
-            trial = [k for k in keep if k is not victim]
-            if enough(trial):
-                keep = trial
-        return keep
+            mine = given[victim.wrapper.key]
+            if any(free[n].get(r, 0) + kept[n].get(r, 0) - x < need[n].get(r, 0)
+                   for n, row in mine.items() for r, x in row.items()):
+                continue  # a node of the placement needs what it gives back
+            if ledger is not None and less is not None:
+                ledger.shift(less, victim.wrapper.key, -1)
+                if not ledger.check(w.labels, w.demand, less=less).fits:
+                    ledger.shift(less, victim.wrapper.key, 1)
+                    continue
+            dropped.add(id(victim))
+            for n, row in mine.items():
+                for r, x in row.items():
+                    kept[n][r] -= x
+        return [v for v in chosen if id(v) not in dropped]
+
+
+def _enough_in_total(w: QueuedWrapper, cap: Capacity, pool: Sequence[_Victim]) -> int:
+    """The shortest prefix of `pool` that gives back, in total, what W lacks in total: no
+    shorter one can let W fit (at least 1)."""
+    lacking = [(cap.resources.index(r), v - cap.free_total.get(r, 0))
+               for r, v in w.demand.items() if r in cap.resources and v > cap.free_total.get(r, 0)]
+    if not lacking:
+        return 1
+    schedulable = np.array([not cap.nodes[n].unschedulable for n in cap.names], dtype=bool)
+    freed = np.array([v.amounts[schedulable[v.rows]].sum(axis=0) if len(v.rows)
+                      else np.zeros(len(cap.resources), dtype=np.int64) for v in pool])
+    if freed.shape[1] < len(cap.resources):
+        freed = np.pad(freed, ((0, 0), (0, len(cap.resources) - freed.shape[1])))
+    total = np.cumsum(freed, axis=0)
+    enough = np.ones(len(pool), dtype=bool)
+    for j, short in lacking:
+        enough &= total[:, j] >= short
+    hits = np.nonzero(enough)[0]
+    return int(hits[0]) + 1 if len(hits) else len(pool)

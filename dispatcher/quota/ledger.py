@@ -26,6 +26,7 @@ from dispatcher.quota.forest import Labels, QuotaForest, QuotaNode, QuotaTree, R
 from dispatcher.resources import CPU, amount_number, format_amount
 
 WrapperKey = tuple[str, str]
+Usage = dict[str, dict[int, list[int]]]  # per tree, per node index: amounts per resource
 
 
 @dataclass(frozen=True)
@@ -176,12 +177,17 @@ class QuotaLedger:
     # --- asking -------------------------------------------------------------------------
 
     def check(self, labels: Labels, demand: Mapping[str, int],
-              without: Iterable[WrapperKey] = ()) -> QuotaCheck:
-        """Would a wrapper with these labels and demand fit, were `without` gone?"""
+              without: Iterable[WrapperKey] = (), less: Usage | None = None) -> QuotaCheck:
+        """Would a wrapper with these labels and demand fit, were `without` gone?
+
+        `less` is ``usage_of(without)`` computed beforehand (it then replaces `without`),
+        for callers that try many sets differing by one wrapper.
+        """
         res = self.forest.resolve(labels)
         if res.problems:
             return QuotaCheck(unknown=res.problems, notes=res.notes)
-        less = self._usage_of(without)
+        if less is None:
+            less = self.usage_of(without)
         placements: list[QuotaPlacement] = []
         shortfalls: list[str] = []
         for tree_name, leaf in res.leaves:
@@ -204,20 +210,24 @@ class QuotaLedger:
         check = self.check(labels, demand, without=borrowers)
         return check.fits and not check.borrows
 
-    def _usage_of(self, keys: Iterable[WrapperKey]) -> dict[str, dict[int, list[int]]]:
+    def usage_of(self, keys: Iterable[WrapperKey]) -> Usage:
         """Per tree and node, the usage `keys` account for there."""
-        less: dict[str, dict[int, list[int]]] = {}
+        less: Usage = {}
         for key in keys:
-            entry = self._entries.get(key)
-            if entry is None:
-                continue
-            for tree, at, path, d in entry.spots:
-                nodes = less.setdefault(tree.name, {})
-                for x in path[path.index(at):]:
-                    row = nodes.setdefault(x, [0] * len(d))
-                    for j, v in enumerate(d):
-                        row[j] += v
+            self.shift(less, key, 1)
         return less
+
+    def shift(self, less: Usage, key: WrapperKey, sign: int) -> None:
+        """Add (sign 1) or take away (-1) the usage of `key` to or from `less`."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        for tree, at, path, d in entry.spots:
+            nodes = less.setdefault(tree.name, {})
+            for x in path[path.index(at):]:
+                row = nodes.setdefault(x, [0] * len(d))
+                for j, v in enumerate(d):
+                    row[j] += sign * v
 
     def _place(self, tree: QuotaTree, path: tuple[int, ...], d: tuple[int, ...],
                less: Mapping[int, list[int]] | None = None) -> tuple[int | None, str | None]:
