@@ -72,6 +72,10 @@ class Decision:
     # Where it sits (or would) in each quota tree, and whether it borrows there.
     quota: tuple[QuotaPlacement, ...] = ()
 
+    @property
+    def key(self) -> WrapperKey:
+        return (self.namespace, self.name)
+
 
 @dataclass
 class CycleStats:

@@ -15,11 +15,13 @@ Never a victim: a wrapper admitted less than ``Policy.min_running_seconds`` ago,
 wrapper that itself preempted W to be admitted (``AdmittedWrapper.preempted``): a victim
 never takes its room back from its preemptor, so two wrappers cannot ping-pong.
 
-Choosing victims, cheapest first: lowest priority, then borrowers, then the most recently
-admitted (least progress lost). The search finds the shortest prefix of that order whose
-removal lets W fit -- its quota in every tree and its pods on nodes, by the real
-placement (``fit.place``) on the capacity with the victims' holdings given back -- and
-takes W's placement there. Victims are then dropped, the most expensive first, while
+Choosing victims, cheapest first: lowest priority, then borrowers, then the least work
+lost (running time x GPUs, or x pods for a wrapper without extended resources). The
+search finds the shortest prefix of that order whose removal lets W fit -- its quota in
+every tree and its pods on nodes, by the real placement (``fit.place``) on the capacity
+with the victims' holdings given back -- and takes W's placement there. Every victim of
+that prefix is no dearer than the dearest victim any other choice would need, since a
+shorter prefix does not let W fit (as far as the placement heuristic can tell). Victims are then dropped, the most expensive first, while
 every node of that placement still has room for W's pods placed on it (and its quota
 still fits): what is left is chosen per node, and each victim is needed. Whole gangs
 only: a victim's every pod, bound or planned, is given back, and nothing is ever taken
@@ -276,7 +278,7 @@ class PreemptionSearch:
             out.append(_Victim(a, reclaim, rows, amounts, per_node))
         borrows = ledger.borrows if ledger is not None else (lambda _k: False)
         out.sort(key=lambda v: (v.wrapper.priority, not borrows(v.wrapper.key),
-                                -v.wrapper.dispatched_at, v.wrapper.key))
+                                _work(v.wrapper, self.now), v.wrapper.key))
         return out[:MAX_CANDIDATES]
 
     # --- does W fit without them? ------------------------------------------------------
@@ -373,6 +375,13 @@ class PreemptionSearch:
                 for r, x in row.items():
                     kept[n][r] -= x
         return [v for v in chosen if id(v) not in dropped]
+
+
+def _work(a: AdmittedWrapper, now: float) -> float:
+    """The work a victim loses: how long it has run x its size -- its extended resources
+    (GPUs) if it has any, else its pods."""
+    size = sum(v for r, v in a.demand.items() if "/" in r) or a.demand.get("pods", 0) or 1
+    return max(now - a.dispatched_at, 0.0) * size
 
 
 def _enough_in_total(w: QueuedWrapper, cap: Capacity, pool: Sequence[_Victim]) -> int:

@@ -64,7 +64,7 @@ def test_victims_are_chosen_per_node_not_by_the_total_freed() -> None:
 
 
 def test_among_equals_the_most_recently_admitted_goes() -> None:
-    """Least progress lost: of two priority-0 gangs, each on its own node, the newer goes."""
+    """Least work lost: of two priority-0 gangs of 5 GPUs on their own nodes, the newer."""
     w = World(gpu_nodes(2), PREEMPT)  # type: ignore[arg-type]
     w.submit(appwrapper("older", gpu=5))
     w.settle()
@@ -196,3 +196,22 @@ def test_a_fragmented_wait_names_its_reason_when_nothing_may_go() -> None:
     w.submit(appwrapper("big", gpu=8, priority=9))  # no quota: nobody borrows, nobody goes
     last = w.settle()
     assert last[("test", "big")].reason == FRAGMENTED
+
+
+def test_the_victim_is_the_one_that_loses_the_least_work() -> None:
+    """`wide` (5 GPUs) started 100 s after `narrow` (1 GPU on the other node, with 4 GPUs
+    of priority 9 beside it): after another 100 s, narrow has run 200 GPU-seconds, wide
+    500: narrow goes, though it is older."""
+    w = World(gpu_nodes(2), PREEMPT)  # type: ignore[arg-type]
+    w.submit(appwrapper("narrow", gpu=1))
+    w.submit(appwrapper("keep", gpu=4, priority=9))
+    w.settle()
+    w.now += 100
+    w.submit(appwrapper("wide", gpu=5))
+    w.settle()
+    assert {p.node for p in w.state.holdings(("test", "wide"))} != {
+        p.node for p in w.state.holdings(("test", "narrow"))}
+    w.now += 100
+    w.submit(appwrapper("four", gpu=4, priority=5))
+    d = next(x for x in w.cycle() if x.name == "four")
+    assert d.preempts == (("test", "narrow"),)
