@@ -6,8 +6,10 @@ could not fit even on the empty cluster waits with its own reason and never hold
 the head of the line; an invalid one is reported and skipped.
 
 With quota trees, a wrapper must first fit its quota (at its leaf, or borrowing from an
-ancestor) in every tree; one that does not (QuotaExceeded) or whose labels name no usable
-quota node (UnknownQuotaNode) waits without holding the line for other teams. With a
+ancestor) in every tree. One whose labels name no usable quota node (UnknownQuotaNode)
+waits without holding the line. One that does not fit (QuotaExceeded) holds the line, when
+the policy makes heads block, only for the wrappers that count against the node that is
+full for it: its own team's, or everyone's when that node is a root. With a
 preemption policy, a wrapper that does not fit may get a `preempt` decision instead: the
 whole gangs to tear down first (see dispatcher.preemption).
 """
@@ -205,6 +207,8 @@ def admit(
     failed: dict[tuple[object, ...], Shortfall] = {}
     quota_failed: dict[tuple[object, ...], QuotaCheck] = {}
     blocking: QueuedWrapper | None = None
+    # Quota nodes a waiting wrapper holds the line at, for the wrappers under them only.
+    quota_blocks: dict[tuple[str, str], QueuedWrapper] = {}
     head_seen = False
     decisions: list[Decision] = []
     for w in ordered:
@@ -214,7 +218,9 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
                                       effective_priority=prio))
             continue
-        if blocking is not None:
+        own_hold = held.get(w.key)
+        # A wrapper holding room passes any head: the room was given to it already.
+        if blocking is not None and own_hold is None:
             # The head's own decision says why it waits; repeating that here would
             # rewrite every queued wrapper's status whenever the head's reason changes.
             decisions.append(Decision(
@@ -224,8 +230,17 @@ def admit(
                 effective_priority=prio,
             ))
             continue
-        own_hold = held.get(w.key)
         in_quota: QuotaCheck | None = None
+        if ledger is not None and quota_blocks and own_hold is None:
+            behind = _behind_quota(ledger, w, quota_blocks)
+            if behind is not None:
+                (tree, node), first = behind
+                decisions.append(Decision(
+                    w.namespace, w.name, "wait", BEHIND_HEAD,
+                    f"waiting behind {first.namespace}/{first.name}, which waits for room in "
+                    f"quota {node} (tree {tree}) ({policy.name} policy)",
+                    effective_priority=prio))
+                continue
         if ledger is not None:
             # A held wrapper is counted already, for its hold: not twice.
             mine = ledger.remove(w.key) if own_hold is not None else None
@@ -241,9 +256,21 @@ def admit(
                         quota_failed.clear()
                         continue
                 reason = UNKNOWN_QUOTA if in_quota.unknown else QUOTA_EXCEEDED
+                # Short of quota it holds the line, as a head short of capacity does, but
+                # only for the wrappers that count against the node that is full for it:
+                # its team's when its own quota is full, everyone's when the root is.
+                holds_all = bool(in_quota.full) and _blocks(policy, w, now) and any(
+                    ledger.forest.trees[t].root.name == n for t, n in in_quota.full)
                 decisions.append(Decision(
                     w.namespace, w.name, "wait", reason, _with_notes(in_quota.message, in_quota),
-                    effective_priority=prio, quota=in_quota.placements))
+                    head_of_line=holds_all and not head_seen, effective_priority=prio,
+                    quota=in_quota.placements))
+                if holds_all:
+                    head_seen = True
+                    blocking = w
+                    stats.blocked_by = w.key
+                elif in_quota.full and _blocks(policy, w, now):
+                    quota_blocks.update(dict.fromkeys(in_quota.full, w))
                 continue
         key = w.gang_key
         shortfall = None if own_hold is not None else failed.get(key)
@@ -302,6 +329,21 @@ def admit(
             blocking = w
             stats.blocked_by = w.key
     return decisions
+
+
+def _behind_quota(ledger: QuotaLedger, w: QueuedWrapper,
+                  blocks: Mapping[tuple[str, str], QueuedWrapper]
+                  ) -> tuple[tuple[str, str], QueuedWrapper] | None:
+    """The blocked quota node on `w`'s paths, and the wrapper waiting there, if any."""
+    res = ledger.forest.resolve(w.labels)
+    for tree, leaf in res.leaves:
+        t = ledger.forest.trees[tree]
+        for x in t.nodes[leaf].path:
+            spot = (tree, t.order[x].name)
+            first = blocks.get(spot)
+            if first is not None:
+                return spot, first
+    return None
 
 
 def _consumer(w: QueuedWrapper, priority: float, now: float) -> QuotaConsumer:

@@ -21,12 +21,13 @@ search finds the shortest prefix of that order whose removal lets W fit -- its q
 every tree and its pods on nodes, by the real placement (``fit.place``) on the capacity
 with the victims' holdings given back -- and takes W's placement there. Every victim of
 that prefix is no dearer than the dearest victim any other choice would need, since a
-shorter prefix does not let W fit (as far as the placement heuristic can tell). Victims are then dropped, the most expensive first, while
-every node of that placement still has room for W's pods placed on it (and its quota
-still fits): what is left is chosen per node, and each victim is needed. Whole gangs
-only: a victim's every pod, bound or planned, is given back, and nothing is ever taken
-from part of a gang. The placement is then asked of ``place`` again on exactly that
-capacity; if its heuristic misses, the checked placement from the search stands.
+shorter prefix does not let W fit (as far as the placement heuristic can tell). Victims
+are then dropped, the most expensive first, while every node of that placement still has
+room for W's pods placed on it (and its quota still fits): what is left is chosen per
+node, and each victim is needed. Whole gangs only: a victim's every pod, bound or
+planned, is given back, and nothing is ever taken from part of a gang. The placement is
+then asked of ``place`` again on exactly that capacity; if its heuristic misses, the
+checked placement from the search stands.
 
 The work is bounded: at most ``MAX_CANDIDATES`` eligible victims are considered (the
 cheapest), the prefix is found by doubling then bisection (a handful of placements), and
@@ -100,7 +101,9 @@ class Hold:
     Built from the ``preempt`` decision (placements as PlannedPods, the wrapper's labels
     and effective priority, the victims). Release it when the owner dispatches (reserve
     its placement instead), is deleted, or gets any decision other than ``preempt`` or a
-    wait with reason ``AwaitingPreemption``.
+    wait with reason ``AwaitingPreemption``. A caller that keeps one QuotaLedger across
+    cycles (instead of ``quota_ledger`` each cycle) removes the owner from it then too:
+    the quota counted for the hold goes back with the room.
     """
 
     planned: tuple[PlannedPod, ...]

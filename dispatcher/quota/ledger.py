@@ -57,6 +57,8 @@ class QuotaCheck:
     unknown: tuple[str, ...] = ()  # labels naming no usable node: waits for a fix
     shortfalls: tuple[str, ...] = ()  # trees without room for it
     notes: tuple[str, ...] = ()
+    # (tree, node) per tree without room: the highest node of its path that is full for it
+    full: tuple[tuple[str, str], ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -190,16 +192,19 @@ class QuotaLedger:
             less = self.usage_of(without)
         placements: list[QuotaPlacement] = []
         shortfalls: list[str] = []
+        full: list[tuple[str, str]] = []
         for tree_name, leaf in res.leaves:
             tree = self.forest.trees[tree_name]
             d = _vector(tree, demand)
             path = tree.nodes[leaf].path
-            at, short = self._place(tree, path, d, less.get(tree_name))
+            at, short, top = self._place(tree, path, d, less.get(tree_name))
             placements.append(QuotaPlacement(tree_name, leaf, None if at is None else
                                              tree.order[at].name))
-            if short is not None:
+            if short is not None and top is not None:
                 shortfalls.append(short)
-        return QuotaCheck(tuple(placements), shortfalls=tuple(shortfalls), notes=res.notes)
+                full.append((tree_name, tree.order[top].name))
+        return QuotaCheck(tuple(placements), shortfalls=tuple(shortfalls), notes=res.notes,
+                          full=tuple(full))
 
     def within_quota(self, labels: Labels, demand: Mapping[str, int]) -> bool:
         """Would it fit at its own leaf in every tree, were every borrower gone?
@@ -230,8 +235,10 @@ class QuotaLedger:
                     row[j] += sign * v
 
     def _place(self, tree: QuotaTree, path: tuple[int, ...], d: tuple[int, ...],
-               less: Mapping[int, list[int]] | None = None) -> tuple[int | None, str | None]:
-        """The node it would be placed at (an index), or None and why not."""
+               less: Mapping[int, list[int]] | None = None
+               ) -> tuple[int | None, str | None, int | None]:
+        """The node it would be placed at (an index), or None, why not, and the highest
+        node of its path that is full for it (an index)."""
         used, quota = self._used[tree.name], self._quota[tree.name]
         top = -1  # position on the path of the highest node that would overflow
         for i, x in enumerate(path):
@@ -245,8 +252,8 @@ class QuotaLedger:
         blocker = next((i for i in range(min(rise, len(path) - 1)) if tree.order[path[i]].hard),
                        None)
         if rise < len(path) and blocker is None:
-            return path[rise], None
-        return None, self._shortfall(tree, path, d, less, blocker)
+            return path[rise], None, None
+        return None, self._shortfall(tree, path, d, less, blocker), path[top]
 
     def _shortfall(self, tree: QuotaTree, path: tuple[int, ...], d: tuple[int, ...],
                    less: Mapping[int, list[int]] | None, blocker: int | None) -> str:

@@ -325,10 +325,19 @@ class Simulation:
         if self.ledger is not None and self._left_ledger:
             self.ledger.rebalance()
             self._left_ledger = False
-        decisions = admit(ordered(), self.view, self.policy, t, self.fit, stats,
+        # Held room and a preemptor's new hold are taken for one cycle only: with either,
+        # the cycle works on a copy and only its dispatches are taken from the cluster.
+        preempting = self.policy.preemption != "never"
+        cap = self.view.copy() if preempting or self.holds else self.view
+        decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
-                          admitted=self._admitted() if self.policy.preemption != "never" else (),
-                          holds=self.holds)
+                          admitted=self._admitted() if preempting else (), holds=self.holds)
+        if cap is not self.view:
+            for d in decisions:
+                if d.decision == "dispatch":
+                    for p in d.placements:
+                        assert p.node is not None  # preemption is per-node fit only
+                        self.view.take(p.node, p.request)
         free = dict(self._free_total)
         fragmented: set[int] = set()
         for d in decisions:
@@ -340,7 +349,11 @@ class Simulation:
             elif d.decision == "preempt":
                 self._preempt(i, d, t)
             elif d.key in self.holds and d.reason != AWAITING_PREEMPTION:
+                # It no longer waits for its held room: the room, and the quota counted
+                # for it, go back.
                 del self.holds[d.key]
+                if self.ledger is not None:
+                    self.ledger.remove(d.key)
             if (self.fit == "per-node" and d.decision == "wait"
                     and d.reason not in NOT_FRAGMENTATION
                     and _fits_total(self._demand[i], free)):

@@ -234,10 +234,13 @@ def test_plan_json_carries_quota_and_preemptions(capsys: pytest.CaptureFixture[s
 
 def test_without_preemption_the_borrower_keeps_running(capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
+    """Under fifo the root being full holds the line, as a full cluster does."""
     lines = quota_plan(capsys).splitlines()
-    assert lines[2].split()[:5] == ["1", "team-a/urgent", "wait", "QuotaExceeded", "team-a"]
+    assert lines[2].split()[:6] == ["1", "team-a/urgent", "wait", "(head)", "QuotaExceeded",
+                                    "team-a"]
     assert ("team-a (tree quota_gpu) fits its own quota, but cluster would use 36 of its 32 "
             "nvidia.com/gpu") in lines[2]
+    assert lines[3].split()[:4] == ["2", "team-c/eval", "wait", "BehindHeadOfLine"]
 
 
 def test_finished_appwrappers_are_left_out_and_quota_problems_are_shown(

@@ -26,11 +26,11 @@ def yaml_trace(tmp: Path, *entries: tuple[dict[str, Any], float, float]) -> str:
     return str(path)
 
 
-def quota_file(tmp: Path, team_a: int, team_b: int, root: int) -> str:
+def quota_file(tmp: Path, team_a: int, team_b: int, root: int, hard_a: bool = False) -> str:
     path = tmp / "quota.yaml"
     path.write_text(yaml.safe_dump_all([
         subtree("root", "gpu", [("root", {GPU: root}, False)]),
-        subtree("teams", "gpu", [("team-a", {GPU: team_a}, False),
+        subtree("teams", "gpu", [("team-a", {GPU: team_a}, hard_a),
                                  ("team-b", {GPU: team_b}, False)], parent="root"),
     ]))
     return str(path)
@@ -38,14 +38,15 @@ def quota_file(tmp: Path, team_a: int, team_b: int, root: int) -> str:
 
 def test_a_team_at_its_quota_waits_while_another_team_runs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """16 GPUs; team-a has 8, the root 12: team-a's second job would put the root at 16,
-    so it waits for the first (0-100) although 8 GPUs are free; team-b's runs at once."""
+    """16 GPUs; team-a has 8 and may not borrow: its second job waits for the first
+    (0-100) although 8 GPUs are free, and holds the line for team-a only: team-b's job,
+    submitted after it under fifo, runs at once."""
     path = yaml_trace(tmp_path,
                       (appwrapper("a1", {"gpu": "team-a"}, gpu=8), 0, 100),
                       (appwrapper("a2", {"gpu": "team-a"}, gpu=8), 1, 100),
                       (appwrapper("b1", {"gpu": "team-b"}, gpu=4), 2, 50))
     out = simulate_json(capsys, "--trace", path, "--nodes", "2",
-                   "--quota", quota_file(tmp_path, 8, 8, 12))
+                   "--quota", quota_file(tmp_path, 8, 8, 16, hard_a=True))
     teams = {t["team"]: t for t in out["teams"]}
     assert teams["team-a"]["queueingDelay"]["maxSeconds"] == 99  # a2: submitted 1, ran 100
     assert teams["team-b"]["queueingDelay"]["maxSeconds"] == 0
