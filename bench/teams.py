@@ -8,6 +8,8 @@ bench/simulate.py). Runs, all per-node fit:
 
 - fifo without quotas (the baseline), fifo with quotas,
 - priority with quotas (high-priority jobs first, nobody preempted),
+- priority with quotas and reclaim only (a team within its quota takes back what others
+  borrow, nobody is preempted for priority),
 - priority-preemption with quotas (lowerPriority preemption and reclaiming borrowed
   quota), and the same with a 30-minute minimum running time protecting victims.
 
@@ -99,6 +101,8 @@ def main() -> None:
         ("fifo, no quotas", load_policy("fifo"), plain, None),
         ("fifo, quotas", load_policy("fifo"), labelled, forest),
         ("priority, quotas", load_policy("priority"), labelled, forest),
+        ("reclaim only, quotas", replace(preemption, name="reclaim", preemption="reclaim"),
+         labelled, forest),
         ("priority-preemption, quotas", preemption, labelled, forest),
         ("  + minRunningSeconds 1800", replace(preemption, min_running_seconds=1800.0),
          labelled, forest),

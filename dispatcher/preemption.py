@@ -309,7 +309,8 @@ class PreemptionSearch:
             return None
         # Shortest feasible prefix: double, then bisect (feasibility grows with the prefix),
         # starting from the shortest one that gives back enough in total.
-        lo, hi = 0, _enough_in_total(w, cap, pool)
+        hi = _enough_in_total(w, cap, pool)
+        lo = hi - 1  # the longest prefix known not to be enough
         planned = self._trial(w, cap, pool[:hi])
         while planned is None:
             if hi == len(pool):

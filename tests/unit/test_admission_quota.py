@@ -100,3 +100,46 @@ def test_a_held_preemptor_passes_a_head_that_blocks() -> None:
     assert decisions["newcomer"].head_of_line and decisions["newcomer"].decision == "wait"
     assert decisions["victim"].reason == BEHIND_HEAD
     assert decisions["boss"].decision == "dispatch"
+
+
+def test_the_admitted_record_of_a_running_appwrapper() -> None:
+    from dispatcher.admission import admitted_from_appwrapper, is_admitted
+    from dispatcher.api.models import parse_appwrapper
+    from dispatcher.cluster import BoundPod, PlannedPod
+
+    manifest = appwrapper("run", {"gpu": "team-a"}, gpu=4, pods=2, priority=3)
+    manifest["status"] = {"state": "Running", "systempriority": 3.5, "conditions": [
+        {"type": "Dispatched", "status": "True",
+         "lastTransitionMicroTime": "2026-11-01T10:00:00.000000Z"}]}
+    aw = parse_appwrapper(manifest)
+    assert is_admitted(aw)
+    state = World([node("n0"), node("n1")], FIFO).state
+    state.upsert_pod(("test", "run-0"), BoundPod("test", "run-0", "n0", {GPU: 4}, "run"))
+    state.reserve(("test", "run"), [PlannedPod("n0", {GPU: 4}), PlannedPod("n1", {GPU: 4})])
+    # The bound pod took the planned pod of its node; the other is reserved, not bound yet.
+    holdings = state.holdings(("test", "run"))
+    assert sorted(p.node for p in holdings) == ["n0", "n1"]
+    record = admitted_from_appwrapper(aw, holdings, now=0.0, preempted=[("test", "x")])
+    assert (record.key, record.priority, record.demand[GPU]) == (("test", "run"), 3.5, 8)
+    assert record.dispatched_at == 1793527200.0  # 2026-11-01T10:00:00Z
+    assert record.labels == (("gpu", "team-a"),) and record.preempted == (("test", "x"),)
+    done = parse_appwrapper({**manifest, "status": {"state": "Completed"}})
+    assert not is_admitted(done)
+
+
+def test_preemption_under_the_aggregate_rule_holds_the_totals() -> None:
+    """MCAD's rule places no pod: the preemptor's demand is taken from the totals, so a
+    later wrapper of the same cycle does not get the room the victim will free."""
+    from dispatcher.cluster import PlannedPod
+    from dispatcher.preemption import AdmittedWrapper
+
+    cap = capacity(node("n0", gpu=10))
+    cap.take_total({GPU: 8})  # low's; 2 GPUs free, which `small` would fit in
+    low = AdmittedWrapper("default", "low", "u", 0.0, {GPU: 8, "pods": 1},
+                          (PlannedPod("n0", {GPU: 8, "pods": 1}),), 0.0)
+    high = QueuedWrapper("default", "high", "uh", 1.0, wrapper("h", pod_set(1, gpu=8)).gang, 9)
+    small = QueuedWrapper("default", "small", "us", 2.0, wrapper("s", pod_set(1, gpu=2)).gang, 9)
+    policy = Policy("p", order="priority", backfill=True, preemption="lowerPriority")
+    out = admit([high, small], cap, policy, 100, "aggregate", admitted=[low])
+    assert [(d.name, d.decision) for d in out] == [("high", "preempt"), ("small", "wait")]
+    assert out[0].preempts == (("default", "low"),)
