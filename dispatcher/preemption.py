@@ -126,15 +126,12 @@ class Hold:
 
 def quota_ledger(forest: QuotaForest, admitted: Iterable[AdmittedWrapper] = (),
                  holds: Mapping[WrapperKey, Hold] | None = None) -> QuotaLedger:
-    """The quota usage to pass to ``admit``: held preemptors first (their room was
-    promised), then every admitted wrapper, higher priority and earlier admitted first."""
-    ledger = QuotaLedger(forest)
-    for key in sorted(holds or {}):
-        ledger.add((holds or {})[key].consumer(key), force=True)
-    for c in sorted((a.consumer() for a in admitted), key=lambda c: (-c.priority, c.since, c.key)):
-        if c.key not in ledger:
-            ledger.add(c, force=True)
-    return ledger
+    """The quota usage to pass to ``admit``: every admitted wrapper and held preemptor,
+    counted in the order they were admitted (a hold from the moment it was decided)."""
+    consumers = {a.key: a.consumer() for a in admitted}
+    for key, hold in (holds or {}).items():
+        consumers.setdefault(key, hold.consumer(key))
+    return QuotaLedger.of(forest, consumers.values())
 
 
 # --- holds ----------------------------------------------------------------------------------

@@ -10,11 +10,14 @@ the wrapper rise above it, so a wrapper can never borrow past a hard node. A wra
 when it can be placed in every tree. Only the resources it requests are checked: a team
 over its GPU quota may still run a CPU-only job.
 
-Admitted wrappers are placed in a fixed order -- higher priority first, then the earlier
-admitted -- so that, as in MCAD, it is the later and lower-priority wrappers of a leaf
-that end up borrowing. A wrapper admitted before its quota existed (or before the quota
-was lowered) may not fit at all: it is then placed as high as it may rise and its usage
-is counted anyway, so the node shows as over its quota and the wrapper as borrowing.
+Admitted wrappers are placed in the order they were admitted (ties: higher priority
+first), so that counting them again -- every cycle, from what the API says is admitted --
+finds each the room it was admitted into: it is the later wrappers of a full leaf that
+borrow. (Placing higher priorities first, as MCAD's slide-up does, can leave no room for an
+earlier, lower-priority wrapper under a hard limit and overfill a node; priority acts
+through preemption instead.) A wrapper admitted before its quota existed (or before the
+quota was lowered) may not fit at all: it is then placed as high as it may rise and its
+usage is counted anyway, so the node shows as over its quota and the wrapper as borrowing.
 """
 
 from __future__ import annotations
@@ -118,6 +121,10 @@ class _Entry:
         return any(at != path[0] for _, at, path, _ in self.spots)
 
 
+def admission_order(c: QuotaConsumer) -> tuple[float, float, WrapperKey]:
+    return (c.since, -c.priority, c.key)
+
+
 def _vector(tree: QuotaTree, demand: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(demand.get(r, 0) for r in tree.resources)
 
@@ -138,9 +145,9 @@ class QuotaLedger:
 
     @classmethod
     def of(cls, forest: QuotaForest, consumers: Iterable[QuotaConsumer]) -> QuotaLedger:
-        """The usage of `consumers`, placed higher priority first, then earlier admitted."""
+        """The usage of `consumers`, placed in the order they were admitted."""
         ledger = cls(forest)
-        for c in sorted(consumers, key=lambda c: (-c.priority, c.since, c.key)):
+        for c in sorted(consumers, key=admission_order):
             ledger.add(c, force=True)
         return ledger
 
@@ -338,7 +345,7 @@ class QuotaLedger:
         borrower whose own quota has room again stops counting as borrowing.
         """
         borrowers = sorted((e.consumer for e in self._entries.values() if e.borrows),
-                           key=lambda c: (-c.priority, c.since, c.key))
+                           key=admission_order)
         for consumer in borrowers:
             before = self._entries[consumer.key]
             self.remove(consumer.key)

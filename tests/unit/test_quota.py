@@ -213,17 +213,36 @@ def test_a_resource_the_wrapper_does_not_request_never_blocks_it() -> None:
     assert ledger.check((("t", "root"),), {"cpu": 500}).fits
 
 
-def test_admitted_wrappers_are_placed_higher_priority_then_earlier_first() -> None:
+def test_admitted_wrappers_are_placed_in_the_order_they_were_admitted() -> None:
     forest = gpu_tree()
     ledger = QuotaLedger.of(forest, [
-        QuotaConsumer(("ns", "late-low"), team("team-b"), {GPU: 4}, 0, 20),
+        QuotaConsumer(("ns", "late-high"), team("team-b"), {GPU: 4}, 5, 20),
         QuotaConsumer(("ns", "early-low"), team("team-b"), {GPU: 4}, 0, 10),
-        QuotaConsumer(("ns", "high"), team("team-b"), {GPU: 4}, 5, 30),
+        QuotaConsumer(("ns", "same-time-low"), team("team-b"), {GPU: 4}, 0, 20),
     ])
-    assert [p.node for p in ledger.placements(("ns", "high"))] == ["team-b"]
-    assert [p.node for p in ledger.placements(("ns", "early-low"))] == ["dept"]
-    assert [p.node for p in ledger.placements(("ns", "late-low"))] == ["dept"]
-    assert ledger.borrows(("ns", "late-low"))
+    assert [p.node for p in ledger.placements(("ns", "early-low"))] == ["team-b"]
+    assert [p.node for p in ledger.placements(("ns", "late-high"))] == ["dept"]
+    assert [p.node for p in ledger.placements(("ns", "same-time-low"))] == ["dept"]
+    assert ledger.borrows(("ns", "late-high"))
+
+
+def test_counting_again_in_admission_order_never_overfills_a_node() -> None:
+    """team-a is hard at 1 GPU under a department of 1: a wrapper of team-a is admitted,
+    then a higher-priority one of team-b borrows past the department from the root.
+    Counted higher priority first, team-b's would take the department and team-a's would
+    have nowhere to go; in admission order both fit, as they did when admitted."""
+    forest = QuotaForest.from_objects([
+        subtree("root", "gpu", [("root", {GPU: 2}, False)]),
+        subtree("depts", "gpu", [("dept", {GPU: 1}, False)], parent="root"),
+        subtree("teams", "gpu", [("team-a", {GPU: 1}, True), ("team-b", {GPU: 0}, False)],
+                parent="dept"),
+    ])
+    ledger = QuotaLedger.of(forest, [
+        QuotaConsumer(("ns", "b"), team("team-b"), {GPU: 1}, 1, 20),
+        QuotaConsumer(("ns", "a"), team("team-a"), {GPU: 1}, 0, 10),
+    ])
+    assert ledger.over_quota() == []
+    assert [p.node for p in ledger.placements(("ns", "b"))] == ["root"]
 
 
 def test_rebalance_moves_borrowers_back_once_their_leaf_has_room() -> None:
