@@ -71,6 +71,7 @@ class Decision:
     head_of_line: bool = False  # the first wrapper in order that waits for capacity
     effective_priority: float = 0.0
     preempts: tuple[WrapperKey, ...] = ()  # `preempt`: the whole gangs to tear down first
+    reclaims: tuple[WrapperKey, ...] = ()  # those of them taken for the quota they borrow
     # Where it sits (or would) in each quota tree, and whether it borrows there.
     quota: tuple[QuotaPlacement, ...] = ()
 
@@ -393,7 +394,9 @@ def _preempt(w: QueuedWrapper, found: Preemption, capacity: Capacity,
     if placed.placements:
         message += "; " + placed.describe()
     return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, placements,
-                    effective_priority=prio, preempts=found.keys, quota=placed.placements)
+                    effective_priority=prio, preempts=found.keys,
+                    reclaims=tuple(k for k in found.keys if k in found.reclaimed),
+                    quota=placed.placements)
 
 
 def _blocks(policy: Policy, w: QueuedWrapper, now: float) -> bool:

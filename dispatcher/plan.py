@@ -228,6 +228,7 @@ def to_json(result: PlanResult, policy: Policy, fit: Fit) -> str:
             ]
         if d.decision == "preempt":
             entry["preempts"] = [f"{ns}/{n}" for ns, n in d.preempts]
+            entry["reclaims"] = [f"{ns}/{n}" for ns, n in d.reclaims]
         if result.ledger is not None:
             entry["quota"] = _quota_json(d.quota)
         out.append(entry)

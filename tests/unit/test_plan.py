@@ -218,7 +218,7 @@ def test_plan_shows_preemption_quota_nodes_and_usage(capsys: pytest.CaptureFixtu
 def test_plan_json_carries_quota_and_preemptions(capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(quota_plan(capsys, "--policy", "priority-preemption", "-o", "json"))
     urgent = out["decisions"][0]
-    assert urgent["preempts"] == ["team-b/train-big"]
+    assert urgent["preempts"] == urgent["reclaims"] == ["team-b/train-big"]
     assert urgent["placements"][0]["node"] == "gpu-1"
     assert urgent["quota"] == [{"tree": "quota_gpu", "leaf": "team-a", "node": "team-a",
                                 "borrows": False}]

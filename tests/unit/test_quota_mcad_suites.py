@@ -76,7 +76,7 @@ def test_quota_forest_suite() -> None:
     first = w.cycle()
     high = next(d for d in first if d.name == "job-gold-high-pri-1replica")
     assert (high.decision, high.reason) == ("preempt", PREEMPTING)
-    assert high.preempts == (("test", "job-gold-lo-pri-1replica"),)
+    assert high.preempts == (("test", "job-gold-lo-pri-1replica"),) and high.reclaims == ()
     assert high.message.startswith("dispatch after preempting test/job-gold-lo-pri-1replica")
     last = w.settle()
     assert w.is_running("job-gold-high-pri-1replica")
@@ -159,6 +159,7 @@ def test_borrowing_suite() -> None:
     first = w.cycle()
     two = next(d for d in first if d.name == "my-job-2")
     assert two.decision == "preempt" and two.preempts == (("test", "my-job-1"),)
+    assert two.reclaims == (("test", "my-job-1"),)  # for quota, not for priority
     assert "reclaiming the quota it borrows" in two.message
     w.settle()
     assert w.is_running("my-job-2") and not w.is_running("my-job-1")
