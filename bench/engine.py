@@ -6,7 +6,14 @@ decide the head alone, decisions per second, and the process's peak RSS. Targets
 a 2-core machine: cycle < 1 s, head < 10 ms, RSS < 500 MB. Two cluster states: empty,
 and a fragmented one where half the GPUs are held by running pods spread at random.
 
-Usage: python bench/engine.py [--wrappers 10000] [--nodes 1000] [--seed 7]
+With quotas (issue 12), in the same run: a 3-level quota tree (the cluster's GPUs over 4
+departments of 4 teams each, every fourth team hard-limited, and a default leaf), the
+AppWrappers spread over the 16 teams, and half the GPUs held by admitted AppWrappers of
+those teams (whose usage the cycle rebuilds, as the controller will); cycle time with
+quotas off and on per policy, and with the priority-preemption policy (whose searches for
+victims are part of the cycle).
+
+Usage: python bench/engine.py [--wrappers 10000] [--nodes 1000] [--seed 7] [--no-quota]
 """
 
 from __future__ import annotations
@@ -18,14 +25,26 @@ import statistics
 import time
 from typing import Any
 
-from dispatcher.admission import CycleStats, Fit, admit, queued_from_appwrapper
+from dispatcher.admission import (
+    QUOTA_EXCEEDED,
+    UNKNOWN_QUOTA,
+    CycleStats,
+    Decision,
+    Fit,
+    admit,
+    queued_from_appwrapper,
+)
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState, node_from_object
 from dispatcher.fit import Capacity
 from dispatcher.policy_files import load_policy
+from dispatcher.preemption import AdmittedWrapper, quota_ledger
 from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper
+from dispatcher.quota import QuotaForest
 
 GPU = "nvidia.com/gpu"
+QUOTA_TREE = "quota_gpu"
+TEAMS = 16  # 4 departments x 4 teams
 
 
 def node_manifest(i: int) -> dict[str, Any]:
@@ -45,7 +64,8 @@ def appwrapper_manifest(i: int, rng: random.Random) -> dict[str, Any]:
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
            "metadata": {"name": f"job-{i}"}, "spec": {"pytorchReplicaSpecs": specs}}
     return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-            "metadata": {"name": f"aw-{i:05d}", "namespace": "bench", "uid": f"uid-{i:05d}"},
+            "metadata": {"name": f"aw-{i:05d}", "namespace": "bench", "uid": f"uid-{i:05d}",
+                         "labels": {QUOTA_TREE: f"team-{i % TEAMS}"}},
             "spec": {"priority": rng.randint(0, 3), "resources": {"GenericItems": [
                 {"generictemplate": job}]}}}
 
@@ -64,6 +84,107 @@ def fragmented(state: ClusterState, rng: random.Random) -> None:
                                                       {GPU: g, "cpu": g * 4000, "pods": 1}))
         held += g
         k += 1
+
+
+def quota_subtrees(nodes: int) -> list[dict[str, Any]]:
+    """cluster (every GPU) > 4 departments (a quarter each) > 4 teams (a sixteenth each);
+    every fourth team has hardLimit; a default leaf with nothing under the root."""
+    gpus = nodes * 8
+
+    def subtree(name: str, children: list[tuple[str, int, bool]],
+                parent: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"children": [
+            {"name": n, "quotas": {"hardLimit": hard, "requests": {GPU: g}}}
+            for n, g, hard in children]}
+        if parent:
+            spec["parent"] = parent
+        return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+                "metadata": {"name": name, "namespace": "kube-system",
+                             "labels": {"tree": QUOTA_TREE}}, "spec": spec}
+
+    objs = [subtree("cluster", [("cluster", gpus, False)]),
+            subtree("departments", [(f"dept-{d}", gpus // 4, False) for d in range(4)]
+                    + [("default", 0, False)], parent="cluster")]
+    for d in range(4):
+        objs.append(subtree(f"teams-{d}", [(f"team-{4 * d + t}", gpus // TEAMS, t == 3)
+                                           for t in range(4)], parent=f"dept-{d}"))
+    return objs
+
+
+def admitted_half(state: ClusterState, rng: random.Random) -> list[AdmittedWrapper]:
+    """Half the GPUs held by admitted AppWrappers of 1-4 pods of 1-4 GPUs, one per team
+    in turn, priorities 0-3, dispatched over the past hour."""
+    target = sum(n.allocatable[GPU] for n in state.nodes.values()) // 2
+    names = sorted(state.nodes)
+    held, k = 0, 0
+    records: list[AdmittedWrapper] = []
+    while held < target:
+        name = f"running-{k:05d}"
+        pods, gpus = rng.randint(1, 4), rng.randint(1, 4)
+        request = {GPU: gpus, "cpu": gpus * 4000, "pods": 1}
+        for p in range(pods):
+            while True:
+                node = rng.choice(names)
+                if state.free(node)[GPU] >= gpus:
+                    break
+            state.upsert_pod(("bench", f"{name}-{p}"),
+                             BoundPod("bench", f"{name}-{p}", node, request, name))
+        held += pods * gpus
+        records.append(AdmittedWrapper(
+            "bench", name, f"uid-{name}", float(rng.randint(0, 3)),
+            {r: v * pods for r, v in request.items()},
+            tuple(state.holdings(("bench", name))), -rng.uniform(0, 3600),
+            ((QUOTA_TREE, f"team-{k % TEAMS}"),)))
+        k += 1
+    return records
+
+
+def quota_rows(args: argparse.Namespace, wrappers: list[QueuedWrapper]) -> None:
+    state = ClusterState()
+    for i in range(args.nodes):
+        state.upsert_node(node_from_object(node_manifest(i)))
+    admitted = admitted_half(state, random.Random(args.seed))
+    forest = QuotaForest.from_objects(quota_subtrees(args.nodes))
+    assert not forest.problems, forest.problems
+    now = float(args.wrappers)
+    print()
+    print(f"With quotas: tree {QUOTA_TREE} of {sum(len(t.order) for t in forest.trees.values())} "
+          f"nodes in 3 levels, {len(admitted)} admitted AppWrappers holding half the GPUs, "
+          f"{len(wrappers)} queued (per-node fit; each cycle includes the capacity snapshot and, "
+          "with quotas, rebuilding the usage from the admitted AppWrappers)")
+    header = ("policy", "quotas", "cycle ms", "cpu ms", "dispatched", "preempt",
+              "quota waits", "searches")
+    print("  ".join(f"{h:>12}" for h in header))
+    results: dict[tuple[str, bool], float] = {}
+    for policy_name in ("fifo", "priority", "backfill", "priority-preemption"):
+        policy = load_policy(policy_name)
+        queue = AdmissionQueue(policy)
+        for w in wrappers:
+            queue.put(w)
+        ordered = list(queue.ordered(now))
+        for on in (False, True):
+            def cycle(on: bool = on, policy: Policy = policy,
+                      ordered: list[QueuedWrapper] = ordered) -> tuple[list[Decision],
+                                                                     CycleStats]:
+                stats = CycleStats()
+                ledger = quota_ledger(forest, admitted) if on else None
+                return admit(ordered, Capacity.of(state), policy, now, "per-node", stats,
+                             quota=ledger, admitted=admitted), stats
+            cpu0 = time.process_time()
+            ms, (decisions, stats) = timed(cycle, repeat=3)
+            cpu = (time.process_time() - cpu0) / 3
+            results[(policy_name, on)] = ms * 1e3
+            print("  ".join(f"{v:>12}" for v in (
+                policy_name, "on" if on else "off", f"{ms * 1e3:.0f}", f"{cpu * 1e3:.0f}",
+                sum(d.decision == "dispatch" for d in decisions),
+                sum(d.decision == "preempt" for d in decisions),
+                sum(d.reason in (QUOTA_EXCEEDED, UNKNOWN_QUOTA) for d in decisions),
+                stats.preemptions)))
+    worst = max(v for (_, on), v in results.items() if on)
+    print(f"worst full cycle with quotas {worst:.0f} ms (target < 1000 ms: "
+          f"{'met' if worst < 1000 else 'MISSED'}); quotas on / off per policy: "
+          + ", ".join(f"{p} {results[(p, True)] / results[(p, False)]:.2f}x"
+                      for p in ("fifo", "priority", "backfill", "priority-preemption")))
 
 
 def rss_mb() -> float:
@@ -99,6 +220,7 @@ def main() -> None:
     ap.add_argument("--wrappers", type=int, default=10_000)
     ap.add_argument("--nodes", type=int, default=1_000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-quota", action="store_true", help="skip the runs with quotas")
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
@@ -155,6 +277,8 @@ def main() -> None:
             print(f"  {state_name}/{policy_name}: per-node cycle / aggregate cycle = "
                   f"{pn[3] / max(ag[3], 1e-9):.1f}x; dispatched per-node {pn[6]} vs "
                   f"aggregate {ag[6]}")
+    if not args.no_quota:
+        quota_rows(args, wrappers)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,26 @@ Every queued wrapper gets a decision, in the order the policy considers them. Ea
 dispatch takes its capacity before the next wrapper is considered. A wrapper that
 could not fit even on the empty cluster waits with its own reason and never holds
 the head of the line; an invalid one is reported and skipped.
+
+With quota trees, a wrapper must first fit its quota (at its leaf, or borrowing from an
+ancestor) in every tree. One whose labels name no usable quota node (UnknownQuotaNode)
+waits without holding the line. One that does not fit (QuotaExceeded) holds the line, when
+the policy makes heads block, only for the wrappers that count against the node that is
+full for it: its own team's, or everyone's when that node is a root. With a
+preemption policy, a wrapper that does not fit may get a `preempt` decision instead: the
+whole gangs to tear down first (see dispatcher.preemption).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
+from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import (
     GangPodSet,
@@ -26,15 +35,30 @@ from dispatcher.fit.gang import (
     place_aggregate,
 )
 from dispatcher.kinds import InvalidItem, item_pod_sets
+from dispatcher.preemption import (
+    AdmittedWrapper,
+    Hold,
+    Preemption,
+    PreemptionSearch,
+    apply_holds,
+    give_hold,
+    take_hold,
+)
 from dispatcher.queue.policy import Policy
-from dispatcher.queue.queue import QueuedWrapper
+from dispatcher.queue.queue import QueuedWrapper, WrapperKey
+from dispatcher.quota import QuotaCheck, QuotaConsumer, QuotaLedger, QuotaPlacement
 
 Fit = Literal["per-node", "aggregate"]
-Verdict = Literal["dispatch", "wait", "invalid"]
+# preempt: dispatch once the wrappers in `preempts` are torn down (its room is then held).
+Verdict = Literal["dispatch", "wait", "invalid", "preempt"]
 
 DISPATCH = "Dispatch"
 BEHIND_HEAD = "BehindHeadOfLine"
 INVALID = "InvalidSpec"
+QUOTA_EXCEEDED = "QuotaExceeded"  # no room in its quota, even borrowing; never holds the line
+UNKNOWN_QUOTA = "UnknownQuotaNode"  # its labels name no usable quota leaf; never holds the line
+PREEMPTING = "Preempting"  # the reason of a `preempt` verdict
+AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,14 @@ class Decision:
     placements: tuple[Placement, ...] = ()
     head_of_line: bool = False  # the first wrapper in order that waits for capacity
     effective_priority: float = 0.0
+    preempts: tuple[WrapperKey, ...] = ()  # `preempt`: the whole gangs to tear down first
+    reclaims: tuple[WrapperKey, ...] = ()  # those of them taken for the quota they borrow
+    # Where it sits (or would) in each quota tree, and whether it borrows there.
+    quota: tuple[QuotaPlacement, ...] = ()
+
+    @property
+    def key(self) -> WrapperKey:
+        return (self.namespace, self.name)
 
 
 @dataclass
@@ -56,6 +88,8 @@ class CycleStats:
     cache_hits: int = 0
     dispatched: int = 0
     blocked_by: tuple[str, str] | None = None
+    preemptions: int = 0
+    victims: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -80,7 +114,39 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
         priority=aw.spec.priority,
         priority_slope=aw.spec.priorityslope,
         invalid=problems_message(problems) or None,
+        labels=tuple(sorted(aw.metadata.labels.items())),
     )
+
+
+ADMITTED_STATES = frozenset({"Dispatched", "Running"})  # queuejobstate of an admitted one
+FINISHED_STATES = frozenset({"Completed", "Failed", "Deleted"})
+
+
+def is_admitted(aw: AppWrapper) -> bool:
+    """Dispatched and not finished: it holds capacity and counts against its quota."""
+    if aw.status.state in FINISHED_STATES or aw.status.queuejobstate in FINISHED_STATES:
+        return False
+    return aw.status.state == "Running" or aw.status.queuejobstate in ADMITTED_STATES
+
+
+def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,
+                             preempted: Iterable[WrapperKey] = ()) -> AdmittedWrapper:
+    """The record `admit` needs of a dispatched or running AppWrapper.
+
+    holdings: ``ClusterState.holdings(key)``; preempted: the victims of the Hold it was
+    dispatched from, if any. Its priority is the effective priority it was dispatched
+    with (status.systempriority), else spec.priority; dispatched_at the time of its
+    Dispatched condition, else `now`.
+    """
+    queued = queued_from_appwrapper(aw, first_seen_of(aw, now))
+    dispatched = next((c for c in reversed(aw.status.conditions) if c.type == "Dispatched"),
+                      None)
+    stamp = dispatched.lastTransitionMicroTime if dispatched is not None else None
+    return AdmittedWrapper(
+        queued.namespace, queued.name, queued.uid,
+        aw.status.systempriority or float(aw.spec.priority), queued.demand,
+        tuple(holdings), stamp.timestamp() if stamp is not None else now, queued.labels,
+        tuple(preempted))
 
 
 def first_seen_of(aw: AppWrapper, default: float) -> float:
@@ -109,11 +175,22 @@ def admit(
     fit: Fit = "per-node",
     stats: CycleStats | None = None,
     empty_answers: EmptyClusterAnswers | None = None,
+    *,
+    quota: QuotaLedger | None = None,
+    admitted: Sequence[AdmittedWrapper] = (),
+    holds: Mapping[WrapperKey, Hold] | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
     `empty_answers` may be kept by the caller across cycles only while the nodes are
     unchanged, and only for one fit rule.
+
+    Quotas and preemption (all optional; without them nothing changes):
+    `quota` is the usage of the quota trees by the admitted and held wrappers
+    (``preemption.quota_ledger``); each wrapper must then fit its quota before its pods
+    are placed, and each dispatch adds to the usage, so the caller sees it afterwards.
+    `admitted` are the dispatched and running wrappers, which a policy with preemption
+    may tear down. `holds` is the room kept for preemptors until they dispatch.
     """
     stats = stats if stats is not None else CycleStats()
     fit_gang, hopeless_gang = (
@@ -121,10 +198,19 @@ def admit(
     )
     answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
     never = answers.never
+    holds = holds or {}
+    held = apply_holds(capacity, holds)
+    ledger = quota if quota is not None and quota.active else None
+    search = (PreemptionSearch(policy, now, admitted, ledger, fit_gang)
+              if policy.preemption != "never" and admitted else None)
     # Capacity only shrinks during a cycle, so a gang shape that did not fit once will
-    # not fit later in the same cycle: remember the answer.
+    # not fit later in the same cycle: remember the answer. Quota may free up when a
+    # preemption is decided, so its answers are remembered only until then.
     failed: dict[tuple[object, ...], Shortfall] = {}
+    quota_failed: dict[tuple[object, ...], QuotaCheck] = {}
     blocking: QueuedWrapper | None = None
+    # Quota nodes a waiting wrapper holds the line at, for the wrappers under them only.
+    quota_blocks: dict[tuple[str, str], QueuedWrapper] = {}
     head_seen = False
     decisions: list[Decision] = []
     for w in ordered:
@@ -134,7 +220,9 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
                                       effective_priority=prio))
             continue
-        if blocking is not None:
+        own_hold = held.get(w.key)
+        # A wrapper holding room passes any head: the room was given to it already.
+        if blocking is not None and own_hold is None:
             # The head's own decision says why it waits; repeating that here would
             # rewrite every queued wrapper's status whenever the head's reason changes.
             decisions.append(Decision(
@@ -144,21 +232,77 @@ def admit(
                 effective_priority=prio,
             ))
             continue
+        in_quota: QuotaCheck | None = None
+        if ledger is not None and quota_blocks and own_hold is None:
+            behind = _behind_quota(ledger, w, quota_blocks)
+            if behind is not None:
+                (tree, node), first = behind
+                decisions.append(Decision(
+                    w.namespace, w.name, "wait", BEHIND_HEAD,
+                    f"waiting behind {first.namespace}/{first.name}, which waits for room in "
+                    f"quota {node} (tree {tree}) ({policy.name} policy)",
+                    effective_priority=prio))
+                continue
+        if ledger is not None:
+            # A held wrapper is counted already, for its hold: not twice.
+            mine = ledger.remove(w.key) if own_hold is not None else None
+            in_quota = _quota_check(ledger, w, quota_failed)
+            if not in_quota.fits:
+                if mine is not None:
+                    ledger.add(mine, force=True)
+                if search is not None and own_hold is None and not in_quota.unknown:
+                    found = search.search(w, capacity)
+                    if found is not None:
+                        decisions.append(_preempt(w, found, capacity, ledger, search, prio, fit,
+                                                  stats))
+                        quota_failed.clear()
+                        continue
+                reason = UNKNOWN_QUOTA if in_quota.unknown else QUOTA_EXCEEDED
+                # Short of quota it holds the line, as a head short of capacity does, but
+                # only for the wrappers that count against the node that is full for it:
+                # its team's when its own quota is full, everyone's when the root is.
+                holds_all = bool(in_quota.full) and _blocks(policy, w, now) and any(
+                    ledger.forest.trees[t].root.name == n for t, n in in_quota.full)
+                decisions.append(Decision(
+                    w.namespace, w.name, "wait", reason, _with_notes(in_quota.message, in_quota),
+                    head_of_line=holds_all and not head_seen, effective_priority=prio,
+                    quota=in_quota.placements))
+                if holds_all:
+                    head_seen = True
+                    blocking = w
+                    stats.blocked_by = w.key
+                elif in_quota.full and _blocks(policy, w, now):
+                    quota_blocks.update(dict.fromkeys(in_quota.full, w))
+                continue
         key = w.gang_key
-        shortfall = failed.get(key)
+        shortfall = None if own_hold is not None else failed.get(key)
         if shortfall is None:
             stats.fit_checks += 1
+            if own_hold is not None:
+                give_hold(capacity, own_hold)
             result = fit_gang(w.gang, capacity)
             if not isinstance(result, Shortfall):
                 stats.dispatched += 1
+                quota_text = ""
+                if ledger is not None and in_quota is not None:
+                    ledger.add(_consumer(w, prio, now))
+                    quota_text = in_quota.describe()
+                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text)))
                 decisions.append(Decision(
-                    w.namespace, w.name, "dispatch", DISPATCH, _placed_message(result, fit),
+                    w.namespace, w.name, "dispatch", DISPATCH, _with_notes(message, in_quota),
                     tuple(result), effective_priority=prio,
-                ))
+                    quota=in_quota.placements if in_quota is not None else ()))
                 continue
-            shortfall = failed[key] = result
+            if own_hold is not None:
+                for node, part in own_hold:
+                    capacity.take(node, part)
+            else:
+                failed[key] = result
+            shortfall = result
         else:
             stats.cache_hits += 1
+        if ledger is not None and own_hold is not None:
+            ledger.add(_consumer(w, prio, now), force=True)  # still held: still counted
         if key not in never:
             if answers.empty is None:
                 answers.empty = Capacity.empty(capacity.nodes.values())
@@ -168,14 +312,92 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "wait", hopeless.reason,
                                       hopeless.message, effective_priority=prio))
             continue
-        decisions.append(Decision(w.namespace, w.name, "wait", shortfall.reason,
-                                  shortfall.message, head_of_line=not head_seen,
-                                  effective_priority=prio))
+        if own_hold is None and search is not None:
+            found = search.search(w, capacity)
+            if found is not None:
+                decisions.append(_preempt(w, found, capacity, ledger, search, prio, fit, stats))
+                quota_failed.clear()
+                continue
+        reason, message = shortfall.reason, shortfall.message
+        if own_hold is not None:
+            reason = AWAITING_PREEMPTION
+            message = ("the capacity freed by preemption is held for it until the preempted "
+                       "pods are gone: " + message)
+        decisions.append(Decision(w.namespace, w.name, "wait", reason, message,
+                                  head_of_line=not head_seen, effective_priority=prio,
+                                  quota=in_quota.placements if in_quota is not None else ()))
         head_seen = True
         if _blocks(policy, w, now):
             blocking = w
             stats.blocked_by = w.key
     return decisions
+
+
+def _behind_quota(ledger: QuotaLedger, w: QueuedWrapper,
+                  blocks: Mapping[tuple[str, str], QueuedWrapper]
+                  ) -> tuple[tuple[str, str], QueuedWrapper] | None:
+    """The blocked quota node on `w`'s paths, and the wrapper waiting there, if any."""
+    res = ledger.forest.resolve(w.labels)
+    for tree, leaf in res.leaves:
+        t = ledger.forest.trees[tree]
+        for x in t.nodes[leaf].path:
+            spot = (tree, t.order[x].name)
+            first = blocks.get(spot)
+            if first is not None:
+                return spot, first
+    return None
+
+
+def _consumer(w: QueuedWrapper, priority: float, now: float) -> QuotaConsumer:
+    return QuotaConsumer(w.key, w.labels, w.demand, priority, now)
+
+
+def _quota_check(ledger: QuotaLedger, w: QueuedWrapper,
+                 failed: dict[tuple[object, ...], QuotaCheck]) -> QuotaCheck:
+    memo = (w.labels, w.gang_key)
+    known = failed.get(memo)
+    if known is not None:
+        return known
+    check = ledger.check(w.labels, w.demand)
+    if not check.fits:
+        failed[memo] = check
+    return check
+
+
+def _with_notes(message: str, check: QuotaCheck | None) -> str:
+    if check is None or not check.notes:
+        return message
+    return "; ".join((message, *check.notes))
+
+
+def _preempt(w: QueuedWrapper, found: Preemption, capacity: Capacity,
+             ledger: QuotaLedger | None, search: PreemptionSearch, prio: float, fit: Fit,
+             stats: CycleStats) -> Decision:
+    """Record a preemption: the victims are gone for the rest of the cycle, and the
+    preemptor's room is held as it will be in the cycles until it dispatches."""
+    for v in found.victims:
+        search.gone.add(v.key)
+        if ledger is not None:
+            ledger.remove(v.key)
+    placements = found.placements
+    if fit == "aggregate":
+        capacity.take_total({r: min(v, max(capacity.free_total.get(r, 0), 0))
+                             for r, v in w.demand.items()})
+    else:
+        take_hold(capacity, [PlannedPod(p.node, p.request) for p in placements
+                             if p.node is not None])
+    placed = QuotaCheck()
+    if ledger is not None:
+        placed = ledger.add(_consumer(w, prio, search.now), force=True)
+    stats.preemptions += 1
+    stats.victims += len(found.victims)
+    message = found.message(_placed_message(placements, fit))
+    if placed.placements:
+        message += "; " + placed.describe()
+    return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, placements,
+                    effective_priority=prio, preempts=found.keys,
+                    reclaims=tuple(k for k in found.keys if k in found.reclaimed),
+                    quota=placed.placements)
 
 
 def _blocks(policy: Policy, w: QueuedWrapper, now: float) -> bool:

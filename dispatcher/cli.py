@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.queue.policy import PolicyError
 
@@ -36,7 +36,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         policy = load_policy(args.policy)
         config = load_config(args.config)
         now = _now(args.now)
-        state = plan.load_cluster([Path(p) for p in args.cluster])
+        subtrees: list[Mapping[str, Any]] = []
+        state = plan.load_cluster([Path(p) for p in args.cluster], subtrees)
         loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
                                        config.allowed_kinds)
     except (plan.InputError, PolicyError, ConfigError) as e:
@@ -45,9 +46,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except ValueError as e:  # a --now that is not a date
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
-    decisions = plan.plan(state, loaded.wrappers, policy, args.fit, now)
+    result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
+                       [*subtrees, *loaded.subtrees])
     render = plan.to_json if args.output == "json" else plan.to_table
-    print(render(decisions, policy, args.fit, loaded.warnings))
+    print(render(result, policy, args.fit, loaded.warnings))
     return 0
 
 

@@ -4,6 +4,11 @@ Reads Nodes and Pods (what `kubectl get nodes,pods -A -o yaml` prints) and AppWr
 manifests, runs one admission cycle of the same core the controller uses, and reports
 every decision in the order the policy considered it, with the warnings the controller
 would post as Events.
+
+QuotaSubtrees may come in any of the files (`kubectl get quotasubtrees -A -o yaml`). An
+AppWrapper whose status says it is dispatched or running is admitted, not queued: it
+counts against its quota, holds the pods the cluster files show for it, and a policy
+with preemption may tear it down. A Completed or Failed one is left out.
 """
 
 from __future__ import annotations
@@ -16,13 +21,29 @@ from typing import Any
 
 import yaml
 
-from dispatcher.admission import Decision, Fit, admit
+from dispatcher.admission import (
+    FINISHED_STATES,
+    Decision,
+    Fit,
+    admit,
+    admitted_from_appwrapper,
+    is_admitted,
+)
+from dispatcher.api.models import AppWrapper
 from dispatcher.cluster import ClusterState, bound_pod_from_object, node_from_object
 from dispatcher.fit.capacity import Capacity
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.preemption import AdmittedWrapper, quota_ledger
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
-from dispatcher.resources import QuantityError
+from dispatcher.quota import QUOTA_KIND, QuotaForest, QuotaLedger, QuotaPlacement
+from dispatcher.resources import (
+    QuantityError,
+    amount_number,
+    format_amount,
+    format_resources,
+    resource_order,
+)
 from dispatcher.review import review
 
 LIST_KINDS = frozenset({"List", "NodeList", "PodList", "AppWrapperList"})
@@ -62,13 +83,17 @@ def read_documents(path: Path) -> Iterator[Document]:
             yield Document(where, doc)
 
 
-def load_cluster(paths: Sequence[Path]) -> ClusterState:
+def load_cluster(paths: Sequence[Path],
+                 subtrees: list[Mapping[str, Any]] | None = None) -> ClusterState:
+    """Nodes and Pods; QuotaSubtrees go to `subtrees` (an error without it)."""
     state = ClusterState()
     pods: list[Document] = []
     for path in paths:
         for doc in read_documents(path):
             kind = doc.obj.get("kind")
-            if kind == "Node":
+            if kind == QUOTA_KIND and subtrees is not None:
+                subtrees.append(doc.obj)
+            elif kind == "Node":
                 try:
                     state.upsert_node(node_from_object(doc.obj))
                 except (KeyError, QuantityError, ValueError, TypeError) as e:
@@ -77,8 +102,8 @@ def load_cluster(paths: Sequence[Path]) -> ClusterState:
                 pods.append(doc)
             else:
                 raise InputError(
-                    f"{doc.where}: a cluster file holds Nodes and Pods (or Lists of them), "
-                    f"not {kind or 'an object without kind'}"
+                    f"{doc.where}: a cluster file holds Nodes, Pods and QuotaSubtrees (or "
+                    f"Lists of them), not {kind or 'an object without kind'}"
                 )
     for doc in pods:
         try:
@@ -92,9 +117,12 @@ def load_cluster(paths: Sequence[Path]) -> ClusterState:
 
 @dataclass
 class Loaded:
-    """The AppWrappers read, in order, and the warnings of each (by namespace and name)."""
+    """What the AppWrapper files hold: the queue, the admitted wrappers, QuotaSubtrees,
+    and the warnings of each AppWrapper (by namespace and name)."""
 
-    wrappers: list[QueuedWrapper] = field(default_factory=list)
+    queued: list[QueuedWrapper] = field(default_factory=list)
+    admitted: list[AppWrapper] = field(default_factory=list)
+    subtrees: list[Mapping[str, Any]] = field(default_factory=list)
     warnings: dict[WrapperKey, list[str]] = field(default_factory=dict)
 
 
@@ -103,14 +131,18 @@ def load_appwrappers(paths: Sequence[Path], now: float,
     """Every AppWrapper document, valid or not; invalid ones carry their reason. Items of
     kinds not in `allowed` (or cluster-scoped) make their AppWrapper invalid."""
     loaded = Loaded()
-    wrappers = loaded.wrappers
+    wrappers = loaded.queued
     seen: dict[tuple[str, str], str] = {}
     index = 0
     for path in paths:
         for doc in read_documents(path):
+            if doc.obj.get("kind") == QUOTA_KIND:
+                loaded.subtrees.append(doc.obj)
+                continue
             if doc.obj.get("kind") != "AppWrapper":
                 raise InputError(
-                    f"{doc.where}: expected an AppWrapper, got {doc.obj.get('kind') or 'no kind'}"
+                    f"{doc.where}: expected an AppWrapper or a QuotaSubtree, got "
+                    f"{doc.obj.get('kind') or 'no kind'}"
                 )
             index += 1
             # Without a creation time a wrapper counts as just submitted, in read order.
@@ -119,9 +151,17 @@ def load_appwrappers(paths: Sequence[Path], now: float,
             ns = str(meta.get("namespace") or "default")
             name = str(meta.get("name") or f"<unnamed {index}>")
             checked = review(doc.obj, default_seen, allowed)
+            aw = checked.appwrapper
+            if aw is not None and _finished(aw):
+                continue
             loaded.warnings.setdefault((ns, name), checked.warnings)
             wrapper = checked.queued or QueuedWrapper(ns, name, f"~{index}", default_seen,
                                                       invalid=checked.message)
+            if aw is not None and checked.queued is not None and is_admitted(aw) \
+                    and wrapper.key not in seen:
+                seen[wrapper.key] = doc.where
+                loaded.admitted.append(aw)
+                continue
             if not wrapper.uid:
                 wrapper = replace(wrapper, uid=f"~{index:08d}")
             if wrapper.key in seen:
@@ -135,8 +175,27 @@ def load_appwrappers(paths: Sequence[Path], now: float,
     return loaded
 
 
+def _finished(aw: AppWrapper) -> bool:
+    return bool({aw.status.state, aw.status.queuejobstate} & FINISHED_STATES)
+
+
+@dataclass
+class PlanResult:
+    decisions: list[Decision]
+    admitted: list[AdmittedWrapper]
+    ledger: QuotaLedger | None  # quota usage after the decisions (None: no quota trees)
+    problems: list[str]  # QuotaSubtrees that could not be used, one line each
+    # Where each admitted wrapper sat in the quota trees before the decisions.
+    admitted_quota: dict[WrapperKey, tuple[QuotaPlacement, ...]] = field(default_factory=dict)
+
+    @property
+    def preempted(self) -> set[WrapperKey]:
+        return {k for d in self.decisions for k in d.preempts}
+
+
 def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
-         fit: Fit, now: float) -> list[Decision]:
+         fit: Fit, now: float, admitted: Sequence[AppWrapper] = (),
+         subtrees: Sequence[Mapping[str, Any]] = ()) -> PlanResult:
     queue = AdmissionQueue(policy)
     duplicates: list[QueuedWrapper] = []
     for w in wrappers:
@@ -144,43 +203,122 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
             duplicates.append(w)
         else:
             queue.put(w)
-    return admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit)
+    records = [admitted_from_appwrapper(aw, state.holdings((aw.metadata.namespace,
+                                                             aw.metadata.name)), now)
+               for aw in admitted]
+    forest = QuotaForest.from_objects(subtrees)
+    ledger = quota_ledger(forest, records) if forest else None
+    before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}
+    decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
+                      quota=ledger, admitted=records)
+    return PlanResult(decisions, records, ledger, list(forest.problems), before)
+
+
+def _quota_json(placements: Sequence[QuotaPlacement]) -> list[dict[str, Any]]:
+    return [{"tree": q.tree, "leaf": q.leaf, "node": q.node, "borrows": q.borrows}
+            for q in placements]
 
 
 Warnings = Mapping[WrapperKey, Sequence[str]]
 
 
-def to_json(decisions: Sequence[Decision], policy: Policy, fit: Fit,
+def to_json(result: PlanResult, policy: Policy, fit: Fit,
             warned: Warnings | None = None) -> str:
     out = []
-    for d in decisions:
+    for d in result.decisions:
         entry: dict[str, Any] = {
             "namespace": d.namespace, "name": d.name, "decision": d.decision,
             "reason": d.reason, "message": d.message,
             "warnings": list((warned or {}).get((d.namespace, d.name), ())),
         }
-        if d.decision == "dispatch":
+        if d.decision in ("dispatch", "preempt"):
             entry["placements"] = [
                 {"item": p.item, "podSet": p.pod_set, "pod": p.pod, "node": p.node}
                 for p in d.placements
             ]
+        if d.decision == "preempt":
+            entry["preempts"] = [f"{ns}/{n}" for ns, n in d.preempts]
+            entry["reclaims"] = [f"{ns}/{n}" for ns, n in d.reclaims]
+        if result.ledger is not None:
+            entry["quota"] = _quota_json(d.quota)
         out.append(entry)
-    return json.dumps({"policy": policy.name, "fit": fit, "decisions": out}, indent=2)
+    doc: dict[str, Any] = {"policy": policy.name, "fit": fit, "decisions": out}
+    ledger = result.ledger
+    if ledger is not None or result.problems:
+        doc["admitted"] = [
+            {"namespace": a.namespace, "name": a.name, "preempted": a.key in result.preempted,
+             "quota": _quota_json(result.admitted_quota.get(a.key, ()))}
+            for a in result.admitted]
+        doc["quota"] = {"problems": result.problems, "nodes": [
+            {"tree": u.tree, "name": u.name, "parent": u.parent, "hardLimit": u.hard,
+             "nominal": u.nominal, "used": u.used, "borrowed": u.borrowed}
+            for u in (ledger.usage() if ledger is not None else [])]}
+    return json.dumps(doc, indent=2)
 
 
-def to_table(decisions: Sequence[Decision], policy: Policy, fit: Fit,
+def _quota_cell(placements: Sequence[QuotaPlacement]) -> str:
+    def one(q: QuotaPlacement) -> str:
+        if q.node is None:
+            return f"{q.leaf} (no room)"
+        return f"{q.leaf} borrowing from {q.node}" if q.borrows else q.leaf
+
+    if len(placements) == 1:
+        return one(placements[0])
+    return "; ".join(f"{q.tree}: {one(q)}" for q in placements) or "-"
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows left-aligned in columns; the last column is not padded."""
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]
+            for r in rows]
+
+
+def to_table(result: PlanResult, policy: Policy, fit: Fit,
              warned: Warnings | None = None) -> str:
-    rows = [("#", "APPWRAPPER", "DECISION", "REASON", "MESSAGE")]
+    decisions = result.decisions
+    with_quota = result.ledger is not None
+    header = ["#", "APPWRAPPER", "DECISION", "REASON", *(["QUOTA"] if with_quota else []),
+              "MESSAGE"]
+    rows = [header]
     for i, d in enumerate(decisions, start=1):
         mark = " (head)" if d.head_of_line else ""
         notes = "".join(f"; warning: {w}" for w in (warned or {}).get((d.namespace, d.name), ()))
-        rows.append((str(i), f"{d.namespace}/{d.name}", d.decision + mark, d.reason,
-                     d.message + notes))
-    widths = [max(len(r[c]) for r in rows) for c in range(4)]
-    lines = [f"policy {policy.name}, {fit} fit: "
-             f"{sum(d.decision == 'dispatch' for d in decisions)} dispatch, "
-             f"{sum(d.decision == 'wait' for d in decisions)} wait, "
-             f"{sum(d.decision == 'invalid' for d in decisions)} invalid"]
-    for r in rows:
-        lines.append("  ".join(r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
+        rows.append([str(i), f"{d.namespace}/{d.name}", d.decision + mark, d.reason,
+                     *([_quota_cell(d.quota) or "-"] if with_quota else []),
+                     d.message + notes])
+    counts = [f"{sum(d.decision == 'dispatch' for d in decisions)} dispatch",
+              *([f"{sum(d.decision == 'preempt' for d in decisions)} preempt"]
+                if policy.preemption != "never" else []),
+              f"{sum(d.decision == 'wait' for d in decisions)} wait",
+              f"{sum(d.decision == 'invalid' for d in decisions)} invalid"]
+    lines = [f"policy {policy.name}, {fit} fit: " + ", ".join(counts), *_columns(rows)]
+    lines.extend(f"quota problem: {p}" for p in result.problems)
+    if result.ledger is not None:
+        lines.extend(_admitted_lines(result))
+        lines.extend(_usage_lines(result.ledger))
     return "\n".join(lines)
+
+
+def _admitted_lines(result: PlanResult) -> list[str]:
+    if not result.admitted:
+        return []
+    parts = [f"{a.namespace}/{a.name} ({_quota_cell(result.admitted_quota.get(a.key, ()))}"
+             + ("; preempted" if a.key in result.preempted else "") + ")"
+             for a in result.admitted]
+    return ["", f"admitted before this cycle ({len(parts)}): " + ", ".join(parts)]
+
+
+def _usage_lines(ledger: QuotaLedger) -> list[str]:
+    rows = [["TREE", "NODE", "HARD", "USED / NOMINAL", "BORROWED"]]
+    last_tree = ""
+    for u in ledger.usage():
+        used = ", ".join(
+            f"{amount_number(r, u.used.get(r, 0))}/{format_amount(r, u.nominal.get(r, 0))}"
+            for r in sorted(set(u.nominal) | set(u.used), key=resource_order))
+        rows.append([u.tree if u.tree != last_tree else "", "  " * u.depth + u.name,
+                     "yes" if u.hard else "", used or "-",
+                     format_resources(u.borrowed) if u.borrowed else "-"])
+        last_tree = u.tree
+    return ["", "quota usage after these decisions (used: wrappers at or under the node; "
+            "borrowed: the part placed above it):", *_columns(rows)]

@@ -217,7 +217,15 @@ def format_amount(name: str, value: int) -> str:
     return f"{value} {name}"
 
 
-def _order(name: str) -> tuple[int, str]:
+def amount_number(name: str, value: int) -> str:
+    """An amount without its resource's name, as `format_amount` writes it: '12', '1.5',
+    '500m', '2Gi'."""
+    if name == PODS:
+        return str(value)
+    return format_amount(name, value).removesuffix(" " + name)
+
+
+def resource_order(name: str) -> tuple[int, str]:
     # What users queue for (GPUs and other extended resources) reads first; pods last.
     if "/" in name:
         group = 0
@@ -235,7 +243,7 @@ def _order(name: str) -> tuple[int, str]:
 def format_resources(r: Mapping[str, int]) -> str:
     """Non-zero amounts, comma-joined: extended resources (sorted by name), cpu, memory,
     other standard resources (sorted), pods. `nothing` when every amount is zero."""
-    parts = [format_amount(k, v) for k, v in sorted(r.items(), key=lambda kv: _order(kv[0])) if v]
+    parts = [format_amount(k, r[k]) for k in sorted(r, key=resource_order) if r[k]]
     return ", ".join(parts) if parts else "nothing"
 
 

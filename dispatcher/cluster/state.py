@@ -125,6 +125,13 @@ class ClusterState:
     def reservations(self) -> Mapping[AppWrapperKey, list[PlannedPod]]:
         return {owner: self.reserved_for(owner) for owner in self._reservations}
 
+    def holdings(self, owner: AppWrapperKey) -> list[PlannedPod]:
+        """The capacity an AppWrapper holds now, pod by pod: its bound pods where they are
+        bound, and the planned pods of its reservation that have not bound yet. This is
+        exactly what preempting it gives back."""
+        bound = [PlannedPod(p.node, p.request) for p in self.bound_pods_of(owner)]
+        return bound + self.reserved_for(owner)
+
     def _match(self, owner: AppWrapperKey, pod: BoundPod) -> None:
         index = self._reservations.get(owner)
         matched = self._matched.get(owner)

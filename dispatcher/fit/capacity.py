@@ -80,6 +80,16 @@ class Capacity:
         nodes = list(nodes)
         return cls(nodes, {n.name: n.allocatable for n in nodes})
 
+    def copy(self) -> Capacity:
+        """An independent working copy (a what-if: "were these pods gone...")."""
+        cap = Capacity.__new__(Capacity)
+        cap.__dict__.update(self.__dict__)
+        cap._free = self._free.copy()
+        cap.free_total = dict(self.free_total)
+        # Request vectors depend on the columns, which a copy may grow on its own.
+        cap._requests = dict(self._requests)
+        return cap
+
     # --- reading -------------------------------------------------------------------
 
     @property
@@ -175,6 +185,33 @@ class Capacity:
         for r, j in self._col.items():
             if vec[j]:
                 self.free_total[r] -= int(vec[j]) * pods
+
+    def amounts(self, pods: Iterable[tuple[str, Mapping[str, int]]]) -> tuple[IndexArray, IntArray]:
+        """Pods as (rows, amounts) for `give_back`; pods on unknown nodes, and amounts of
+        resources no node has, are left out (they free nothing a pod here could use)."""
+        rows: list[int] = []
+        vectors: list[IntArray] = []
+        for node, request in pods:
+            row = self._row.get(node)
+            if row is not None:
+                rows.append(row)
+                vectors.append(self.request_vector(request)[0])
+        if not rows:
+            return (np.zeros(0, dtype=np.intp),
+                    np.zeros((0, len(self.resources)), dtype=np.int64))
+        return np.array(rows, dtype=np.intp), np.vstack(vectors)
+
+    def give_back(self, rows: IndexArray, amounts: IntArray) -> None:
+        """Add `amounts[i]` to the free row `rows[i]` (rows may repeat): pods gone."""
+        if not len(rows):
+            return
+        if amounts.shape[1] < len(self.resources):  # this copy has seen new resources since
+            amounts = np.pad(amounts, ((0, 0), (0, len(self.resources) - amounts.shape[1])))
+        np.add.at(self._free, rows, amounts)
+        total = amounts[self._schedulable[rows]].sum(axis=0)
+        for r, j in self._col.items():
+            if total[j]:
+                self.free_total[r] = self.free_total.get(r, 0) + int(total[j])
 
     def take(self, node: str, request: Mapping[str, int], count: int = 1) -> None:
         self._move(node, request, -count)

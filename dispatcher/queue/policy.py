@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Order = Literal["arrival", "priority"]
+Preemption = Literal["never", "reclaim", "lowerPriority"]
+PREEMPTION_MODES: tuple[Preemption, ...] = ("never", "reclaim", "lowerPriority")
 
 
 class PolicyError(ValueError):
@@ -28,6 +30,13 @@ class Policy:
         that has waited longer than this and does not fit blocks everything behind it,
         as under strict head-of-line, until the capacity it needs drains free.
         None: no guard (backfill may pass a large gang over forever).
+    preemption: what a wrapper that does not fit may tear down to fit (whole gangs only,
+        see dispatcher.preemption): "never"; "reclaim": a wrapper within its quota takes
+        back quota lent to borrowers; "lowerPriority": that, and a wrapper preempts
+        wrappers of lower priority within its quota scope (the whole cluster without
+        quota trees).
+    min_running_seconds: a wrapper admitted less than this long ago is never preempted
+        (the preemptionGuard), so that no gang is torn down just after it started.
     """
 
     name: str
@@ -35,10 +44,13 @@ class Policy:
     backfill: bool = False
     max_head_wait_seconds: float | None = None
     description: str = ""
+    preemption: Preemption = "never"
+    min_running_seconds: float = 0.0
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
-    known = {"name", "order", "backfill", "starvationGuard", "description"}
+    known = {"name", "order", "backfill", "starvationGuard", "description", "preemption",
+             "preemptionGuard"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PolicyError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -60,10 +72,22 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
         isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0
     ):
         raise PolicyError(f"{source}: starvationGuard.maxHeadWaitSeconds must be a number ≥ 0")
+    preemption = data.get("preemption", "never")
+    if preemption not in PREEMPTION_MODES:
+        raise PolicyError(f"{source}: 'preemption' must be one of {', '.join(PREEMPTION_MODES)}, "
+                          f"got {preemption!r}")
+    pguard = data.get("preemptionGuard") or {}
+    if not isinstance(pguard, Mapping) or set(pguard) - {"minRunningSeconds"}:
+        raise PolicyError(f"{source}: 'preemptionGuard' takes only minRunningSeconds")
+    running = pguard.get("minRunningSeconds", 0)
+    if isinstance(running, bool) or not isinstance(running, int | float) or running < 0:
+        raise PolicyError(f"{source}: preemptionGuard.minRunningSeconds must be a number ≥ 0")
     return Policy(
         name=name,
         order=order,
         backfill=backfill,
         max_head_wait_seconds=None if wait is None else float(wait),
         description=str(data.get("description", "")),
+        preemption=preemption,
+        min_running_seconds=float(running),
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from sortedcontainers import SortedKeyList
 
-from dispatcher.fit.gang import GangPodSet
+from dispatcher.fit.gang import GangPodSet, demand
 from dispatcher.queue.policy import Policy
 
 WrapperKey = tuple[str, str]  # (namespace, name)
@@ -23,6 +24,8 @@ class QueuedWrapper:
     priority: int = 0
     priority_slope: float = 0.0
     invalid: str | None = None  # why the spec cannot be admitted, if it cannot
+    # metadata.labels, sorted: a label whose key is a quota tree's name names its leaf.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> WrapperKey:
@@ -32,6 +35,11 @@ class QueuedWrapper:
     def gang_key(self) -> tuple[object, ...]:
         """Identity of the demand: equal keys fit or not alike on the same capacity."""
         return tuple(g.pod_set.key for g in self.gang)
+
+    @cached_property
+    def demand(self) -> dict[str, int]:
+        """The whole gang's requests: what it counts against its quota."""
+        return demand(self.gang)
 
     def effective_priority(self, now: float) -> float:
         """spec.priority grown by spec.priorityslope per second queued (MCAD)."""

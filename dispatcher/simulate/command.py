@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
+from dispatcher.quota import QuotaForest, is_quota_subtree
 from dispatcher.simulate.engine import simulate
 from dispatcher.simulate.plot import PlotError, check_available, plot
 from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_json, to_table
+from dispatcher.simulate.teams import TeamRule, assign, parse_teams
 from dispatcher.simulate.traces import TraceError, read_trace
 
 EXIT_INPUT = 2
@@ -28,6 +33,14 @@ Trace formats (by extension):
   .yaml  a list of {submitTime, duration, appwrapper} entries, or AppWrappers annotated
          simulate.workload.codeflare.dev/submit-time and .../duration (seconds); pod
          sets are inferred as the controller does
+
+Teams, quotas and preemption:
+  --quota FILE       QuotaSubtrees (YAML); every job is checked against its quota leaf
+  --teams RULE       CSV traces: assign jobs to teams by a hash of their id, with weights,
+                     e.g. team-a=2,team-b=1,team-c=1; the team is the job's leaf in every
+                     quota tree. YAML traces label their AppWrappers themselves.
+  --high-priority F  CSV traces: give the fraction F of the jobs (by hash) priority 10
+  --policy priority-preemption  lets high-priority jobs preempt (per-node fit)
 """
 
 
@@ -49,6 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "dynamic priorities); default: only after arrivals and completions")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only when stderr is a terminal)")
+    p.add_argument("--quota", metavar="FILE.yaml",
+                   help="QuotaSubtrees: jobs are admitted within their quota (see above)")
+    p.add_argument("--teams", metavar="RULE",
+                   help="CSV traces: assign jobs to teams, e.g. team-a=2,team-b=1")
+    p.add_argument("--high-priority", type=float, default=0.0, metavar="FRACTION",
+                   help="CSV traces: the fraction of jobs (0-1) given priority 10")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -60,7 +79,33 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--limit must be at least 1, got {args.limit}"
     if args.cycle_interval is not None and not args.cycle_interval > 0:
         return f"--cycle-interval must be a number of seconds above 0, got {args.cycle_interval}"
+    if not 0 <= args.high_priority <= 1:
+        return f"--high-priority must be a fraction between 0 and 1, got {args.high_priority}"
     return None
+
+
+def load_forest(path: Path) -> QuotaForest:
+    """The quota trees of a YAML file of QuotaSubtrees (or Lists of them)."""
+    try:
+        docs = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, yaml.YAMLError) as e:
+        raise TraceError(f"{path}: cannot read QuotaSubtrees: {e}") from e
+    objs: list[Mapping[str, Any]] = []
+    for i, doc in enumerate(docs, start=1):
+        items = doc.get("items") if isinstance(doc, Mapping) and doc.get("kind") == "List" else [
+            doc]
+        for obj in items or []:
+            if obj is None:
+                continue
+            if not isinstance(obj, Mapping) or not is_quota_subtree(obj):
+                raise TraceError(f"{path}, document {i}: expected QuotaSubtrees only")
+            objs.append(obj)
+    forest = QuotaForest.from_objects(objs)
+    if forest.problems:
+        raise TraceError(f"{path}: " + "; ".join(forest.problems))
+    if not forest:
+        raise TraceError(f"{path}: no QuotaSubtree in it")
+    return forest
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -76,7 +121,17 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return fail(problem)
     try:
         policy = load_policy(args.policy)
+        if policy.preemption != "never" and args.fit != "per-node":
+            raise PolicyError(f"policy {policy.name} preempts: simulate it with --fit per-node")
         trace = read_trace(Path(args.trace), args.gpus_per_node, args.limit)
+        forest = load_forest(Path(args.quota)) if args.quota else None
+        if args.teams or args.high_priority:
+            if not args.trace.lower().endswith(".csv"):
+                raise TraceError("--teams and --high-priority apply to CSV traces; a YAML "
+                                 "trace's AppWrappers carry their own labels and priorities")
+            rule = TeamRule(parse_teams(args.teams) if args.teams else (("all", 1),),
+                            args.high_priority)
+            trace = assign(trace, rule, tuple(forest.trees) if forest else ())
         if args.plot:
             check_available()
     except (PolicyError, TraceError, PlotError) as e:
@@ -85,7 +140,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     bar = ProgressBar(err) if show else None
     try:
         result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
-                          args.cycle_interval, bar)
+                          args.cycle_interval, bar, forest)
     finally:
         if bar is not None:
             bar.close()

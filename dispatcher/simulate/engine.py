@@ -25,6 +25,14 @@ Jobs that would not fit even on the empty cluster (under the chosen fit) are set
 at arrival with the core's own reason and reported; in the queue they would wait for
 ever without holding anyone up, so leaving them out changes no decision.
 
+Quotas and preemption: with quota trees the core checks every job against its quota
+(the simulator keeps one usage ledger for the whole run: a dispatch adds to it, a
+completion gives back, and borrowers move back to their leaf once room frees). Under a
+policy with preemption (per-node fit only) a `preempt` decision tears its victims down at
+once -- their GPUs free, the work they did is lost (counted as preempted GPU-hours) and
+they requeue where they were -- and the preemptor's room is held for it; another cycle
+runs at the same instant, in which it dispatches.
+
 Fragmentation (per-node fit): a job that waits for capacity while the cluster's total
 free capacity, after the dispatches before it in the same cycle, covers its whole
 demand — the aggregate rule would have admitted it — is delayed by fragmentation for
@@ -39,7 +47,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.admission import (
+    AWAITING_PREEMPTION,
     BEHIND_HEAD,
+    QUOTA_EXCEEDED,
+    UNKNOWN_QUOTA,
     CycleStats,
     Decision,
     EmptyClusterAnswers,
@@ -47,6 +58,7 @@ from dispatcher.admission import (
     admit,
 )
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
+from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import (
     NEVER_FITS,
@@ -58,10 +70,16 @@ from dispatcher.fit.gang import (
     never_fits_aggregate,
     place,
 )
+from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
+from dispatcher.quota import QuotaForest, QuotaLedger
 from dispatcher.resources import PODS
 from dispatcher.simulate.traces import GPU, TraceJob
+
+# Waits that are not for capacity: fragmentation does not explain them.
+NOT_FRAGMENTATION = frozenset({BEHIND_HEAD, NEVER_FITS, QUOTA_EXCEEDED, UNKNOWN_QUOTA,
+                               AWAITING_PREEMPTION})
 
 NODE_CPU_MILLI = 100_000 * 1000  # 100,000 cores: never the binding resource
 NODE_MEMORY = 1 << 50  # 1 PiB
@@ -105,6 +123,12 @@ class JobRun:
     held_gpu_seconds: float = 0.0  # GPUs of bound pods held idle before the start
     bound: list[Bound] = field(default_factory=list)
     bound_per_set: list[int] = field(default_factory=list)
+    running_since: float | None = None  # the current run (a preempted job starts over)
+    preemptions: int = 0  # times it was torn down to let another job fit
+    lost_gpu_seconds: float = 0.0  # GPU-seconds of work thrown away by those
+    gpu_seconds: float = 0.0  # GPU-seconds it ran, lost work included
+    borrowing: bool = False  # its current run borrows quota
+    borrowed_gpu_seconds: float = 0.0
 
     @property
     def wait(self) -> float | None:
@@ -137,6 +161,9 @@ class Run:
     events: int = 0
     cycles: int = 0
     wall_seconds: float = 0.0
+    trees: tuple[str, ...] = ()  # quota trees, by name
+    team_quota: dict[str, int] = field(default_factory=dict)  # leaf -> its GPUs (first tree)
+    preemptions: int = 0
 
     @property
     def total_gpus(self) -> int:
@@ -151,8 +178,16 @@ class Simulation:
     def __init__(self, jobs: Sequence[TraceJob], nodes: Sequence[Node], policy: Policy,
                  fit: Fit = "per-node", gpus_per_node: int = 8,
                  cycle_interval: float | None = None,
-                 progress: Progress | None = None, skip_behind_head: bool = True) -> None:
+                 progress: Progress | None = None, skip_behind_head: bool = True,
+                 forest: QuotaForest | None = None) -> None:
+        if policy.preemption != "never" and fit != "per-node":
+            raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
         self.policy = policy
+        self.forest = forest if forest else None
+        self.ledger = QuotaLedger(forest) if forest else None
+        self.holds: dict[WrapperKey, Hold] = {}
+        self._preempted_for: dict[int, tuple[WrapperKey, ...]] = {}
+        self._left_ledger = False  # a completion since the ledger was last rebalanced
         # Stop feeding the cycle once a head blocks: every wrapper behind it would only
         # get a BEHIND_HEAD wait. Same decisions, and long queues cost nothing per cycle.
         self.skip_behind_head = skip_behind_head
@@ -180,7 +215,8 @@ class Simulation:
         self.runs = [JobRun(j, j.gpus) for j in jobs]
         self._demand = [demand(j.wrapper.gang) for j in jobs]
         self._index: dict[WrapperKey, int] = {j.wrapper.key: i for i, j in enumerate(jobs)}
-        self._completions: list[tuple[float, int]] = []
+        self._completions: list[tuple[float, int, int]] = []  # time, job, its run number
+        self._run_number = [0] * len(jobs)
         self._pending: list[int] = []  # partial gangs (aggregate fit), in dispatch order
         self._fragmented: dict[int, float] = {}  # job -> since when (per-node fit)
         self._busy = 0
@@ -196,6 +232,11 @@ class Simulation:
         start = jobs[order[0]].submit if jobs else 0.0
         result = Run(self.runs, len(self.nodes), self.gpus_per_node, self.policy, self.fit,
                      start, start)
+        if self.forest is not None:
+            result.trees = tuple(self.forest.trees)
+            first = next(iter(self.forest.trees.values()))
+            result.team_quota = {n.name: n.quota.get(GPU, 0) for n in first.order
+                                 if n.is_leaf}
         arrived = 0
         last_cycle = start
         t = start
@@ -215,7 +256,9 @@ class Simulation:
             t = min(nexts)
             changed = False
             while self._completions and self._completions[0][0] <= t:
-                _, i = heapq.heappop(self._completions)
+                _, i, number = heapq.heappop(self._completions)
+                if number != self._run_number[i]:
+                    continue  # the run it ended was preempted
                 self._finish(i, t)
                 result.events += 1
                 changed = True
@@ -227,8 +270,14 @@ class Simulation:
                 result.events += 1
             tick = bool(self.cycle_interval) and t >= last_cycle + (self.cycle_interval or 0)
             if (changed or tick) and len(self.queue):
-                self._cycle(t)
-                result.cycles += 1
+                # After a preemption the victims are gone at once: cycle again now, and the
+                # preemptor dispatches into the room held for it.
+                for _ in range(4):
+                    result.cycles += 1
+                    preempted = self._cycle(t)
+                    result.preemptions += preempted
+                    if not preempted or not len(self.queue):
+                        break
                 last_cycle = t
             result.times.append(t)
             result.busy.append(self._busy)
@@ -262,7 +311,8 @@ class Simulation:
         self.queue.put(w)
         return True
 
-    def _cycle(self, t: float) -> None:
+    def _cycle(self, t: float) -> int:
+        """One admission cycle at `t`; the number of preemptions it decided."""
         stats = CycleStats()
 
         def ordered() -> Iterator[QueuedWrapper]:
@@ -272,8 +322,22 @@ class Simulation:
                     return
                 yield w
 
-        decisions = admit(ordered(), self.view, self.policy, t, self.fit, stats,
-                          empty_answers=self._answers)
+        if self.ledger is not None and self._left_ledger:
+            self.ledger.rebalance()
+            self._left_ledger = False
+        # Held room and a preemptor's new hold are taken for one cycle only: with either,
+        # the cycle works on a copy and only its dispatches are taken from the cluster.
+        preempting = self.policy.preemption != "never"
+        cap = self.view.copy() if preempting or self.holds else self.view
+        decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
+                          empty_answers=self._answers, quota=self.ledger,
+                          admitted=self._admitted() if preempting else (), holds=self.holds)
+        if cap is not self.view:
+            for d in decisions:
+                if d.decision == "dispatch":
+                    for p in d.placements:
+                        assert p.node is not None  # preemption is per-node fit only
+                        self.view.take(p.node, p.request)
         free = dict(self._free_total)
         fragmented: set[int] = set()
         for d in decisions:
@@ -282,21 +346,68 @@ class Simulation:
                 self._dispatch(i, d, t)
                 for r, v in self._demand[i].items():
                     free[r] = free.get(r, 0) - v
-            elif (self.fit == "per-node" and d.decision == "wait"
-                  and d.reason not in (BEHIND_HEAD, NEVER_FITS)
-                  and _fits_total(self._demand[i], free)):
+            elif d.decision == "preempt":
+                self._preempt(i, d, t)
+            elif d.key in self.holds and d.reason != AWAITING_PREEMPTION:
+                # It no longer waits for its held room: the room, and the quota counted
+                # for it, go back.
+                del self.holds[d.key]
+                if self.ledger is not None:
+                    self.ledger.remove(d.key)
+            if (self.fit == "per-node" and d.decision == "wait"
+                    and d.reason not in NOT_FRAGMENTATION
+                    and _fits_total(self._demand[i], free)):
                 fragmented.add(i)
         for i in list(self._fragmented):
             if i not in fragmented:
                 self.runs[i].fragmented_seconds += t - self._fragmented.pop(i)
         for i in fragmented:
             self._fragmented.setdefault(i, t)
+        return stats.preemptions
+
+    def _admitted(self) -> list[AdmittedWrapper]:
+        """The running jobs as the core's admitted records (candidates for preemption)."""
+        out: list[AdmittedWrapper] = []
+        for i, run in enumerate(self.runs):
+            if run.running_since is None:
+                continue
+            w = run.job.wrapper
+            holdings = tuple(PlannedPod(b.node, b.request) for b in run.bound
+                             for _ in range(b.count))
+            out.append(AdmittedWrapper(
+                w.namespace, w.name, w.uid, float(w.priority), self._demand[i], holdings,
+                run.running_since, w.labels, self._preempted_for.get(i, ())))
+        return out
+
+    def _preempt(self, i: int, d: Decision, t: float) -> None:
+        """Tear the victims down (their pods go at once) and hold the room for job i."""
+        for key in d.preempts:
+            j = self._index[key]
+            run = self.runs[j]
+            assert run.running_since is not None
+            ran = t - run.running_since
+            run.preemptions += 1
+            run.lost_gpu_seconds += run.gpus * ran
+            self._stop(j, t)
+            self._run_number[j] += 1  # its completion no longer comes
+            for r, v in self._demand[j].items():
+                self._free_total[r] = self._free_total.get(r, 0) + v
+            self.queue.put(run.job.wrapper)
+        w = self.runs[i].job.wrapper
+        self.holds[w.key] = Hold(
+            tuple(PlannedPod(p.node, p.request) for p in d.placements if p.node is not None),
+            w.labels, d.effective_priority, d.preempts, t)
 
     def _dispatch(self, i: int, d: Decision, t: float) -> None:
         run = self.runs[i]
         w = run.job.wrapper
         self.queue.remove(w.key)
-        run.dispatched = t
+        hold = self.holds.pop(w.key, None)
+        if hold is not None:
+            self._preempted_for[i] = hold.preempted
+        run.borrowing = any(q.borrows for q in d.quota)
+        if run.dispatched is None:
+            run.dispatched = t
         for r, v in self._demand[i].items():
             self._free_total[r] = self._free_total.get(r, 0) - v
         if self.fit == "per-node":
@@ -316,16 +427,33 @@ class Simulation:
 
     def _start(self, i: int, t: float) -> None:
         run = self.runs[i]
-        run.started = t
+        if run.started is None:
+            run.started = t
+        run.running_since = t
         self._busy += run.gpus
-        heapq.heappush(self._completions, (t + run.job.duration, i))
+        heapq.heappush(self._completions, (t + run.job.duration, i, self._run_number[i]))
+
+    def _stop(self, i: int, t: float) -> None:
+        """Job i stops running (completed or preempted): its GPUs go back."""
+        run = self.runs[i]
+        assert run.running_since is not None
+        ran = run.gpus * (t - run.running_since)
+        run.gpu_seconds += ran
+        if run.borrowing:
+            run.borrowed_gpu_seconds += ran
+        run.running_since = None
+        self._busy -= run.gpus
+        for b in run.bound:
+            self.cluster.give(b.node, b.request, b.count)
+        self._preempted_for.pop(i, None)
+        if self.ledger is not None:
+            self.ledger.remove(run.job.wrapper.key)
+            self._left_ledger = True
 
     def _finish(self, i: int, t: float) -> None:
         run = self.runs[i]
         run.finished = t
-        self._busy -= run.gpus
-        for b in run.bound:
-            self.cluster.give(b.node, b.request, b.count)
+        self._stop(i, t)
         need = self._demand[i]
         for r, v in need.items():
             self._free_total[r] = self._free_total.get(r, 0) + v
@@ -399,7 +527,8 @@ def _group(placements: Sequence[Placement]) -> list[Bound]:
 
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
              fit: Fit = "per-node", cycle_interval: float | None = None,
-             progress: Progress | None = None) -> Run:
-    """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`."""
+             progress: Progress | None = None, forest: QuotaForest | None = None) -> Run:
+    """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`,
+    with the quota trees of `forest` if given."""
     return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
-                      cycle_interval, progress).run()
+                      cycle_interval, progress, forest=forest).run()

@@ -11,6 +11,11 @@ Definitions (all times in seconds of the trace):
   free capacity covered their demand, and for how long; GPU-hours = GPUs x that time.
 - largest starvation: the longest wait of any job (still waiting at the end counts to
   the end), and how many jobs submitted after it started before it.
+- per team (jobs assigned to teams, or quota trees given): the team's queueing delay;
+  GPU-hours its jobs ran (work later lost included); its quota (the GPUs of its leaf in
+  the first tree) and quota use = those GPU-hours / (quota x makespan), above 100% when
+  it borrowed; GPU-hours run on borrowed quota; how often its jobs were preempted and
+  the GPU-hours of work that threw away (a preempted job starts over).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.simulate.engine import NODE_CPU_MILLI, NODE_MEMORY, JobRun, Run
+from dispatcher.simulate.teams import team_of
 from dispatcher.simulate.traces import Trace
 
 SHOWN = 5  # jobs listed by name in the table for each kind of problem
@@ -68,6 +74,45 @@ class Starvation:
 
 
 @dataclass(frozen=True)
+class TeamStats:
+    team: str
+    jobs: int
+    delays: Delays
+    gpu_hours: float
+    quota_gpus: int | None  # its leaf's GPUs in the first quota tree
+    quota_use: float | None  # gpu_hours / (quota x makespan)
+    borrowed_gpu_hours: float
+    preemptions: int
+    lost_gpu_hours: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"team": self.team, "jobs": self.jobs, "queueingDelay": self.delays.as_dict(),
+                "gpuHours": round(self.gpu_hours, 3), "quotaGpus": self.quota_gpus,
+                "quotaUse": None if self.quota_use is None else round(self.quota_use, 6),
+                "borrowedGpuHours": round(self.borrowed_gpu_hours, 3),
+                "preemptions": self.preemptions,
+                "lostGpuHours": round(self.lost_gpu_hours, 3)}
+
+
+def _teams(run: Run, makespan: float) -> tuple[TeamStats, ...]:
+    by_team: dict[str, list[JobRun]] = {}
+    for r in run.jobs:
+        if r.never_fits is None:
+            by_team.setdefault(team_of(r.job, run.trees), []).append(r)
+    out: list[TeamStats] = []
+    for team in sorted(by_team):
+        runs = by_team[team]
+        hours = sum(r.gpu_seconds for r in runs) / 3600
+        quota = run.team_quota.get(team) if run.team_quota else None
+        use = hours * 3600 / (quota * makespan) if quota and makespan else None
+        out.append(TeamStats(
+            team, len(runs), Delays.of([r.wait for r in runs if r.wait is not None]), hours,
+            quota, use, sum(r.borrowed_gpu_seconds for r in runs) / 3600,
+            sum(r.preemptions for r in runs), sum(r.lost_gpu_seconds for r in runs) / 3600))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Summary:
     run: Run
     trace: Trace
@@ -85,6 +130,11 @@ class Summary:
     held_gpu_hours: float
     starvation: Starvation | None
     peak_queue: int
+    teams: tuple[TeamStats, ...] = ()  # when jobs belong to teams or quota trees are given
+    by_priority: tuple[tuple[int, Delays], ...] = ()  # when the trace has several priorities
+    preemptions: int = 0
+    preempted_jobs: int = 0
+    lost_gpu_hours: float = 0.0
 
 
 def summarise(run: Run, trace: Trace) -> Summary:
@@ -122,7 +172,21 @@ def summarise(run: Run, trace: Trace) -> Summary:
         held_gpu_hours=sum(r.held_gpu_seconds for r in unplaced) / 3600,
         starvation=_starvation(runs, run.end),
         peak_queue=max(run.queued, default=0),
+        teams=_teams(run, makespan) if run.trees or any(r.job.team for r in runs) else (),
+        by_priority=_by_priority(started),
+        preemptions=sum(r.preemptions for r in runs),
+        preempted_jobs=sum(r.preemptions > 0 for r in runs),
+        lost_gpu_hours=sum(r.lost_gpu_seconds for r in runs) / 3600,
     )
+
+
+def _by_priority(started: Sequence[JobRun]) -> tuple[tuple[int, Delays], ...]:
+    waits: dict[int, list[float]] = {}
+    for r in started:
+        waits.setdefault(r.job.wrapper.priority, []).append(r.wait or 0.0)
+    if len(waits) < 2:
+        return ()
+    return tuple((p, Delays.of(w)) for p, w in sorted(waits.items(), reverse=True))
 
 
 def _starvation(runs: Sequence[JobRun], end: float) -> Starvation | None:
@@ -228,10 +292,8 @@ def to_table(s: Summary) -> str:
          duration_text(x.median), duration_text(x.p95), duration_text(x.max))
         for g, p, x in s.by_size
     ]
-    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
     lines.append("  by gang size:")
-    for r in table:
-        lines.append("    " + "  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)))
+    lines.extend(_aligned(table))
     if run.fit == "per-node":
         row("fragmentation", f"{_count(len(s.fragmented), 'job')} waited while the cluster's total "
             "free GPUs covered them (the aggregate rule would have admitted them): "
@@ -252,10 +314,37 @@ def to_table(s: Summary) -> str:
         row("starvation", f"longest wait: {st.job.job.name} ({st.job.gpus} GPUs in "
             f"{_pods(st.job.job.pods)}) {state} {duration_text(st.wait)}; "
             f"{_count(st.overtaken_by, 'job')} submitted after it started before it")
+    for p, x in s.by_priority:
+        row(f"priority {p}", f"{x.jobs:,} jobs: mean wait {duration_text(x.mean)}, p95 "
+            f"{duration_text(x.p95)}, max {duration_text(x.max)}")
+    if run.policy.preemption != "never":
+        row("preemption", f"{_count(s.preemptions, 'preemption')} of "
+            f"{_count(s.preempted_jobs, 'job')}: {s.lost_gpu_hours:,.1f} GPU-hours of work "
+            "lost (a preempted job starts over)")
+    if s.teams:
+        lines.append("  by team:" + ("" if run.team_quota else " (no quota trees)"))
+        teams: list[tuple[str, ...]] = [("TEAM", "JOBS", "MEAN WAIT", "P95 WAIT", "GPU-H",
+                                         "QUOTA", "QUOTA USE", "BORROWED GPU-H", "PREEMPTED",
+                                         "LOST GPU-H")]
+        teams.extend(
+            (t.team, f"{t.jobs:,}", duration_text(t.delays.mean), duration_text(t.delays.p95),
+             f"{t.gpu_hours:,.0f}", "-" if t.quota_gpus is None else str(t.quota_gpus),
+             "-" if t.quota_use is None else f"{t.quota_use:.1%}",
+             f"{t.borrowed_gpu_hours:,.0f}", f"{t.preemptions:,}", f"{t.lost_gpu_hours:,.1f}")
+            for t in s.teams)
+        lines.extend(_aligned(teams, left=1))
     rate = run.events / run.wall_seconds if run.wall_seconds else 0.0
     row("run", f"{run.events:,} events, {run.cycles:,} admission cycles in "
         f"{run.wall_seconds:.1f} s ({rate:,.0f} events/s)")
     return "\n".join(lines)
+
+
+def _aligned(rows: Sequence[Sequence[str]], left: int = 0) -> list[str]:
+    """Rows as indented columns: the first `left` columns left-aligned, the rest right."""
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["    " + "  ".join(v.ljust(w) if c < left else v.rjust(w)
+                               for c, (v, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows]
 
 
 def _job(r: JobRun, end: float) -> dict[str, Any]:
@@ -312,6 +401,11 @@ def to_dict(s: Summary) -> dict[str, Any]:
         },
         "neverFit": [_job(r, run.end) for r in s.never_fit],
         "neverStarted": [_job(r, run.end) for r in s.never_started],
+        "queueingDelayByPriority": [{"priority": p, **d.as_dict()} for p, d in s.by_priority],
+        "preemption": None if run.policy.preemption == "never" else {
+            "preemptions": s.preemptions, "jobsPreempted": s.preempted_jobs,
+            "lostGpuHours": round(s.lost_gpu_hours, 3)},
+        "teams": [t.as_dict() for t in s.teams],
         "run": {"events": run.events, "admissionCycles": run.cycles,
                 "wallSeconds": round(run.wall_seconds, 3), "eventsPerSecond": round(rate)},
     }

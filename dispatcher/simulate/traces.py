@@ -72,6 +72,7 @@ class TraceJob:
     submit: float
     duration: float
     where: str  # "file:line"
+    team: str = ""  # set by a team rule (simulate.teams) for traces without teams
 
     @property
     def name(self) -> str:

@@ -145,11 +145,11 @@ def test_table_output_is_the_default(tmp_path: Path, capsys: pytest.CaptureFixtu
         ("kind: Node\nmetadata: {name: [unclosed\n", None, "c.yaml: not valid YAML"),
         ("- just\n- a list\n", None, "c.yaml, document 1: expected a Kubernetes object"),
         ("kind: Service\nmetadata: {name: s}\n", None,
-         "c.yaml, document 1: a cluster file holds Nodes and Pods"),
+         "c.yaml, document 1: a cluster file holds Nodes, Pods and QuotaSubtrees"),
         ("kind: Node\nmetadata: {name: n}\nstatus: {allocatable: {cpu: 'lots'}}\n", None,
          "c.yaml, document 1: not a usable Node"),
         (None, "---\nkind: AppWrapper\nmetadata: {name: a}\nspec: {}\n---\nkind: Pod\n",
-         "a.yaml, document 2: expected an AppWrapper, got Pod"),
+         "a.yaml, document 2: expected an AppWrapper or a QuotaSubtree, got Pod"),
     ],
 )
 def test_unusable_files_exit_2_naming_file_and_document(
@@ -234,3 +234,78 @@ def test_the_installation_decides_the_kinds(tmp_path: Path,
     config.write_text("allowedKinds: {add: [Namespace]}\n")
     assert main(["plan", "--cluster", cluster, "--config", str(config), wrappers]) == 2
     assert "Namespace: cluster-scoped" in capsys.readouterr().err
+
+
+QUOTA_EXAMPLE = Path(__file__).parents[2] / "examples" / "plan" / "quota"
+
+
+def quota_plan(capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    assert main(["plan", "--cluster", str(QUOTA_EXAMPLE / "cluster.yaml"), "--now",
+                 "2026-11-01T10:15:00Z", *extra, str(QUOTA_EXAMPLE / "appwrappers.yaml")]) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_shows_preemption_quota_nodes_and_usage(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    lines = quota_plan(capsys, "--policy", "priority-preemption").splitlines()
+    assert lines[0] == ("policy priority-preemption, per-node fit: 1 dispatch, 1 preempt, "
+                        "1 wait, 0 invalid")
+    assert lines[1].split() == ["#", "APPWRAPPER", "DECISION", "REASON", "QUOTA", "MESSAGE"]
+    assert lines[2].split()[:5] == ["1", "team-a/urgent", "preempt", "Preempting", "team-a"]
+    assert ("dispatch after preempting team-b/train-big (reclaiming the quota it borrows); "
+            "then all 1 pods fit: on gpu-1") in lines[2]
+    assert lines[4].split()[:4] == ["3", "team-c/sweep", "wait", "QuotaExceeded"]
+    assert "QuotaExceeded  team-c (no room)  team-c (tree quota_gpu) would use 12 of its 8" in (
+        lines[4])
+    assert ("admitted before this cycle (2): team-b/train-big (team-b borrowing from cluster; "
+            "preempted), team-c/notebook (team-c)") in lines
+    usage = lines[lines.index("TREE       NODE      HARD  USED / NOMINAL        BORROWED"):]
+    assert [line.split() for line in usage[1:]] == [
+        ["quota_gpu", "cluster", "16/32", "nvidia.com/gpu", "-"],
+        ["team-a", "8/8", "nvidia.com/gpu", "-"],
+        ["team-b", "0/16", "nvidia.com/gpu", "-"],
+        ["team-c", "yes", "8/8", "nvidia.com/gpu", "-"]]
+
+
+def test_plan_json_carries_quota_and_preemptions(capsys: pytest.CaptureFixture[str]) -> None:
+    out = json.loads(quota_plan(capsys, "--policy", "priority-preemption", "-o", "json"))
+    urgent = out["decisions"][0]
+    assert urgent["preempts"] == urgent["reclaims"] == ["team-b/train-big"]
+    assert urgent["placements"][0]["node"] == "gpu-1"
+    assert urgent["quota"] == [{"tree": "quota_gpu", "leaf": "team-a", "node": "team-a",
+                                "borrows": False}]
+    assert out["admitted"][0] == {"namespace": "team-b", "name": "train-big", "preempted": True,
+                                  "quota": [{"tree": "quota_gpu", "leaf": "team-b",
+                                             "node": "cluster", "borrows": True}]}
+    nodes = {n["name"]: n for n in out["quota"]["nodes"]}
+    assert nodes["team-c"] == {"tree": "quota_gpu", "name": "team-c", "parent": "cluster",
+                               "hardLimit": True, "nominal": {GPU: 8}, "used": {GPU: 8},
+                               "borrowed": {}}
+    assert out["quota"]["problems"] == []
+
+
+def test_without_preemption_the_borrower_keeps_running(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """Under fifo the root being full holds the line, as a full cluster does."""
+    lines = quota_plan(capsys).splitlines()
+    assert lines[2].split()[:6] == ["1", "team-a/urgent", "wait", "(head)", "QuotaExceeded",
+                                    "team-a"]
+    assert ("team-a (tree quota_gpu) fits its own quota, but cluster would use 36 of its 32 "
+            "nvidia.com/gpu") in lines[2]
+    assert lines[3].split()[:4] == ["2", "team-c/eval", "wait", "BehindHeadOfLine"]
+
+
+def test_finished_appwrappers_are_left_out_and_quota_problems_are_shown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    done = aw("done", 1, 8)
+    done["status"] = {"state": "Completed", "queuejobstate": "Completed"}
+    tree = {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+            "metadata": {"name": "orphan", "namespace": "kube-system", "labels": {"tree": "t"}},
+            "spec": {"parent": "missing", "children": [{"name": "x"}]}}
+    cluster = write(tmp_path, "c.yaml", node("n1"), tree)
+    wrappers = write(tmp_path, "a.yaml", done, aw("next", 1, 8))
+    assert main(["plan", "--cluster", cluster, wrappers]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines[2:3]] == ["team/next"]
+    assert ("quota problem: quota tree t cannot be used: it has no root: exactly one "
+            "QuotaSubtree of a tree has no spec.parent") in lines
