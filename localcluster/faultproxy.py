@@ -118,7 +118,7 @@ class FaultProxy:
                 return response
             await response.prepare(request)
             if watch:
-                await self._stream_then_cut(upstream, response)
+                await self._stream_then_cut(request, upstream, response)
             else:
                 await response.write(await upstream.read())
                 await response.write_eof()
@@ -126,7 +126,8 @@ class FaultProxy:
         finally:
             upstream.release()
 
-    async def _stream_then_cut(self, upstream: Any, response: web.StreamResponse) -> None:
+    async def _stream_then_cut(self, request: web.Request, upstream: Any,
+                               response: web.StreamResponse) -> None:
         cut_after = self.random.expovariate(1.0 / self.watch_cut_seconds) \
             if self.watch_cut_seconds > 0 else float("inf")
         loop = asyncio.get_running_loop()
@@ -136,7 +137,9 @@ class FaultProxy:
             if remaining <= 0:
                 self.counts["watch-cut"] += 1
                 upstream.close()
-                raise ConnectionResetError("watch cut by the fault proxy")
+                if request.transport is not None:
+                    request.transport.close()  # mid-stream, as a broken connection
+                return
             try:
                 chunk = await asyncio.wait_for(upstream.content.readany(), remaining)
             except TimeoutError:

@@ -26,6 +26,9 @@ from .kube import ApiError, Kube, Resource
 
 log = logging.getLogger("dispatcher.informer")
 
+NOT_SERVED_RETRY_SECONDS = 60.0
+FIRST_RETRY_SECONDS = 0.5
+
 OnEvent = Callable[[str, Mapping[str, Any]], None]
 OnListed = Callable[[list[dict[str, Any]]], None]
 
@@ -33,7 +36,7 @@ OnListed = Callable[[list[dict[str, Any]]], None]
 class Informer:
     def __init__(self, kube: Kube, resource: Resource, on_event: OnEvent,
                  on_listed: OnListed, watch_seconds: int = 240, resync_seconds: float = 600,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, optional: bool = False) -> None:
         self.kube = kube
         self.resource = resource
         self.on_event = on_event
@@ -41,6 +44,9 @@ class Informer:
         self.watch_seconds = watch_seconds
         self.resync_seconds = resync_seconds
         self.clock = clock
+        # A resource whose CRD may not be installed (QuotaSubtrees): while the API server
+        # does not serve it, it is an empty listing, looked for again every minute.
+        self.optional = optional
         self.listed = asyncio.Event()  # the first complete listing was handed over
         self.live = False
         self.lost_since: float | None = clock()
@@ -48,6 +54,7 @@ class Informer:
         self.relists = 0
         self.events = 0
         self._version: str | None = None
+        self._opened = False  # the current watch request got its stream
         self._listed_at = 0.0
 
     @property
@@ -79,22 +86,33 @@ class Informer:
         log.info("listed %d %s at version %s", len(items), self.name, version)
 
     async def run(self) -> None:
-        delay = 0.5
+        delay = FIRST_RETRY_SECONDS
         while True:
+            self._opened = False
             try:
                 if self._version is None or (
                         self.resync_seconds and
                         self.clock() - self._listed_at >= self.resync_seconds):
                     await self._list()
                 await self._watch()
-                delay = 0.5
+                delay = FIRST_RETRY_SECONDS
             except asyncio.CancelledError:
                 raise
             except ApiError as e:
                 if e.status == 410:
                     self._version = None  # too old: list again, then watch
                     continue
+                if e.status == 404 and self.optional:
+                    self._not_served()
+                    await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
+                    continue
                 self._lost(str(e))
+                if self._opened:
+                    # A stream that was open broke (a restart, a cut connection): the
+                    # server answered a moment ago, so resume at once; back off only
+                    # while it cannot be reached.
+                    delay = FIRST_RETRY_SECONDS
+                    continue
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 5.0)
             except Exception as e:  # a bad event must not end the watch for good
@@ -107,7 +125,7 @@ class Informer:
         assert self._version is not None
         # Spread the watches' ends so three informers do not all reconnect at once.
         seconds = int(self.watch_seconds * random.uniform(0.8, 1.0))
-        stream = self.kube.watch(self.resource, self._version, seconds, opened=self._resumed)
+        stream = self.kube.watch(self.resource, self._version, seconds, opened=self._open)
         async for event in stream:
             kind = str(event.get("type", ""))
             obj = event.get("object") or {}
@@ -123,6 +141,19 @@ class Informer:
             obj.setdefault("kind", self.resource.kind)
             self.events += 1
             self.on_event(kind, obj)
+
+    def _open(self) -> None:
+        self._opened = True
+        self._resumed()
+
+    def _not_served(self) -> None:
+        if self.listed.is_set() and self._version is None and self.live:
+            return  # still not served: nothing new to say
+        log.info("%s are not served by this cluster (no CRD): none", self.name)
+        self.on_listed([])
+        self._version = None
+        self.listed.set()
+        self._resumed()
 
     def _resumed(self) -> None:
         if not self.live and self.problem != "not listed yet":

@@ -330,6 +330,12 @@ class Intake:
         self.m.unwritten.add(t.key)
         self.on_failed(Reason.InvalidSpec)
 
+    # --- QuotaSubtrees ------------------------------------------------------------------
+
+    def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
+        if self.m.sharing.on_subtree(event, obj):
+            self.m.wake.set()
+
     # --- listings ------------------------------------------------------------------------
 
     def relisted(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
@@ -348,6 +354,8 @@ class Intake:
                                                      "labels": _claim_labels(self.m.pods[key])}})
             for o in objs:
                 self.on_pod("ADDED", o)
+        elif kind == "QuotaSubtree":
+            self.m.sharing.relisted(objs)
         elif kind == "AppWrapper":
             present_uids = {(_key(o), str((o.get("metadata") or {}).get("uid", "")))
                             for o in objs}

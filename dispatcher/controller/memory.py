@@ -13,6 +13,7 @@ from dispatcher.cluster import ClusterState
 from dispatcher.queue import AdmissionQueue, Policy
 
 from .ownership import Ownership
+from .sharing import Sharing
 from .tracked import Key, Tracked
 
 
@@ -22,6 +23,7 @@ class Memory:
         self.state = ClusterState()
         self.queue = AdmissionQueue(policy)
         self.ownership = Ownership()
+        self.sharing = Sharing()
         # Every pod seen and the AppWrapper its label claims (None: no claim), so a
         # relisting can tell which pods vanished while the watch was down.
         self.pods: dict[tuple[str, str], Key | None] = {}
@@ -40,6 +42,8 @@ class Memory:
             self.queue.remove(t.key)
         self.state.release(t.key)
         self.ownership.forget(t.key)
+        self.sharing.release(t.key)
+        self.sharing.preempting.pop(t.key, None)
 
     def current(self, t: Tracked) -> bool:
         return self.tracked.get(t.key) is t

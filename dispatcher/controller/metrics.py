@@ -62,6 +62,8 @@ FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
                    Reason.DispatchDeadlineExceeded.value)
 
+PREEMPTION_REASONS = ("priority", "reclaim")
+
 # Admission cycles take milliseconds on small queues and seconds on 10,000 wrappers.
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                  10.0, 30.0)
@@ -108,6 +110,8 @@ class Snapshot:
     largest_free: dict[str, float] = field(default_factory=dict)
     resources: set[str] = field(default_factory=set)
     policy: tuple[str, str] | None = None
+    # (tree, node, resource) -> nominal, used, borrowed; bounded by the quota trees' size.
+    quota: dict[tuple[str, str, str], tuple[float, float, float]] = field(default_factory=dict)
 
 
 def appwrapper_counts(dispatcher: Dispatcher) -> Tally[tuple[str, str]]:
@@ -171,6 +175,12 @@ class PrometheusObserver(Observer):
             registry=r)
         self.completions = Counter(
             f"{PREFIX}_completions", "AppWrappers that completed.", registry=r)
+        self.preemptions = Counter(
+            f"{PREFIX}_preemptions", "Gangs torn down for another AppWrapper, by reason: "
+            "priority (a higher-priority wrapper), reclaim (a wrapper within its quota "
+            "taking back what others borrowed).", ["reason"], registry=r)
+        for reason in PREEMPTION_REASONS:
+            self.preemptions.labels(reason)
         self.wait_time = Histogram(
             f"{PREFIX}_admission_wait_time_seconds", "Time from when an AppWrapper was "
             "first seen to its dispatch (a requeued one counts from its first arrival).",
@@ -211,6 +221,9 @@ class PrometheusObserver(Observer):
     def completed(self) -> None:
         self.completions.inc()
 
+    def preempted(self, reason: str) -> None:
+        self.preemptions.labels(_bounded(reason, PREEMPTION_REASONS, OTHER)).inc()
+
     def snapshot(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher
         self._dirty = True
@@ -240,6 +253,12 @@ class PrometheusObserver(Observer):
                           if r in advertised}
         s.resources.update(advertised)
         s.policy = (d.policy.name, d.fit)
+        ledger = d.m.sharing.ledger
+        s.quota = {} if ledger is None else {
+            (u.tree, u.name, r): (_in_base_units(r, u.nominal.get(r, 0)),
+                                  _in_base_units(r, u.used.get(r, 0)),
+                                  _in_base_units(r, u.borrowed.get(r, 0)))
+            for u in ledger.usage() for r in sorted(set(u.nominal) | set(u.used))}
         self._dirty = False
         self._computed_at = time.monotonic()
         self.snapshots_computed += 1
@@ -289,6 +308,18 @@ class _SnapshotCollector:
             family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["resource"])
             for resource in sorted(s.resources):
                 family.add_metric([resource], values.get(resource, 0.0))
+            yield family
+        for index, name, doc in (
+            (0, "quota_nominal", "Nominal quota of each QuotaSubtree node, per resource."),
+            (1, "quota_used", "What the admitted AppWrappers under each quota node use, "
+             "per resource, borrowed part included."),
+            (2, "quota_borrowed", "The part of quota_used placed above the node, on quota "
+             "lent by its ancestors."),
+        ):
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc,
+                                       labels=["tree", "node", "resource"])
+            for (tree, node, resource), amounts in sorted(s.quota.items()):
+                family.add_metric([tree, node, resource], amounts[index])
             yield family
         info = GaugeMetricFamily(
             f"{PREFIX}_policy_info", "Always 1; the labels name the queue policy and the "

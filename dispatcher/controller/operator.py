@@ -40,6 +40,7 @@ log = logging.getLogger("dispatcher")
 
 NODES = Resource("v1", "Node", "nodes", False)
 PODS = Resource("v1", "Pod", "pods", True)
+QUOTA_SUBTREES = Resource("quota.codeflare.dev/v1alpha1", "QuotaSubtree", "quotasubtrees", True)
 
 EXIT_LOST_LEADERSHIP = 3
 
@@ -146,11 +147,12 @@ class Operator:
     async def _start_informers(self, d: Dispatcher, kube: Kube) -> None:
         s = self.settings
         for resource, on_event in ((NODES, d.on_node), (APPWRAPPERS, d.on_appwrapper),
-                                   (PODS, d.on_pod)):
+                                   (PODS, d.on_pod), (QUOTA_SUBTREES, d.on_quota)):
             informer = Informer(kube, resource, on_event,
                                 functools.partial(d.relisted, resource.kind),
                                 watch_seconds=s.watch_seconds,
-                                resync_seconds=s.resync_seconds)
+                                resync_seconds=s.resync_seconds,
+                                optional=resource is QUOTA_SUBTREES)
             self.informers.append(informer)
             self._tasks.append(asyncio.create_task(informer.run(),
                                                    name=f"informer-{resource.plural}"))

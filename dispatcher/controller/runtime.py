@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from dispatcher.admission import BEHIND_HEAD, Decision, Fit, admit
+from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing, WrappedItem
@@ -75,6 +75,8 @@ DEBOUNCE_SECONDS = 0.05
 TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
+# While a watch is down nothing is decided; the loop looks again this often.
+BLIND_RETRY_SECONDS = 0.2
 # After a transient API failure, the step for that AppWrapper is tried again this soon.
 RETRY_SECONDS = 2.0
 # The reason of the Warning Events about a spec accepted as it is (kinds.checks).
@@ -90,6 +92,9 @@ class Observer:
     def requeued(self, reason: str) -> None: ...
     def failed(self, reason: str) -> None: ...
     def completed(self) -> None: ...
+    def preempted(self, reason: str) -> None:
+        """A gang torn down for another: reason "priority" or "reclaim" (quota)."""
+
     def snapshot(self, dispatcher: Dispatcher) -> None:
         """After each cycle: gauges (states, queue, capacity) read from the dispatcher."""
 
@@ -151,6 +156,9 @@ class Dispatcher:
     def on_appwrapper(self, event: str, obj: Mapping[str, Any]) -> None:
         self.intake.on_appwrapper(event, obj)
 
+    def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
+        self.intake.on_quota(event, obj)
+
     def relisted(self, kind: str, objects: Sequence[Mapping[str, Any]]) -> None:
         self.intake.relisted(kind, objects)
 
@@ -184,6 +192,10 @@ class Dispatcher:
             except Exception:  # one bad cycle must not stop the dispatcher
                 log.exception("admission cycle failed; retrying")
                 await asyncio.sleep(1.0)
+            if self.blind() is not None:
+                # Look again as soon as the watch is back, not at the next event.
+                await asyncio.sleep(BLIND_RETRY_SECONDS)
+                self.wake.set()
 
     def _next_timer(self) -> float:
         now = self.clock()
@@ -199,7 +211,7 @@ class Dispatcher:
     async def cycle(self) -> None:
         blind = self.blind()
         if blind is not None:
-            log.warning("not deciding anything while blind: %s", blind)
+            log.debug("not deciding anything while blind: %s", blind)
             return
         self.cycles += 1
         now = self.clock()
@@ -267,7 +279,7 @@ class Dispatcher:
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
         active = [t for t in active if t.check_at is None or t.check_at <= now
                   or t.needs_items or t.outcome_stale or t.key in self.intake.requeues_due
-                  or t.key in self.intake.edited
+                  or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         await _gather(self._step_safely(t, now) for t in active)
@@ -295,6 +307,15 @@ class Dispatcher:
             return
         if t.key in self.intake.requeues_due:
             await self._finish_requeue(t, now)
+            return
+        if t.key in self.m.sharing.preempting:
+            preemptor, reclaim = self.m.sharing.preempting[t.key]
+            why = "to reclaim the quota it borrows" if reclaim else "as it has a lower priority"
+            await self._start_requeue(
+                t, Reason.Preempted, f"preempted by {preemptor[0]}/{preemptor[1]} {why}: "
+                "torn down and queued again", now, self.timing, counted=False)
+            self.m.sharing.preempting.pop(t.key, None)
+            self.observer.preempted("reclaim" if reclaim else "priority")
             return
         if t.key in self.intake.edited:
             # What runs is not what the spec now says: run the new spec from the queue.
@@ -441,10 +462,17 @@ class Dispatcher:
         if not ordered:
             return 0
         capacity = Capacity.of(self.m.state)
+        sharing = self.m.sharing
+        forest = sharing.forest()
+        admitted = sharing.admitted(self.m.tracked, self.m.state) \
+            if forest is not None or self.policy.preemption != "never" else []
+        ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
         decisions = await loop.run_in_executor(None, functools.partial(
             admit, ordered, capacity, self.policy, now, self.fit,
-            empty_answers=self.m.empty_answers))
+            empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
+            holds=dict(sharing.holds)))
+        sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         jobs = []
         for d in decisions:
@@ -457,12 +485,25 @@ class Dispatcher:
                 continue
             if d.decision == "dispatch":
                 jobs.append(self._dispatch(t, d, now))
+            elif d.decision == "preempt":
+                jobs.append(self._preempt(t, d, now))
             elif d.decision == "invalid":
+                sharing.release(key)
                 jobs.append(self._invalid(t, d.message, now))
             else:
+                if d.reason != AWAITING_PREEMPTION:
+                    sharing.release(key)  # the room it held is everyone's again
                 jobs.append(self._waiting(t, d, now))
         await _gather(jobs)
         return len(decisions)
+
+    async def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
+        """Room is held for `t` at once; its victims are torn down (whole gangs) and
+        requeued with `Preempted`; it dispatches once their pods are gone."""
+        self.m.sharing.hold(t, d, now)
+        victims = [v for k in d.preempts if (v := self.m.tracked.get(k)) is not None]
+        await _gather([self._waiting(t, d, now),
+                       *(self._step_safely(v, now) for v in victims)])
 
     async def _invalid(self, t: Tracked, message: str, now: float) -> None:
         try:
@@ -525,6 +566,8 @@ class Dispatcher:
             log.warning("dispatch of %s/%s not recorded (%s); it stays queued", *t.key, e)
             return
         # Durable: now memory follows.
+        hold = self.m.sharing.release(t.key)
+        t.preempted = hold.preempted if hold is not None else ()
         self.m.queue.remove(t.key)
         planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
         self.m.state.reserve(t.key, planned)

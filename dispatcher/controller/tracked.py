@@ -67,6 +67,8 @@ class Tracked:
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
     last_write_at: float = 0.0
     written_version: str = ""  # resourceVersion our last status write produced
+    # The wrappers it preempted to be admitted: they may never preempt it back.
+    preempted: tuple[Key, ...] = ()
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())

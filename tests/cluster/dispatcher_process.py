@@ -19,6 +19,7 @@ from localcluster import Kubectl, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml"
+QUOTA_CRD = REPO / "crds" / "quotasubtrees.quota.codeflare.dev.yaml"
 
 
 def install_crd(kubectl: Kubectl) -> None:

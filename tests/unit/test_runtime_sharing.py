@@ -1,0 +1,169 @@
+"""Quota trees and preemption in the controller, on an in-memory API: the core decides
+(tests/unit/test_preemption*.py, test_quota*.py); here the controller carries it out —
+victims torn down whole and requeued with Preempted, room held for the preemptor until
+their pods are gone, quota waits said in status, QuotaSubtrees followed as they change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.policy_files import load_policy
+
+from .fake_kube import FakeKube
+from .test_runtime import (
+    Clock,
+    appwrapper,
+    aw_status,
+    created_job,
+    job,
+    node,
+    pod,
+    run,
+    types,
+)
+
+PREEMPTION = load_policy("priority-preemption")
+
+
+def subtree(name: str, children: list[dict[str, Any]], parent: str | None = None,
+            tree: str = "quota_gpu") -> dict[str, Any]:
+    spec: dict[str, Any] = {"children": children}
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+            "metadata": {"name": name, "namespace": "kube-system", "labels": {"tree": tree}},
+            "spec": spec}
+
+
+def quota(name: str, gpus: int, hard: bool = False) -> dict[str, Any]:
+    return {"name": name, "quotas": {"hardLimit": hard, "requests": {"nvidia.com/gpu": gpus}}}
+
+
+TREE = [subtree("root", [quota("root", 16)]),
+        subtree("teams", [quota("gold", 8), quota("bronze", 8)], parent="root")]
+
+
+def team(obj: dict[str, Any], leaf: str) -> dict[str, Any]:
+    obj["metadata"]["labels"] = {"quota_gpu": leaf}
+    return obj
+
+
+async def started(kube: FakeKube, clock: Clock, trees: list[dict[str, Any]] = TREE,
+                  policy: Any = PREEMPTION) -> Dispatcher:
+    d = Dispatcher(kube, policy, clock=clock)  # type: ignore[arg-type]
+    for obj in kube.of_kind("Node"):
+        d.on_node("ADDED", obj)
+    for obj in kube.of_kind("AppWrapper"):
+        d.on_appwrapper("ADDED", obj)
+    for obj in kube.of_kind("Pod"):
+        d.on_pod("ADDED", obj)
+    d.relisted("QuotaSubtree", trees)
+    return d
+
+
+def running(kube: FakeKube, d: Dispatcher, name: str, pods: int, gpus: int,
+            nodes: list[str]) -> None:
+    j = created_job(kube, name)
+    for i in range(pods):
+        p = pod(name, f"{name}-{i}", nodes[i % len(nodes)], "Running", gpus, j)
+        kube.put(p)
+        d.on_pod("ADDED", p)
+
+
+def test_a_high_priority_wrapper_preempts_a_low_one_whole_and_waits_for_its_pods() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("low", job("low", 2, 8), created=1, priority=1))
+        d = await started(kube, clock, trees=[])
+        await d.cycle()
+        running(kube, d, "low", 2, 8, ["n1", "n2"])
+        await d.cycle()
+        assert types(kube, "low")[-1] == "Running"
+        clock.now += 10
+        kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=9))
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "high"))
+        await d.cycle()
+        low = aw_status(kube, "low")
+        preempted = [c for c in low["conditions"] if c["type"] == "PreemptCandidate"][-1]
+        assert preempted["reason"] == "Preempted"
+        assert "preempted by team/high as it has a lower priority" in preempted["message"]
+        assert low["state"] == "Pending" and low.get("numberOfRequeueings", 0) == 0
+        assert kube.get("batch/v1", "Job", "team", "low") is None  # the whole gang
+        high = aw_status(kube, "high")
+        assert high["message"].startswith("Preempting: dispatch after preempting team/low")
+        assert kube.get("batch/v1", "Job", "team", "high") is None  # its pods still there
+        # One pod of low is gone: enough room on that node for high, held for it alone.
+        d.on_pod("DELETED", pod("low", "low-0", "n1", "Running", 8))
+        await d.cycle()
+        assert types(kube, "high")[-1] == "Dispatched"
+        assert types(kube, "low")[-1] in ("Queueing", "Backoff")
+
+    run(scenario)
+
+
+def test_a_wrapper_over_its_quota_waits_saying_which_quota() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for n in ("n1", "n2", "n3"):
+            kube.put(node(n))
+        kube.put(team(appwrapper("a", job("a", 1, 8), created=1), "gold"))
+        hard = [subtree("root", [quota("root", 16)]),
+                subtree("teams", [quota("gold", 8, hard=True), quota("bronze", 8)],
+                        parent="root")]
+        kube.put(team(appwrapper("b", job("b", 1, 8), created=2), "gold"))
+        d = await started(kube, clock, trees=hard, policy=load_policy("fifo"))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        b = aw_status(kube, "b")
+        assert types(kube, "b")[-1] == "Backoff"
+        assert b["message"].startswith("QuotaExceeded: ")
+        assert "gold" in b["message"] and "hardLimit" in b["message"]
+        # The administrator lifts the hard limit: b borrows from the root.
+        d.on_quota("MODIFIED", TREE[1])
+        await d.cycle()
+        assert types(kube, "b")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def test_a_wrapper_within_its_quota_reclaims_from_a_borrower() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(team(appwrapper("borrower", job("borrower", 2, 8), created=1, priority=9),
+                      "bronze"))
+        d = await started(kube, clock)
+        await d.cycle()
+        running(kube, d, "borrower", 2, 8, ["n1", "n2"])
+        await d.cycle()
+        clock.now += 10
+        kube.put(team(appwrapper("owner", job("owner", 1, 8), created=2, priority=1), "gold"))
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "owner"))
+        await d.cycle()
+        borrower = [c for c in aw_status(kube, "borrower")["conditions"]
+                    if c["type"] == "PreemptCandidate"][-1]
+        assert "to reclaim the quota it borrows" in borrower["message"]
+        assert kube.get("batch/v1", "Job", "team", "borrower") is None
+
+    run(scenario)
+
+
+def test_deleting_the_preemptor_gives_the_held_room_back() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("low", job("low", 1, 8), created=1, priority=1))
+        d = await started(kube, clock, trees=[])
+        await d.cycle()
+        running(kube, d, "low", 1, 8, ["n1"])
+        await d.cycle()
+        high = kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=9))
+        d.on_appwrapper("ADDED", high)
+        await d.cycle()
+        assert d.m.sharing.holds
+        d.on_appwrapper("DELETED", high)
+        assert not d.m.sharing.holds
+
+    run(scenario)
