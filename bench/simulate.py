@@ -43,6 +43,17 @@ def nodes_for(trace: Trace, load: float) -> int:
     return max(by_load, by_size, 1)
 
 
+def trace_paths(directory: Path, only: str | None) -> list[Path]:
+    """The CSV traces of `directory`, or those named in `only` (comma-separated stems)."""
+    paths = sorted(directory.glob("*.csv"))
+    if only:
+        wanted = set(only.split(","))
+        paths = [p for p in paths if p.stem in wanted]
+    if not paths:
+        raise SystemExit(f"no .csv traces in {directory}")
+    return paths
+
+
 def speed(path: Path, nodes: int, label: str, target: float | None = None) -> None:
     t0 = time.perf_counter()
     trace = read_trace(path, GPUS_PER_NODE)
@@ -102,12 +113,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated trace names (without .csv)")
     ap.add_argument("--skip-speed", action="store_true")
     args = ap.parse_args()
-    paths = sorted(args.traces.glob("*.csv"))
-    if args.only:
-        wanted = set(args.only.split(","))
-        paths = [p for p in paths if p.stem in wanted]
-    if not paths:
-        raise SystemExit(f"no .csv traces in {args.traces}")
+    paths = trace_paths(args.traces, args.only)
 
     if not args.skip_speed:
         print("Speed (one run each; other processes share the machine):")

@@ -261,7 +261,7 @@ def admit(
                 # Short of quota it holds the line, as a head short of capacity does, but
                 # only for the wrappers that count against the node that is full for it:
                 # its team's when its own quota is full, everyone's when the root is.
-                holds_all = bool(in_quota.full) and _blocks(policy, w, now) and any(
+                holds_all = bool(in_quota.full) and blocks(policy, w, now) and any(
                     ledger.forest.trees[t].root.name == n for t, n in in_quota.full)
                 decisions.append(Decision(
                     w.namespace, w.name, "wait", reason, _with_notes(in_quota.message, in_quota),
@@ -271,7 +271,7 @@ def admit(
                     head_seen = True
                     blocking = w
                     stats.blocked_by = w.key
-                elif in_quota.full and _blocks(policy, w, now):
+                elif in_quota.full and blocks(policy, w, now):
                     quota_blocks.update(dict.fromkeys(in_quota.full, w))
                 continue
         key = w.gang_key
@@ -327,7 +327,7 @@ def admit(
                                   head_of_line=not head_seen, effective_priority=prio,
                                   quota=in_quota.placements if in_quota is not None else ()))
         head_seen = True
-        if _blocks(policy, w, now):
+        if blocks(policy, w, now):
             blocking = w
             stats.blocked_by = w.key
     return decisions
@@ -400,7 +400,8 @@ def _preempt(w: QueuedWrapper, found: Preemption, capacity: Capacity,
                     quota=placed.placements)
 
 
-def _blocks(policy: Policy, w: QueuedWrapper, now: float) -> bool:
+def blocks(policy: Policy, w: QueuedWrapper, now: float) -> bool:
+    """Whether `w`, waiting at `now`, holds the line for the wrappers behind it."""
     if not policy.backfill:
         return True
     guard = policy.max_head_wait_seconds

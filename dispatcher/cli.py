@@ -58,8 +58,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from dispatcher.config import ConfigError, load_config
+    from dispatcher.controller.estimates import EstimateSettings
     from dispatcher.controller.operator import Settings, operate
     from dispatcher.controller.webhook import own_namespace
+    from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
 
@@ -80,9 +82,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not 0 <= port <= 65535:
             problems.append(f"{flag} {port} is not a port (0-65535)")
     for flag in ("admission_grace", "failure_grace", "requeue_floor", "requeue_cap",
-                 "resync_seconds", "kube_qps"):
+                 "resync_seconds", "kube_qps", "estimate_interval"):
         if getattr(args, flag) < 0:
             problems.append(f"--{flag.replace('_', '-')} must be ≥ 0")
+    for flag in ("default_duration", "estimate_horizon"):
+        if not getattr(args, flag) > 0:
+            problems.append(f"--{flag.replace('_', '-')} must be a number of seconds above 0")
     if args.kube_burst < 1:
         problems.append("--kube-burst must be ≥ 1")
     if problems:
@@ -91,6 +96,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     timing = Timing(admission_grace=args.admission_grace, failure_grace=args.failure_grace,
                     requeue_floor=args.requeue_floor, requeue_cap=args.requeue_cap)
+    estimates = EstimateSettings(interval=args.estimate_interval,
+                                 rule=DurationRule(default_seconds=args.default_duration),
+                                 limits=Limits(horizon_seconds=args.estimate_horizon))
     settings = Settings(
         policy=policy, fit=args.fit, kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host, timing=timing,
@@ -98,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader_election=args.leader_elect,
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
-        require_creator=args.require_creator)
+        require_creator=args.require_creator, estimates=estimates)
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
     if args.metrics_auth == "kubernetes":
@@ -342,6 +350,18 @@ def build_parser() -> argparse.ArgumentParser:
     life.add_argument("--requeue-cap", type=float, default=3600.0, metavar="SECONDS",
                       help="the most time a gang gets to start when "
                       "requeuing.maxTimeInSeconds is not set (default 3600)")
+    eta = r.add_argument_group("start estimates (status.estimatedStart; per AppWrapper: "
+                               "schedulingSpec.dispatchDuration.expected or the annotation "
+                               "workload.codeflare.dev/expectedDurationSeconds)")
+    eta.add_argument("--estimate-interval", type=float, default=10.0, metavar="SECONDS",
+                     help="estimate every waiting AppWrapper's start at most this often "
+                     "(default 10; 0: no estimates)")
+    eta.add_argument("--default-duration", type=float, default=3600.0, metavar="SECONDS",
+                     help="how long an AppWrapper runs when it does not say and no similar "
+                     "one has completed yet (default 3600)")
+    eta.add_argument("--estimate-horizon", type=float, default=7 * 86400.0, metavar="SECONDS",
+                     help="look this far ahead; later starts are not estimated "
+                     "(default 604800: 7 days)")
     r.add_argument("-v", "--verbose", action="store_true")
     r.set_defaults(func=_cmd_run)
 

@@ -55,6 +55,8 @@ class PendingAppWrapper:
     condition: str = ""  # type of the latest condition ("" : not seen by the dispatcher)
     reason: str = ""
     message: str = ""
+    estimated_start: float | None = None  # status.estimatedStart (seconds since the epoch)
+    estimated_in: float | None = None  # that, in seconds from when the queue was read
 
     @property
     def pods(self) -> int:
@@ -127,10 +129,13 @@ def pending_queue(objects: Iterable[Mapping[str, Any]], policy: Policy,
     for position, w in enumerate(queue.ordered(now), start=1):
         status, requests = info[w.key]
         condition, reason, message = _why(status)
+        estimate = status.estimatedStart
         rows.append(PendingAppWrapper(
             w.namespace, w.name, position, w.priority, w.effective_priority(now), requests,
             w.first_seen, max(0.0, now - w.first_seen), status.numberOfRequeueings,
-            condition, reason, message))
+            condition, reason, message,
+            estimate.timestamp() if estimate is not None else None,
+            estimate.timestamp() - now if estimate is not None else None))
     rows.extend(sorted(invalid, key=lambda r: (r.first_seen, r.namespace, r.name)))
     return rows
 
@@ -162,6 +167,15 @@ def quantity(resource: str, value: int) -> str:
     return str(value)
 
 
+def eta(row: PendingAppWrapper) -> str:
+    """When it is estimated to start, from now: "in 2h10m", "now" (overdue: the next
+    cycles should start it), "unknown" (no estimate: none within the horizon, or it
+    cannot fit this cluster; the message says which)."""
+    if row.estimated_in is None:
+        return "unknown"
+    return "now" if row.estimated_in < 1 else f"in {duration(row.estimated_in)}"
+
+
 def _status_text(row: PendingAppWrapper) -> str:
     if row.condition and row.reason:
         return f"{row.condition}/{row.reason}"
@@ -187,7 +201,7 @@ def scope_line(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str,
 def to_table(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cluster",
              namespace: str | None = None) -> str:
     header = ("#", "APPWRAPPER", "PRIORITY", "PODS", "GPUS", "CPU", "MEMORY", "WAITING",
-              "STATUS", "MESSAGE")
+              "ETA", "STATUS", "MESSAGE")
     table = [header]
     for r in rows:
         prio = f"{r.effective_priority:g}" if r.effective_priority != r.priority \
@@ -196,7 +210,9 @@ def to_table(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cl
             "-" if r.position is None else str(r.position), f"{r.namespace}/{r.name}", prio,
             str(r.pods), _amount(GPU, r.requests.get(GPU, 0)),
             _amount(CPU, r.requests.get(CPU, 0)), _amount("memory", r.requests.get("memory", 0)),
-            duration(r.waiting_seconds), _status_text(r), _message(r)))
+            duration(r.waiting_seconds),
+            eta(r),
+            _status_text(r), _message(r)))
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]
     lines = [scope_line(rows, policy, scope, namespace)]
     if rows:
@@ -224,6 +240,9 @@ def to_json(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "clu
             "firstSeen": _iso(r.first_seen), "waitingSeconds": round(r.waiting_seconds, 3),
             "requeues": r.requeues, "condition": r.condition, "reason": r.reason,
             "message": r.message,
+            "estimatedStart": None if r.estimated_start is None else _iso(r.estimated_start),
+            "estimatedStartInSeconds": None if r.estimated_in is None
+            else round(r.estimated_in, 3),
         } for r in rows],
     }, indent=2)
 

@@ -325,6 +325,8 @@ class AppWrapperStatus(_Model):
     # admitted (an edit of the items after dispatch is noticed, even across restarts).
     wrappedItems: list[WrappedItem] = Field(default_factory=list)
     admittedDigest: str = ""
+    # While it waits: when the dispatcher estimates it will start (dispatcher.eta).
+    estimatedStart: Time | None = None
 
 
 class AppWrapper(_Model):

@@ -63,6 +63,9 @@ FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    Reason.DispatchDeadlineExceeded.value)
 
 PREEMPTION_REASONS = ("priority", "reclaim")
+# Which estimate of a wrapper's start is compared with its start: the first made while it
+# waited, or the one its status showed when it started.
+ESTIMATES = ("first", "shown")
 
 # Admission cycles take milliseconds on small queues and seconds on 10,000 wrappers.
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -185,6 +188,13 @@ class PrometheusObserver(Observer):
             f"{PREFIX}_admission_wait_time_seconds", "Time from when an AppWrapper was "
             "first seen to its dispatch (a requeued one counts from its first arrival).",
             buckets=WAIT_BUCKETS, registry=r)
+        self.estimate_error = Histogram(
+            f"{PREFIX}_start_estimate_error_seconds", "How far from its estimated start an "
+            "AppWrapper was dispatched (absolute), by estimate: the first made while it "
+            "waited, or the one its status showed.", ["estimate"], buckets=WAIT_BUCKETS,
+            registry=r)
+        for which in ESTIMATES:
+            self.estimate_error.labels(which)
         self.cycle_duration = Histogram(
             f"{PREFIX}_admission_cycle_duration_seconds", "Duration of one admission "
             "cycle: judging dispatched AppWrappers, deciding the queue, writing results.",
@@ -223,6 +233,10 @@ class PrometheusObserver(Observer):
 
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(_bounded(reason, PREEMPTION_REASONS, OTHER)).inc()
+
+    def start_estimate_error(self, estimate: str, seconds: float) -> None:
+        self.estimate_error.labels(_bounded(estimate, ESTIMATES, OTHER)).observe(
+            max(0.0, seconds))
 
     def snapshot(self, dispatcher: Dispatcher) -> None:
         self._dispatcher = dispatcher

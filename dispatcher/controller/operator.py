@@ -20,7 +20,7 @@ import logging
 import signal
 import threading
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dispatcher.admission import Fit
@@ -28,6 +28,7 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 
+from .estimates import EstimateSettings
 from .informer import Informer
 from .kube import Kube, Resource
 from .lease import LeaderElector
@@ -62,6 +63,7 @@ class Settings:
     watch_seconds: int = 240
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
     require_creator: bool = False
+    estimates: EstimateSettings = field(default_factory=EstimateSettings)
 
 
 class Operator:
@@ -112,7 +114,8 @@ class Operator:
                     return 0
                 stopped.cancel()
             d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
-                           allowed_kinds=s.allowed_kinds, require_creator=s.require_creator)
+                           allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
+                           estimates=s.estimates)
             self.dispatcher = d
             d.blind = self.blind
             if self.metrics_server is not None:

@@ -57,6 +57,7 @@ from dispatcher.queue import AdmissionQueue, Policy
 
 from .access import creator_denials
 from .creation import Items, Refused, Waiting
+from .estimates import Estimates, EstimateSettings
 from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube
@@ -95,6 +96,9 @@ class Observer:
     def preempted(self, reason: str) -> None:
         """A gang torn down for another: reason "priority" or "reclaim" (quota)."""
 
+    def start_estimate_error(self, estimate: str, seconds: float) -> None:
+        """A wrapper started `seconds` away from its estimate ("first" or "shown")."""
+
     def snapshot(self, dispatcher: Dispatcher) -> None:
         """After each cycle: gauges (states, queue, capacity) read from the dispatcher."""
 
@@ -105,7 +109,8 @@ class Dispatcher:
                  observer: Observer | None = None, timing: Timing = DEFAULT_TIMING,
                  message_interval: float | None = None,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
-                 require_creator: bool = False) -> None:
+                 require_creator: bool = False,
+                 estimates: EstimateSettings | None = None) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -119,6 +124,7 @@ class Dispatcher:
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership)
         self.require_creator = require_creator
+        self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
         self._task: asyncio.Task[None] | None = None
         self.cycles = 0
         self.ready = False
@@ -155,12 +161,16 @@ class Dispatcher:
 
     def on_appwrapper(self, event: str, obj: Mapping[str, Any]) -> None:
         self.intake.on_appwrapper(event, obj)
+        self.estimates.seen(obj)
 
     def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
         self.intake.on_quota(event, obj)
 
     def relisted(self, kind: str, objects: Sequence[Mapping[str, Any]]) -> None:
         self.intake.relisted(kind, objects)
+        if kind == "AppWrapper":
+            for obj in objects:
+                self.estimates.seen(obj)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -171,6 +181,7 @@ class Dispatcher:
         self._task = asyncio.create_task(self._run(), name="dispatcher-admission-loop")
 
     async def stop(self) -> None:
+        await self.estimates.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -222,6 +233,7 @@ class Dispatcher:
         self._rebuild_reservations()
         await self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
+        self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
         await self._flush(now)
         self.last_cycle_at = time.monotonic()
         self.observer.cycle(time.perf_counter() - started, queued, decisions)
@@ -516,10 +528,10 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         if d.reason == BEHIND_HEAD:
             changed = change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
-                                       d.message)
+                                       self.estimates.message(t, d.message))
         else:
             changed = change.condition(ConditionType.Backoff, Reason.AppWrapperNotRunnable,
-                                       f"{d.reason}: {d.message}")
+                                       self.estimates.message(t, f"{d.reason}: {d.message}"))
         if not changed:
             return
         # A new reason to wait is news; the same reason with other numbers can wait.
@@ -557,6 +569,7 @@ class Dispatcher:
         t.status.wrappedItems = [
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
+        self.estimates.dispatching(t)
         try:
             if not await self._commit(change):
                 return
@@ -578,6 +591,7 @@ class Dispatcher:
         t.needs_items = True
         t.outcome_stale = True
         self.observer.dispatched(now - t.first_seen)
+        self.estimates.started(t, now)
         await self._step_safely(t, now)
 
 

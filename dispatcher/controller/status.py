@@ -5,8 +5,9 @@
   out; when it fails the in-memory status goes back to what the API server has, so
   memory is never ahead of the API.
 - Nothing is written when nothing changed. What is news — a condition, a state, a
-  requeue — is written at once. Details wait: pod counts and the uids of created items
-  are written with the next news, or after `detail_interval` (10 s); a change of message
+  requeue — is written at once. Details wait: pod counts, the uids of created items and
+  a waiting wrapper's estimated start (with the message that words it) are written with
+  the next news, or after `detail_interval` (10 s); a change of message
   alone (a waiting wrapper's shortfall moves with every pod that binds anywhere) after
   `message_interval` (60 s) — so queued wrappers do not turn each unrelated event into
   hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each.
@@ -35,7 +36,7 @@ EVENTS = Resource("v1", "Event", "events", True)
 
 MESSAGE_INTERVAL_SECONDS = 60.0
 DETAIL_INTERVAL_SECONDS = 10.0
-DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems")
+DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart")
 MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
 WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
                            ConditionType.PreemptCandidate})
@@ -43,6 +44,8 @@ WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
 
 def status_body(status: AppWrapperStatus) -> dict[str, Any]:
     body: dict[str, Any] = status.model_dump(mode="json", exclude_none=True)
+    # A merge patch removes a field only when told: an estimate that no longer holds goes.
+    body.setdefault("estimatedStart", None)
     return body
 
 

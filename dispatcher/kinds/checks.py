@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from dispatcher.api.durations import declared_duration
 from dispatcher.api.messages import cap_problems
 from dispatcher.api.models import GROWTH_TYPES, AppWrapper, GenericItem
 from dispatcher.api.names import GENERATED_SUFFIX, MAX_LABEL_VALUE
@@ -68,6 +69,9 @@ def warnings(aw: AppWrapper) -> list[str]:
         where = f"spec.resources.GenericItems[{index}]"
         found.extend(_declared_pods(where, item))
         found.extend(_long_name(where, item.generictemplate))
+    duration = declared_duration(aw)
+    if duration.problem is not None:
+        found.append(duration.problem)
     return cap_problems(found, noun="warning")
 
 

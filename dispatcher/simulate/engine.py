@@ -86,6 +86,8 @@ NODE_MEMORY = 1 << 50  # 1 PiB
 
 # (jobs arrived, jobs in the trace, seconds since the first submission)
 Progress = Callable[[int, int, float], None]
+# Called after every batch of events, once its cycles have run: (time, the simulation).
+Observe = Callable[[float, "Simulation"], None]
 
 
 def gpu_nodes(count: int, gpus_per_node: int) -> list[Node]:
@@ -179,7 +181,7 @@ class Simulation:
                  fit: Fit = "per-node", gpus_per_node: int = 8,
                  cycle_interval: float | None = None,
                  progress: Progress | None = None, skip_behind_head: bool = True,
-                 forest: QuotaForest | None = None) -> None:
+                 forest: QuotaForest | None = None, observe: Observe | None = None) -> None:
         if policy.preemption != "never" and fit != "per-node":
             raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
         self.policy = policy
@@ -195,6 +197,7 @@ class Simulation:
         self.nodes = list(nodes)
         self.cycle_interval = cycle_interval
         self.progress = progress
+        self.observe = observe
         self.gpus_per_node = gpus_per_node
         # The cluster: free capacity per node. Under per-node fit the core places gangs
         # on it directly; under the aggregate rule it sees `view`, whose totals only move.
@@ -279,6 +282,8 @@ class Simulation:
                     if not preempted or not len(self.queue):
                         break
                 last_cycle = t
+            if self.observe is not None:
+                self.observe(t, self)
             result.times.append(t)
             result.busy.append(self._busy)
             result.held.append(self._held)
@@ -316,10 +321,14 @@ class Simulation:
         stats = CycleStats()
 
         def ordered() -> Iterator[QueuedWrapper]:
-            # Behind a blocking head every wrapper waits with BEHIND_HEAD: nothing to learn.
+            # Behind a blocking head every wrapper waits with BEHIND_HEAD: nothing to learn,
+            # but for a preemptor, which passes any head into the room held for it.
             for w in self.queue.ordered(t):
                 if self.skip_behind_head and stats.blocked_by is not None:
-                    return
+                    if not self.holds:
+                        return
+                    if w.key not in self.holds:
+                        continue
                 yield w
 
         if self.ledger is not None and self._left_ledger:
@@ -331,7 +340,7 @@ class Simulation:
         cap = self.view.copy() if preempting or self.holds else self.view
         decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
-                          admitted=self._admitted() if preempting else (), holds=self.holds)
+                          admitted=self.admitted() if preempting else (), holds=self.holds)
         if cap is not self.view:
             for d in decisions:
                 if d.decision == "dispatch":
@@ -365,7 +374,7 @@ class Simulation:
             self._fragmented.setdefault(i, t)
         return stats.preemptions
 
-    def _admitted(self) -> list[AdmittedWrapper]:
+    def admitted(self) -> list[AdmittedWrapper]:
         """The running jobs as the core's admitted records (candidates for preemption)."""
         out: list[AdmittedWrapper] = []
         for i, run in enumerate(self.runs):
@@ -527,8 +536,9 @@ def _group(placements: Sequence[Placement]) -> list[Bound]:
 
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
              fit: Fit = "per-node", cycle_interval: float | None = None,
-             progress: Progress | None = None, forest: QuotaForest | None = None) -> Run:
+             progress: Progress | None = None, forest: QuotaForest | None = None,
+             observe: Observe | None = None) -> Run:
     """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`,
-    with the quota trees of `forest` if given."""
+    with the quota trees of `forest` if given; `observe` sees every step."""
     return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
-                      cycle_interval, progress, forest=forest).run()
+                      cycle_interval, progress, forest=forest, observe=observe).run()

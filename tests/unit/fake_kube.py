@@ -30,10 +30,14 @@ SERVED = {
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386): null removes, objects merge (into an empty one
+    where there was none, so nulls inside them remove too), the rest replaces."""
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+        elif isinstance(value, Mapping):
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
             merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)

@@ -23,7 +23,7 @@ FIFO = Policy("fifo", order="arrival")
 T0 = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"
 ALLOWED_LABELS = {"state", "condition", "reason", "resource", "schedulable", "policy", "fit",
-                  "tree", "node",
+                  "tree", "node", "estimate",
                   "version", "python_version", "le"}
 
 

@@ -122,18 +122,24 @@ def test_invalid_ones_come_last_without_a_position() -> None:
     assert "custompodresources" in rows[1].message
 
 
+def estimated(message: str, start: str) -> dict[str, Any]:
+    return {**backoff(message), "estimatedStart": start}
+
+
 def test_table() -> None:
-    objects = [aw("big", job(4, 8), created=0, status=backoff("InsufficientResources: x")),
+    objects = [aw("big", job(4, 8), created=0,
+                  status=estimated("InsufficientResources: x", "2027-01-15T10:10:00Z")),
                aw("new", created=59)]
     rows = visibility.pending_queue(objects, FIFO, T0)
     lines = visibility.to_table(rows, FIFO, "cluster", None).splitlines()
     assert lines[0] == "policy fifo: 2 pending in all namespaces"
     assert lines[1].split() == ["#", "APPWRAPPER", "PRIORITY", "PODS", "GPUS", "CPU", "MEMORY",
-                                "WAITING", "STATUS", "MESSAGE"]
-    assert lines[2].split()[:9] == ["1", "team/big", "0", "4", "32", "8", "32Gi", "1h0m",
-                                    "Backoff/AppWrapperNotRunnable"]
+                                "WAITING", "ETA", "STATUS", "MESSAGE"]
+    assert lines[2].split()[:10] == ["1", "team/big", "0", "4", "32", "8", "32Gi", "1h0m",
+                                     "in", "2h10m"]
+    assert lines[2].split()[10] == "Backoff/AppWrapperNotRunnable"
     assert lines[2].endswith("InsufficientResources: x")
-    assert lines[3].split()[7:9] == ["1m0s", "-"]
+    assert lines[3].split()[7:10] == ["1m0s", "unknown", "-"]
     assert "not taken in by a dispatcher yet" in lines[3]
     empty = visibility.to_table([], FIFO, "namespace", "team")
     assert empty == ("policy fifo: 0 pending in namespace team; positions count only this "
@@ -150,6 +156,20 @@ def test_json() -> None:
     assert entry["requests"] == {"cpu": "2", "memory": str(32 * 2**30), GPU: "32"}
     assert entry["firstSeen"] == "2027-01-15T07:00:00Z"
     assert entry["waitingSeconds"] == 3600
+    assert entry["estimatedStart"] is None and entry["estimatedStartInSeconds"] is None
+
+
+def test_the_estimated_start_in_json_and_when_it_is_overdue() -> None:
+    objects = [aw("a", created=0, status=estimated("x", "2027-01-15T08:30:00Z")),
+               aw("b", created=1, status=estimated("x", "2027-01-15T07:59:30Z"))]
+    rows = visibility.pending_queue(objects, FIFO, T0)
+    data = json.loads(visibility.to_json(rows, FIFO))
+    first, second = data["pending"]
+    assert first["estimatedStart"] == "2027-01-15T08:30:00Z"
+    assert first["estimatedStartInSeconds"] == 1800
+    assert second["estimatedStartInSeconds"] == -30
+    # Past its estimate and still waiting: the next cycles should start it.
+    assert [visibility.eta(r) for r in rows] == ["in 30m", "now"]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

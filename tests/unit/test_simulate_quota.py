@@ -141,3 +141,19 @@ def test_parse_teams_defaults_weights_to_one() -> None:
     assert parse_teams("a=3, b") == (("a", 3), ("b", 1))
     with pytest.raises(TraceError):
         parse_teams("")
+
+
+def test_a_preemptor_queued_behind_its_victim_still_dispatches(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """team-a borrows: `big` (16 GPUs of its 8) runs; `small` (1 GPU, team-a) comes and
+    reclaims the quota `big` borrows. Requeued, `big` is first in line again (it came
+    first) and waits, root full, holding the line: `small` must still pass it into the
+    room held for it, at once, and `big` run again after it."""
+    path = yaml_trace(tmp_path,
+                      (appwrapper("big", {"gpu": "team-a"}, gpu=8, pods=2), 0, 1000),
+                      (appwrapper("small", {"gpu": "team-a"}, gpu=1), 10, 5))
+    out = simulate_json(capsys, "--trace", path, "--nodes", "2", "--policy",
+                        "priority-preemption", "--quota", quota_file(tmp_path, 8, 8, 16))
+    assert out["jobs"]["finished"] == 2 and out["jobs"]["neverStarted"] == 0
+    assert out["preemption"]["preemptions"] == 1
+    assert out["makespanSeconds"] == 1015  # small 10-15, big again 15-1015

@@ -1,0 +1,50 @@
+"""An estimate in words, for status messages: "estimated start in about 2 h 10 m (at
+14:32 UTC)"."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from dispatcher.eta.replay import Estimate
+
+# An estimate this close is "now": the next admission cycle dispatches it.
+SOON_SECONDS = 30.0
+
+
+def about(seconds: float) -> str:
+    """A rounded span: "less than a minute", "25 m", "2 h 10 m", "3 d 4 h"."""
+    s = round(max(seconds, 0.0))
+    if s < 60:
+        return "less than a minute"
+    if s < 3600:
+        return f"{round(s / 60)} m"
+    if s < 86400:
+        m = round(s / 60)
+        return f"{m // 60} h {m % 60} m" if m % 60 else f"{m // 60} h"
+    h = round(s / 3600)
+    return f"{h // 24} d {h % 24} h" if h % 24 else f"{h // 24} d"
+
+
+def clock_time(at: float, now: float) -> str:
+    """The time of day in UTC, with the date when it is not today."""
+    when = datetime.fromtimestamp(at, UTC)
+    if when.date() == datetime.fromtimestamp(now, UTC).date():
+        return when.strftime("%H:%M UTC")
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def describe(estimate: Estimate, now: float) -> str:
+    """The words for a status message; "" when the wait's own reason says it all (it
+    never fits, or it is invalid)."""
+    at = estimate.at
+    if estimate.outcome == "start" and at is not None:
+        if at - now <= SOON_SECONDS:
+            return "estimated start: at the next admission cycle"
+        return f"estimated start in about {about(at - now)} (at {clock_time(at, now)})"
+    if estimate.outcome == "beyond" and at is not None:
+        return f"no start estimated within {about(at - now)}"
+    if estimate.outcome == "budget" and at is not None:
+        return f"estimated start: not before {clock_time(at, now)}"
+    if estimate.outcome == "stuck":
+        return f"no start foreseen: {estimate.reason}"
+    return ""

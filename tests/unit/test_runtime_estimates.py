@@ -1,0 +1,168 @@
+"""Start estimates in the controller, on an in-memory API: what a waiting wrapper's status
+says of its start, that estimates do not turn into a stream of writes, the history of
+durations rebuilt from Completed AppWrappers, and the error metric once a wrapper starts.
+The estimator itself: tests/unit/test_eta.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.api.durations import EXPECTED_DURATION_ANNOTATION
+from dispatcher.controller.kube import Resource
+from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.runtime import Dispatcher
+
+from .fake_kube import FakeKube
+from .test_metrics import scrape, value
+from .test_runtime import FIFO, Clock, appwrapper, aw_status, created_job, job, node, pod, run
+
+APPWRAPPERS = Resource("workload.codeflare.dev/v1beta1", "AppWrapper", "appwrappers", True)
+# T0 of test_runtime is 2027-01-15T08:00:00Z.
+
+
+async def start(kube: FakeKube, clock: Clock,
+                observer: PrometheusObserver | None = None) -> Dispatcher:
+    """A dispatcher that has listed the cluster, as `dispatcher run` does after a start."""
+    d = Dispatcher(kube, FIFO, clock=clock, observer=observer)  # type: ignore[arg-type]
+    d.relisted("Node", await kube.list(Resource("v1", "Node", "nodes", False)))
+    d.relisted("AppWrapper", await kube.list(APPWRAPPERS))
+    d.relisted("Pod", await kube.list(Resource("v1", "Pod", "pods", True)))
+    return d
+
+
+async def settle(d: Dispatcher, clock: Clock, seconds: float = 10.0) -> None:
+    """A cycle, its round of estimates, then `seconds` later a cycle that writes them."""
+    await d.cycle()
+    await d.estimates.wait()
+    clock.now += seconds
+    await d.cycle()
+
+
+def annotated(aw: dict[str, Any], seconds: str) -> dict[str, Any]:
+    aw["metadata"]["annotations"] = {EXPECTED_DURATION_ANNOTATION: seconds}
+    return aw
+
+
+def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("first", job("first", 2, 4), created=1,
+                            schedulingSpec={"dispatchDuration": {"expected": 7800}}))
+        kube.put(appwrapper("second", job("second", 2, 4), created=2))
+        kube.put(appwrapper("huge", job("huge", 1, 16), created=3))
+        d = await start(kube, clock)
+        await settle(d, clock)
+        second = aw_status(kube, "second")
+        assert second["estimatedStart"] == "2027-01-15T10:10:00Z"
+        assert second["message"] == (
+            "InsufficientResources: the cluster lacks it in total: needs 8 nvidia.com/gpu, "
+            "0 nvidia.com/gpu free; estimated start in about 2 h 10 m (at 10:10 UTC)")
+        assert second["conditions"][-1]["message"] == second["message"]
+        # A wrapper that cannot fit this cluster gets no estimate, only its reason.
+        huge = aw_status(kube, "huge")
+        assert "estimatedStart" not in huge and "estimated" not in huge["message"]
+        assert "estimatedStart" not in aw_status(kube, "first")
+
+    run(scenario)
+
+
+def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "3600"))
+        kube.put(appwrapper("second", job("second", 2, 4), created=2))
+        d = await start(kube, clock)
+        await settle(d, clock)
+        assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T09:00:00Z"
+        writes = kube.status_writes("second")
+        # Unrelated events (the first gang's pods start) and ten minutes of cycles and
+        # rounds of estimates: the estimate stays, and nothing is written.
+        j = created_job(kube, "first")
+        d.on_pod("ADDED", pod("first", "first-0", "n1", "Running", 4, j))
+        d.on_pod("ADDED", pod("first", "first-1", "n1", "Running", 4, j))
+        for _ in range(20):
+            await settle(d, clock, 30.0)
+        assert aw_status(kube, "first")["state"] == "Running"
+        assert d.estimates.rounds >= 20
+        assert kube.status_writes("second") == writes
+        # The first says it needs 30 s more: less than the threshold, still nothing.
+        first = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "first")
+        assert first is not None
+        edited = annotated(first, "3630")
+        d.on_appwrapper("MODIFIED", kube.put(edited))
+        await settle(d, clock)
+        assert kube.status_writes("second") == writes
+        # Two hours more: that is news for the second, written once.
+        d.on_appwrapper("MODIFIED", kube.put(annotated(edited, "10800")))
+        await settle(d, clock)
+        await settle(d, clock)
+        assert kube.status_writes("second") == writes + 1
+        second = aw_status(kube, "second")
+        assert second["estimatedStart"] == "2027-01-15T11:00:00Z"
+        assert "estimated start in about 2 h 50 m (at 11:00 UTC)" in second["message"]
+
+    run(scenario)
+
+
+def test_the_estimate_error_is_measured_when_the_wrapper_starts() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(annotated(appwrapper("first", job("first", 1, 8), created=1), "3600"))
+        kube.put(appwrapper("second", job("second", 1, 8), created=2))
+        observer = PrometheusObserver()
+        d = await start(kube, clock, observer)
+        await settle(d, clock)
+        assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T09:00:00Z"
+        # The first finishes after 20 minutes, 40 minutes early: the second starts then.
+        j = created_job(kube, "first")
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        d.on_pod("ADDED", pod("first", "first-0", "n1", "Succeeded", 8, j))
+        clock.now = 1_800_000_000.0 + 1200
+        await d.cycle()
+        await d.cycle()
+        second = aw_status(kube, "second")
+        assert second["conditions"][-1]["type"] == "Dispatched"
+        assert "estimatedStart" not in second  # cleared in the Dispatched write
+        m = scrape(observer)
+        for which in ("first", "shown"):
+            assert value(m, "dispatcher_start_estimate_error_seconds_count",
+                         estimate=which) == 1
+            assert value(m, "dispatcher_start_estimate_error_seconds_sum",
+                         estimate=which) == 2400
+
+    run(scenario)
+
+
+def completed(name: str, gpus: int, dispatched: str, done: str) -> dict[str, Any]:
+    aw = appwrapper(name, job(name, 1, gpus))
+    aw["status"] = {"state": "Completed", "queuejobstate": "Completed", "conditions": [
+        {"type": "Dispatched", "reason": "AppWrapperRunnable",
+         "lastTransitionMicroTime": dispatched, "lastUpdateMicroTime": dispatched},
+        {"type": "Completed", "reason": "PodsCompleted",
+         "lastTransitionMicroTime": done, "lastUpdateMicroTime": done}]}
+    return aw
+
+
+def test_durations_are_learnt_from_completed_appwrappers_after_a_restart() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        # Two that ran 10 and 20 minutes with the same shape (1 pod of 8 GPUs), one of
+        # another shape that ran for a day.
+        kube.put(completed("old-1", 8, "2027-01-14T07:00:00.000000Z",
+                           "2027-01-14T07:10:00.000000Z"))
+        kube.put(completed("old-2", 8, "2027-01-14T08:00:00.000000Z",
+                           "2027-01-14T08:20:00.000000Z"))
+        kube.put(completed("old-big", 4, "2027-01-13T08:00:00.000000Z",
+                           "2027-01-14T08:00:00.000000Z"))
+        kube.put(appwrapper("first", job("first", 1, 8), created=1))
+        kube.put(appwrapper("second", job("second", 1, 8), created=2))
+        kube.put(appwrapper("third", job("third", 1, 8), created=3))
+        d = await start(kube, clock)
+        await settle(d, clock)
+        # first: the median of those that ran longer than it has (nothing yet): 15 m;
+        # second then 15 m more.
+        assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T08:15:00Z"
+        assert aw_status(kube, "third")["estimatedStart"] == "2027-01-15T08:30:00Z"
+        assert len(d.estimates.history) == 3
+
+    run(scenario)
