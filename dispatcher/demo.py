@@ -1,9 +1,10 @@
 """`make demo`: the dispatcher on the local cluster, with one AppWrapper per wrapped kind.
 
 Starts (or reuses) the local cluster, installs the CRD, runs `dispatcher run` in the
-background, applies examples/demo/ and prints `kubectl get appwrappers` whenever the
-queue changes, until every AppWrapper has settled (or --timeout). The cluster is left
-running; the dispatcher is stopped.
+background, applies examples/demo/ and prints `kubectl get appwrappers` -- and, while some
+wait, `dispatcher queue` with their estimated starts -- whenever the queue changes, until
+every AppWrapper has settled (or --timeout). The cluster is left running; the dispatcher is
+stopped.
 
     python -m dispatcher.demo [--policy fifo|priority|backfill] [--timeout 300]
 """
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,13 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)
         k = kubectl.in_namespace(namespace)
         print(k("apply", "-f", args.examples), end="")
-        return _watch(k, proc, args.timeout, cluster.kubeconfig)
+        queue = [sys.executable, "-m", "dispatcher.cli", "queue", "--kubeconfig",
+                 str(cluster.kubeconfig), "-n", namespace, "--policy", args.policy]
+        return _watch(k, proc, args.timeout, cluster.kubeconfig,
+                      lambda: subprocess.run(queue, capture_output=True, text=True,
+                                             timeout=60).stdout)
     finally:
         proc.terminate()
         proc.wait(20)
 
 
-def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig: Path) -> int:
+def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig: Path,
+           queue: Callable[[], str] | None = None) -> int:
     from localcluster import Kubectl
 
     assert isinstance(k, Kubectl)
@@ -87,6 +94,9 @@ def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig:
         if now != last:
             print(f"\n--- t+{time.monotonic() - start:.0f}s: kubectl get appwrappers -o wide")
             print(k("get", "appwrappers", "-o", "wide"), end="")
+            if queue is not None and any(s not in SETTLED for s in states):
+                print("\n--- dispatcher queue (ETA: the estimated start)")
+                print(queue(), end="")
             last, changed = now, time.monotonic()
         # Done when nothing waits any more and the table has been still for a while
         # (a RayCluster runs until deleted, so "all completed" may never come).

@@ -106,8 +106,9 @@ class Shown:
 
 class Estimates:
     def __init__(self, d: Dispatcher, settings: EstimateSettings | None = None) -> None:
+        """No `settings`: no estimates (`dispatcher run` passes its flags)."""
         self.d = d
-        self.s = settings or EstimateSettings()
+        self.s = settings if settings is not None else EstimateSettings(interval=0.0)
         self.history = DurationHistory(self.s.history_per_shape)
         self.rounds = 0
         self.last_round_seconds = 0.0

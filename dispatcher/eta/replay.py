@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
     CycleStats,
@@ -273,10 +275,36 @@ class _Replay:
 
     def _instant(self, t: float) -> None:
         for _ in range(ROUNDS_PER_INSTANT):
-            if not len(self.queue) or not self.waiting:
+            if not len(self.queue) or not self.waiting or self._idle(t):
                 return
             if not self._cycle(t):
                 return
+
+    def _idle(self, t: float) -> bool:
+        """Whether a cycle now surely dispatches nothing, so that it need not run: the
+        head holds the line (no quota, holds or preemption to let anyone pass it) and
+        does not fit the free capacity in total, or the pods of one of its pod sets do
+        not fit the nodes even on their own -- necessary conditions `place` would find
+        failed, without the words of its answer."""
+        if self.preempting or self.holds or self.ledger is not None or self.fit != "per-node":
+            return False
+        head = next(iter(self.queue.lazily_ordered(t)), None)
+        if head is None or not blocks(self.policy, head, t):
+            return False
+        free = self.cap.free_total
+        if any(v > free.get(r, 0) for r, v in head.demand.items()):
+            return True
+        cap = self.cap
+        for g in head.gang:
+            ps = g.pod_set
+            if not ps.count:
+                continue
+            if any(v > 0 and v > cap.max_free(r) for r, v in ps.request.items()):
+                return True
+            fits = cap.how_many(cap.eligible_rows(ps.constraints), ps.request)
+            if int(np.minimum(fits, ps.count).sum()) < ps.count:
+                return True
+        return False
 
     def _ordered(self, t: float, view: Capacity, stats: CycleStats) -> Iterator[QueuedWrapper]:
         # Behind a blocking head every wrapper waits: nothing to learn (as in the
@@ -395,3 +423,4 @@ class _Replay:
 
     def _admitted(self) -> Sequence[AdmittedWrapper]:
         return [live.admitted for live in self.live.values() if live.admitted is not None]
+

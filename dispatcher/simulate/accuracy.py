@@ -202,6 +202,18 @@ def accuracy_cells(a: Accuracy) -> tuple[str, ...]:
             f"{a.beyond:,} ({a.beyond_wrong:,})", times)
 
 
+def accuracy_dict(a: Accuracy) -> dict[str, object]:
+    def num(x: float) -> float | None:
+        return None if math.isnan(x) else round(x, 3)
+
+    return {"durations": a.mode, "samples": a.samples, "estimates": a.estimates,
+            "medianErrorSeconds": num(a.median_error), "p90ErrorSeconds": num(a.p90_error),
+            "medianRelativeError": num(a.median_relative),
+            "p90RelativeError": num(a.p90_relative), "beyondHorizon": a.beyond,
+            "beyondHorizonButStarted": a.beyond_wrong, "otherOutcomes": a.other,
+            "medianRoundSeconds": num(a.median_seconds), "maxRoundSeconds": num(a.max_seconds)}
+
+
 def render(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,10 +14,19 @@ import yaml
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
 from dispatcher.quota import QuotaForest, is_quota_subtree
+from dispatcher.simulate.accuracy import (
+    ACCURACY_HEADER,
+    MODES,
+    Probe,
+    accuracy_cells,
+    accuracy_dict,
+    compare,
+    render,
+)
 from dispatcher.simulate.engine import simulate
 from dispatcher.simulate.plot import PlotError, check_available, plot
 from dispatcher.simulate.progress import ProgressBar
-from dispatcher.simulate.report import summarise, to_json, to_table
+from dispatcher.simulate.report import summarise, to_dict, to_table
 from dispatcher.simulate.teams import TeamRule, assign, parse_teams
 from dispatcher.simulate.traces import TraceError, read_trace
 
@@ -41,6 +51,12 @@ Teams, quotas and preemption:
                      quota tree. YAML traces label their AppWrappers themselves.
   --high-priority F  CSV traces: give the fraction F of the jobs (by hash) priority 10
   --policy priority-preemption  lets high-priority jobs preempt (per-node fit)
+
+Start estimates:
+  --eta N            at N moments spread over the submissions, estimate every queued
+                     job's start as the controller does (durations known exactly, and
+                     learnt from the jobs completed so far) and report how far off that
+                     was from the start the simulation then gave it (per-node fit)
 """
 
 
@@ -68,6 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CSV traces: assign jobs to teams, e.g. team-a=2,team-b=1")
     p.add_argument("--high-priority", type=float, default=0.0, metavar="FRACTION",
                    help="CSV traces: the fraction of jobs (0-1) given priority 10")
+    p.add_argument("--eta", type=int, metavar="N",
+                   help="measure start estimates at N moments (see above)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -81,6 +99,10 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--cycle-interval must be a number of seconds above 0, got {args.cycle_interval}"
     if not 0 <= args.high_priority <= 1:
         return f"--high-priority must be a fraction between 0 and 1, got {args.high_priority}"
+    if args.eta is not None and args.eta < 1:
+        return f"--eta must be at least 1 moment, got {args.eta}"
+    if args.eta is not None and args.fit != "per-node":
+        return "--eta measures start estimates with --fit per-node only"
     return None
 
 
@@ -138,14 +160,30 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return fail(str(e))
     show = err.isatty() if args.progress is None else args.progress
     bar = ProgressBar(err) if show else None
+    probe = None
+    if args.eta is not None:
+        submits = [j.submit for j in trace.jobs]
+        probe = Probe(min(submits), max(submits), samples=args.eta)
     try:
         result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
-                          args.cycle_interval, bar, forest)
+                          args.cycle_interval, bar, forest, observe=probe)
     finally:
         if bar is not None:
             bar.close()
     summary = summarise(result, trace)
-    print(to_json(summary) if args.output == "json" else to_table(summary), file=out)
+    accuracy = [compare(probe, result.jobs, mode) for mode in MODES] if probe else []
+    if args.output == "json":
+        data = to_dict(summary)
+        if probe is not None:
+            data["startEstimates"] = [accuracy_dict(a) for a in accuracy]
+        print(json.dumps(data, indent=2), file=out)
+    else:
+        print(to_table(summary), file=out)
+        if probe is not None:
+            print(f"\nstart estimates: every queued job's, at {args.eta} moments spread over "
+                  "the submissions (samples: those with jobs queued), compared with its start "
+                  "in this run:", file=out)
+            print(render(ACCURACY_HEADER, [accuracy_cells(a) for a in accuracy]), file=out)
     if args.plot:
         title = (f"{Path(trace.source).name}: {args.nodes} x {args.gpus_per_node} GPUs, "
                  f"{policy.name}, {args.fit} fit")

@@ -54,3 +54,24 @@ def test_the_demo_stops_once_nothing_has_changed_for_a_while(
     assert demo._watch(SettledQueue(clock), Alive(), 300, Path("kubeconfig")) == 0  # type: ignore[arg-type]
     assert clock.now < demo.QUIET_SECONDS + 10
     assert capsys.readouterr().out.count("kubectl get appwrappers -o wide") == 1
+
+
+class WaitingQueue(SettledQueue):
+    def items(self, *args: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": "tf"}, "status": {
+            "queuejobstate": "Backoff", "message": "InsufficientResources: x; estimated "
+            "start in about 1 m (at 10:01 UTC)"}}]
+
+
+def test_the_demo_shows_the_queue_and_its_estimates_while_some_wait(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = FakeTime()
+    monkeypatch.setattr(demo, "time", clock)
+    queue = "policy fifo: 1 pending in namespace demo\n1  demo/tf  ...  in 1m0s  Backoff\n"
+    assert demo._watch(WaitingQueue(clock), Alive(), 10, Path("kubeconfig"),  # type: ignore[arg-type]
+                       lambda: queue) == 0
+    out = capsys.readouterr().out
+    assert out.count("--- dispatcher queue (ETA: the estimated start)\n" + queue) == 1
+    settled = SettledQueue(clock)
+    demo._watch(settled, Alive(), 10, Path("kubeconfig"), lambda: queue)  # type: ignore[arg-type]
+    assert "dispatcher queue" not in capsys.readouterr().out

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dispatcher.api.durations import EXPECTED_DURATION_ANNOTATION
+from dispatcher.controller.estimates import EstimateSettings
 from dispatcher.controller.kube import Resource
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.runtime import Dispatcher
@@ -23,7 +26,8 @@ APPWRAPPERS = Resource("workload.codeflare.dev/v1beta1", "AppWrapper", "appwrapp
 async def start(kube: FakeKube, clock: Clock,
                 observer: PrometheusObserver | None = None) -> Dispatcher:
     """A dispatcher that has listed the cluster, as `dispatcher run` does after a start."""
-    d = Dispatcher(kube, FIFO, clock=clock, observer=observer)  # type: ignore[arg-type]
+    d = Dispatcher(kube, FIFO, clock=clock, observer=observer,  # type: ignore[arg-type]
+                   estimates=EstimateSettings())
     d.relisted("Node", await kube.list(Resource("v1", "Node", "nodes", False)))
     d.relisted("AppWrapper", await kube.list(APPWRAPPERS))
     d.relisted("Pod", await kube.list(Resource("v1", "Pod", "pods", True)))
@@ -166,3 +170,27 @@ def test_durations_are_learnt_from_completed_appwrappers_after_a_restart() -> No
         assert len(d.estimates.history) == 3
 
     run(scenario)
+
+
+def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher import cli
+    from dispatcher.controller import operator
+
+    seen: list[operator.Settings] = []
+
+    async def operate(settings: operator.Settings) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr(operator, "operate", operate)
+    assert cli.main(["run", "--estimate-interval", "30", "--default-duration", "600",
+                     "--estimate-horizon", "86400"]) == 0
+    (settings,) = seen
+    assert settings.estimates.interval == 30
+    assert settings.estimates.rule.default_seconds == 600
+    assert settings.estimates.limits.horizon_seconds == 86400
+    assert cli.main(["run", "--estimate-interval", "-1", "--default-duration", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--estimate-interval must be ≥ 0" in err
+    assert "--default-duration must be a number of seconds above 0" in err

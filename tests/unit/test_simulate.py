@@ -325,3 +325,30 @@ def test_the_shipped_example_does_what_its_comments_say(
     assert sorted(sizes) == [(4, 2), (8, 3), (16, 2)]
     assert sizes[(16, 2)]["maxSeconds"] == 3540  # starts at 3600 either way
     assert sizes[(4, 2)]["maxSeconds"] == batch_wait
+
+
+def test_start_estimates_are_measured_against_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One node: a (8 GPUs, 0-1000) runs; b, c and d (8 each) queue behind it. The one
+    moment is the middle of the submissions, taken at the next event (d's arrival, 999).
+    Durations known exactly: b at 1000, c 1100, d 1150, no error. From history: nothing
+    has completed yet, so the default hour each: a ends at 3600, then b, c, d an hour apart
+    (errors 2600, 6100 and 9650 s)."""
+    path = trace(tmp_path, ("a", 0, 1000, 8), ("b", 1, 100, 8), ("c", 2, 50, 8),
+                 ("d", 999, 10, 8))
+    out = simulate_json(capsys, "--trace", path, "--nodes", "1", "--eta", "1")
+    exact, history = out["startEstimates"]
+    assert exact["durations"] == "exact" and exact["samples"] == 1
+    assert (exact["estimates"], exact["medianErrorSeconds"], exact["p90ErrorSeconds"]) == (
+        3, 0, 0)
+    assert (history["estimates"], history["medianErrorSeconds"],
+            history["p90ErrorSeconds"]) == (3, 6100, 9650)
+    # Relative to the wait left at the moment: 2600 / 1, 6100 / 101, 9650 / 151.
+    assert history["medianRelativeError"] == pytest.approx(9650 / 151, abs=1e-3)
+    assert main(["simulate", "--trace", path, "--nodes", "1", "--eta", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "start estimates: every queued job's, at 1 moments" in table
+    assert table.splitlines()[-1].split()[:5] == ["history", "1", "3", "1h", "41m"]
+    assert main(["simulate", "--trace", path, "--nodes", "1", "--eta", "1",
+                 "--fit", "aggregate"]) == 2
+    assert "--eta measures start estimates with --fit per-node only" in capsys.readouterr().err
