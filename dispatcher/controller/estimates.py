@@ -22,8 +22,8 @@ the next round); and the estimate is a detail of the status (status.py): it goes
 the next news or after the detail interval. `status.estimatedStart` is cleared in the
 Dispatched write.
 
-When a wrapper starts, the error of its estimates -- the first made for this wait, and
-the one its status showed -- is reported to the observer
+When a wrapper starts, the error of its estimates -- the initial one (the first made for
+this wait) and the one its status showed -- is reported to the observer
 (``dispatcher_start_estimate_error_seconds``).
 """
 
@@ -58,7 +58,7 @@ from dispatcher.eta import (
     forecast,
     shape_of,
 )
-from dispatcher.eta.text import describe
+from dispatcher.eta.text import describe, outcome_of
 from dispatcher.fit import Capacity
 from dispatcher.kinds import InvalidItem
 
@@ -130,6 +130,8 @@ class Estimates:
         """An AppWrapper from a watch event or a listing: its annotations (an edit of them
         alone leaves the spec the loop holds as it was), and a completed one feeds the
         history of durations."""
+        if not self.s.enabled:
+            return
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         annotations = meta.get("annotations") or {}
@@ -158,6 +160,10 @@ class Estimates:
     def message(self, t: Tracked, text: str) -> str:
         """The waiting message `text` with the estimate shown for `t`."""
         self._bases[t.key] = text
+        if t.key not in self.shown and self.s.enabled:
+            adopted = _adopted(t, text)
+            if adopted is not None:
+                self.shown[t.key] = adopted
         return _with_estimate(text, self.shown.get(t.key))
 
     def dispatching(self, t: Tracked) -> None:
@@ -170,7 +176,7 @@ class Estimates:
         shown = self.shown.pop(t.key, None)
         self._bases.pop(t.key, None)
         if first is not None:
-            self.d.observer.start_estimate_error("first", abs(now - first))
+            self.d.observer.start_estimate_error("initial", abs(now - first))
         if shown is not None and shown.outcome == "start" and shown.at is not None:
             self.d.observer.start_estimate_error("shown", abs(now - shown.at))
 
@@ -296,8 +302,10 @@ class Estimates:
             return float("inf")
         if shown.outcome != e.outcome:
             return 1e9
-        if shown.at is None or e.at is None or e.outcome not in ("start", "budget"):
+        if e.at is None or e.outcome not in ("start", "budget"):
             return None
+        if shown.at is None:
+            return 1.0
         wait = max(e.at - now, 0.0)
         change = abs(e.at - shown.at)
         if change < max(self.s.min_change_seconds, self.s.min_change_fraction * wait):
@@ -325,6 +333,21 @@ class Estimates:
                 del book[key]
         for key in [k for k in self._annotations if k not in m.tracked]:
             del self._annotations[key]
+
+
+def _adopted(t: Tracked, text: str) -> Shown | None:
+    """The estimate `t`'s status already shows after `text`, written before a restart:
+    taken as shown, so that a restart rewrites no status whose estimate holds."""
+    last = latest(t.status.conditions)
+    if last is None or last.type not in WAITING_TYPES \
+            or not last.message.startswith(text + "; "):
+        return None
+    words = last.message[len(text) + 2:]
+    outcome = outcome_of(words)
+    at = t.status.estimatedStart.timestamp() if t.status.estimatedStart is not None else None
+    if outcome is None or (outcome == "start") != (at is not None):
+        return None
+    return Shown(outcome, at, words)
 
 
 def _with_estimate(text: str, shown: Shown | None) -> str:

@@ -63,9 +63,9 @@ FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    Reason.DispatchDeadlineExceeded.value)
 
 PREEMPTION_REASONS = ("priority", "reclaim")
-# Which estimate of a wrapper's start is compared with its start: the first made while it
-# waited, or the one its status showed when it started.
-ESTIMATES = ("first", "shown")
+# Which estimate of a wrapper's start is compared with its start: the initial one (the
+# first made while it waited), or the one its status showed when it started.
+ESTIMATES = ("initial", "shown")
 
 # Admission cycles take milliseconds on small queues and seconds on 10,000 wrappers.
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -190,9 +190,9 @@ class PrometheusObserver(Observer):
             buckets=WAIT_BUCKETS, registry=r)
         self.estimate_error = Histogram(
             f"{PREFIX}_start_estimate_error_seconds", "How far from its estimated start an "
-            "AppWrapper was dispatched (absolute), by estimate: the first made while it "
-            "waited, or the one its status showed.", ["estimate"], buckets=WAIT_BUCKETS,
-            registry=r)
+            "AppWrapper was dispatched (absolute), by estimate: initial (the first made while "
+            "it waited) or shown (the one its status showed).", ["estimate"],
+            buckets=WAIT_BUCKETS, registry=r)
         for which in ESTIMATES:
             self.estimate_error.labels(which)
         self.cycle_duration = Histogram(

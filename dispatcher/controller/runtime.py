@@ -97,7 +97,7 @@ class Observer:
         """A gang torn down for another: reason "priority" or "reclaim" (quota)."""
 
     def start_estimate_error(self, estimate: str, seconds: float) -> None:
-        """A wrapper started `seconds` away from its estimate ("first" or "shown")."""
+        """A wrapper started `seconds` away from its estimate ("initial" or "shown")."""
 
     def snapshot(self, dispatcher: Dispatcher) -> None:
         """After each cycle: gauges (states, queue, capacity) read from the dispatcher."""

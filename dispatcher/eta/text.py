@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dispatcher.eta.replay import Estimate
+from dispatcher.eta.replay import Estimate, Outcome
 
 # An estimate this close is "now": the next admission cycle dispatches it.
 SOON_SECONDS = 30.0
@@ -48,3 +48,16 @@ def describe(estimate: Estimate, now: float) -> str:
     if estimate.outcome == "stuck":
         return f"no start foreseen: {estimate.reason}"
     return ""
+
+
+# How each kind of estimate begins, in `describe`'s words.
+_OPENINGS: tuple[tuple[str, Outcome], ...] = (
+    ("estimated start in about ", "start"), ("estimated start: at the next", "start"),
+    ("no start estimated within ", "beyond"), ("estimated start: not before ", "budget"),
+    ("no start foreseen: ", "stuck"),
+)
+
+
+def outcome_of(words: str) -> Outcome | None:
+    """Which kind of estimate `describe` put in these words (None: not an estimate)."""
+    return next((outcome for opening, outcome in _OPENINGS if words.startswith(opening)), None)

@@ -222,7 +222,9 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     wait_alone(kubectl, namespace)
     nodes, per_node = uniform_gpu_nodes(kubectl)
     dispatcher.start("fifo")
-    k.apply(appwrapper("hog", job("hog", nodes, per_node)))
+    hog = appwrapper("hog", job("hog", nodes, per_node))
+    hog["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": 7200}}
+    k.apply(hog)
     wait_condition(k, "hog", "Running", timeout=90)
     k.apply(appwrapper("big", job("big", nodes, per_node)))
     k.apply(appwrapper("small", job("small", 1, 1)))
@@ -230,6 +232,10 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     # While big backs off, small may come up to the head and back off too (as in MCAD).
     wait_for(lambda: last_condition(k, "small").get("type") in ("Queueing", "Backoff"), 60,
              "small to be queued")
+    # Start estimates (every 10 s, written as a status detail): big once hog has run its
+    # two hours, small an hour (the default duration of big) after that.
+    wait_for(lambda: all(k.json("appwrapper", n).get("status", {}).get("estimatedStart")
+                         for n in ("big", "small")), 90, "start estimates in status")
 
     out = subprocess.run(
         [sys.executable, "-m", "dispatcher.cli", "queue", "--kubeconfig",
@@ -243,6 +249,10 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     big = data["pending"][0]
     assert big["pods"] == nodes and big["requests"][GPU] == str(nodes * per_node)
     assert big["reason"] == "AppWrapperNotRunnable" and GPU in big["message"]
+    assert "; estimated start in about " in big["message"]
+    assert 7000 < big["estimatedStartInSeconds"] <= 7200
+    small = data["pending"][1]
+    assert small["estimatedStartInSeconds"] - big["estimatedStartInSeconds"] == 3600
 
     # As a kubectl plugin: kubectl finds kubectl-appwrapper on the PATH.
     bin_dir = tmp_path / "bin"
@@ -258,9 +268,14 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0] == f"policy fifo: 2 pending in namespace {namespace}"
+    assert lines[1].split()[8] == "ETA"
     assert lines[2].split()[:5] == ["1", f"{namespace}/big", "0", str(nodes),
                                     str(nodes * per_node)]
+    eta = lines[2].split()[8:10]
+    assert eta[0] == "in" and eta[1].startswith("1h5"), eta  # hog's two hours, less a minute
     assert lines[3].split()[:2] == ["2", f"{namespace}/small"]
+    eta = lines[3].split()[8:10]
+    assert eta[0] == "in" and eta[1].startswith("2h5"), eta
 
 
 # --- deploy/ on the cluster ---------------------------------------------------------------

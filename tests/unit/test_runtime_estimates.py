@@ -108,6 +108,29 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
     run(scenario)
 
 
+def test_a_restart_rewrites_no_estimate_that_still_holds() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "3600"))
+        kube.put(appwrapper("second", job("second", 2, 4), created=2))
+        kube.put(appwrapper("third", job("third", 1, 1), created=3))
+        d = await start(kube, clock)
+        await settle(d, clock)
+        shown = {n: aw_status(kube, n) for n in ("second", "third")}
+        assert all("estimated start in about" in st["message"] for st in shown.values())
+        writes = {n: kube.status_writes(n) for n in shown}
+        await d.stop()
+        clock.now += 30
+        again = await start(kube, clock)  # a new process lists the cluster
+        for _ in range(3):
+            await settle(again, clock, 30.0)
+        assert again.estimates.rounds >= 3
+        assert {n: kube.status_writes(n) for n in shown} == writes
+        assert {n: aw_status(kube, n) for n in shown} == shown
+
+    run(scenario)
+
+
 def test_the_estimate_error_is_measured_when_the_wrapper_starts() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
@@ -128,7 +151,7 @@ def test_the_estimate_error_is_measured_when_the_wrapper_starts() -> None:
         assert second["conditions"][-1]["type"] == "Dispatched"
         assert "estimatedStart" not in second  # cleared in the Dispatched write
         m = scrape(observer)
-        for which in ("first", "shown"):
+        for which in ("initial", "shown"):
             assert value(m, "dispatcher_start_estimate_error_seconds_count",
                          estimate=which) == 1
             assert value(m, "dispatcher_start_estimate_error_seconds_sum",
