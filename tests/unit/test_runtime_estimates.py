@@ -47,6 +47,19 @@ def annotated(aw: dict[str, Any], seconds: str) -> dict[str, Any]:
     return aw
 
 
+async def behind_an_hour(kube: FakeKube, clock: Clock, *more: dict[str, Any]) -> Dispatcher:
+    """One 8-GPU node; `first` (8 GPUs) says it runs an hour and is dispatched, `second`
+    (8 GPUs) and then `more` wait; their estimates are written."""
+    kube.put(node("n1"))
+    kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "3600"))
+    kube.put(appwrapper("second", job("second", 2, 4), created=2))
+    for aw in more:
+        kube.put(aw)
+    d = await start(kube, clock)
+    await settle(d, clock)
+    return d
+
+
 def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
@@ -72,11 +85,7 @@ def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
 
 def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "3600"))
-        kube.put(appwrapper("second", job("second", 2, 4), created=2))
-        d = await start(kube, clock)
-        await settle(d, clock)
+        d = await behind_an_hour(kube, clock)
         assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T09:00:00Z"
         writes = kube.status_writes("second")
         # Unrelated events (the first gang's pods start) and ten minutes of cycles and
@@ -110,12 +119,7 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
 
 def test_a_restart_rewrites_no_estimate_that_still_holds() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "3600"))
-        kube.put(appwrapper("second", job("second", 2, 4), created=2))
-        kube.put(appwrapper("third", job("third", 1, 1), created=3))
-        d = await start(kube, clock)
-        await settle(d, clock)
+        d = await behind_an_hour(kube, clock, appwrapper("third", job("third", 1, 1), created=3))
         shown = {n: aw_status(kube, n) for n in ("second", "third")}
         assert all("estimated start in about" in st["message"] for st in shown.values())
         writes = {n: kube.status_writes(n) for n in shown}
