@@ -94,6 +94,10 @@ class ClusterState:
     def pods(self) -> Iterator[BoundPod]:
         return iter(self._pods.values())
 
+    def owners(self) -> list[AppWrapperKey]:
+        """The AppWrappers that bound pods are labelled for."""
+        return [owner for owner, pods in self._pods_of.items() if pods]
+
     def bound_pods_of(self, owner: AppWrapperKey) -> list[BoundPod]:
         return [self._pods[k] for k in sorted(self._pods_of.get(owner, ()))]
 

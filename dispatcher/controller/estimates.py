@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.admission import EmptyClusterAnswers, queued_from_appwrapper
+from dispatcher.admission import EmptyClusterAnswers, Fit, queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, latest
 from dispatcher.api.durations import (
     EXPECTED_DURATION_ANNOTATION,
@@ -61,6 +61,9 @@ from dispatcher.eta import (
 from dispatcher.eta.text import describe, outcome_of
 from dispatcher.fit import Capacity
 from dispatcher.kinds import InvalidItem
+from dispatcher.preemption import AdmittedWrapper, Hold
+from dispatcher.queue import Policy, QueuedWrapper
+from dispatcher.quota import QuotaForest
 
 from .tracked import Key, Tracked, now_dt
 
@@ -212,44 +215,36 @@ class Estimates:
     # --- a round ------------------------------------------------------------------------
 
     def _inputs(self, now: float) -> functools.partial[Forecast] | None:
+        """What a round needs, taken on the event loop (references to what memory holds
+        now, and copies of what it changes in place); the rest is done in the round's
+        thread (`_round`)."""
         m = self.d.m
         queued = list(m.queue.ordered(now))
         if not queued:
             self._prune()
             return None
-        rule, history = self.s.rule, self.history
-        durations: dict[Key, float] = {}
-        for w in queued:
-            durations[w.key] = rule.expected(self._declared(m.tracked.get(w.key)), w.namespace,
-                                             shape_of(w.demand), history).seconds
-        forest = m.sharing.forest()
-        running: list[RunningWrapper] = []
-        for record in m.sharing.admitted(m.tracked, m.state):
-            t = m.tracked[record.key]
-            assert t.queued is not None
-            shape = shape_of(t.queued.demand)
-            expected = rule.expected(self._declared(t), record.namespace, shape, history)
-            left = rule.remaining(expected, now - t.dispatched_at, record.namespace, shape,
-                                  history)
-            running.append(RunningWrapper(record.key, record.holdings, now + left, record,
-                                          t.queued, expected.seconds))
-        for t in m.tracked.values():
-            if t.phase not in ("dispatched", "running"):
-                pods = m.state.bound_pods_of(t.key)
-                if pods:  # a teardown under way: its pods still hold their capacity
-                    running.append(RunningWrapper(
-                        t.key, tuple(PlannedPod(p.node, p.request) for p in pods),
-                        now + TERMINATING_SECONDS))
+        specs = {w.key: self._spec(m.tracked.get(w.key)) for w in queued}
+        admitted = [(record, t.queued, t.dispatched_at, self._spec(t))
+                    for record in m.sharing.admitted(m.tracked, m.state)
+                    if (t := m.tracked[record.key]).queued is not None]
+        # A teardown under way: the pods of a wrapper that left still hold their capacity.
+        leaving = [RunningWrapper(key, tuple(PlannedPod(p.node, p.request)
+                                             for p in m.state.bound_pods_of(key)),
+                                  now + TERMINATING_SECONDS)
+                   for key in m.state.owners()
+                   if (gone := m.tracked.get(key)) is not None
+                   and gone.phase not in ("dispatched", "running")]
         return functools.partial(
-            forecast, queued, running, Capacity.of(m.state), self.d.policy, now, durations,
-            fit=self.d.fit, forest=forest, holds=dict(m.sharing.holds),
-            empty_answers=self._empty_answers(), limits=self.s.limits)
+            _round, _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
+                           m.sharing.forest(), dict(m.sharing.holds), self.history.copy()),
+            self.d.policy, self.d.fit, self.s, now, self._empty_answers())
 
-    def _declared(self, t: Tracked | None) -> DeclaredDuration:
+    def _spec(self, t: Tracked | None) -> _Spec:
+        """Where `t` may declare its duration: its spec, and newer annotations if seen."""
         if t is None or t.aw is None:
-            return DeclaredDuration()
+            return None
         newer = self._annotations.get(t.key)
-        return declared_duration(t.aw, newer[1] if newer and newer[0] == t.uid else None)
+        return t.aw, newer[1] if newer and newer[0] == t.uid else None
 
     def _empty_answers(self) -> EmptyClusterAnswers:
         # Not the admission loop's own: `never_fits` works on its empty capacity in place,
@@ -333,6 +328,44 @@ class Estimates:
                 del book[key]
         for key in [k for k in self._annotations if k not in m.tracked]:
             del self._annotations[key]
+
+
+# An AppWrapper as read on the event loop (specs are replaced, never changed in place) and
+# the newer annotations seen of it, if any.
+_Spec = tuple[AppWrapper, Mapping[str, str] | None] | None
+
+
+@dataclass(frozen=True)
+class _Round:
+    queued: list[QueuedWrapper]
+    specs: dict[Key, _Spec]
+    admitted: list[tuple[AdmittedWrapper, QueuedWrapper, float, _Spec]]  # with dispatched_at
+    leaving: list[RunningWrapper]
+    capacity: Capacity
+    forest: QuotaForest | None
+    holds: dict[Key, Hold]
+    history: DurationHistory
+
+
+def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
+           answers: EmptyClusterAnswers) -> Forecast:
+    """One round of estimates, in the round's thread: expected durations, then the replay."""
+    rule, history = s.rule, r.history
+
+    def declared(spec: _Spec) -> DeclaredDuration:
+        return DeclaredDuration() if spec is None else declared_duration(*spec)
+
+    durations = {w.key: rule.expected(declared(r.specs[w.key]), w.namespace,
+                                      shape_of(w.demand), history).seconds for w in r.queued}
+    running = list(r.leaving)
+    for record, gang, dispatched_at, spec in r.admitted:
+        shape = shape_of(gang.demand)
+        expected = rule.expected(declared(spec), record.namespace, shape, history)
+        left = rule.remaining(expected, now - dispatched_at, record.namespace, shape, history)
+        running.append(RunningWrapper(record.key, record.holdings, now + left, record, gang,
+                                      expected.seconds))
+    return forecast(r.queued, running, r.capacity, policy, now, durations, fit=fit,
+                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits)
 
 
 def _adopted(t: Tracked, text: str) -> Shown | None:

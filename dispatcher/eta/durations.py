@@ -61,6 +61,12 @@ class DurationHistory:
     def __len__(self) -> int:
         return sum(len(v) for v in self._runs.values())
 
+    def copy(self) -> DurationHistory:
+        """One to read in another thread while this one is fed."""
+        other = DurationHistory(self.per_shape, self.max_shapes)
+        other._runs = OrderedDict((k, list(v)) for k, v in self._runs.items())
+        return other
+
     def record(self, namespace: str, shape: Shape, seconds: float, finished_at: float,
                uid: str = "") -> bool:
         """Add one completion; False if it was known already or is older than every one
