@@ -232,9 +232,9 @@ class Dispatcher:
         wrapper queued again) and message-only changes whose rate limit has passed."""
         owed = [t for k in list(self.m.unwritten) if (t := self.m.tracked.get(k)) is not None]
         self.m.unwritten.clear()
-        ripe = [t for t in self.m.tracked.values()
-                if t.message_dirty_at is not None and t.key not in self.m.unwritten
-                and self.writer.due(t, now)]
+        ripe = sorted((t for t in self.m.tracked.values()
+                       if t.message_dirty_at is not None and t.key not in self.m.unwritten
+                       and self.writer.due(t, now)), key=lambda t: t.last_write_at)
         warnings, self.intake.warnings = self.intake.warnings, []
         await _gather([*(self._write(t, now) for t in owed),
                        *(self._write(t, now, force=False) for t in ripe),
@@ -515,8 +515,11 @@ class Dispatcher:
     async def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
         change = self.writer.begin(t, now)
         if d.reason == BEHIND_HEAD:
-            changed = change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
-                                       d.message)
+            # Not the head's name: it changes whenever the head does, and would rewrite
+            # every queued wrapper's status (`dispatcher queue` shows the order).
+            changed = change.condition(
+                ConditionType.Queueing, Reason.AwaitingHeadOfLine,
+                f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)")
         else:
             changed = change.condition(ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                                        f"{d.reason}: {d.message}")
