@@ -230,13 +230,13 @@ class Kube:
         """Look the group/version up again next time (a CRD may have been installed)."""
         self._discovered.pop(api_version, None)
 
-    async def list(self, resource: Resource, label_selector: str | None = None
-                   ) -> list[dict[str, Any]]:
-        items, _ = await self.list_with_version(resource, label_selector)
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+        items, _ = await self.list_with_version(resource, label_selector, namespace)
         return items
 
-    async def list_with_version(self, resource: Resource, label_selector: str | None = None
-                                ) -> tuple[Objects, str]:
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None,
+                                namespace: str | None = None) -> tuple[Objects, str]:
         """Every object of `resource`, paged, and the list's resourceVersion (to watch
         from). A page token that expired mid-listing restarts the listing."""
         while True:
@@ -246,7 +246,7 @@ class Kube:
                 query["labelSelector"] = label_selector
             try:
                 while True:
-                    page = await self.request("GET", resource.path(), query=query)
+                    page = await self.request("GET", resource.path(namespace), query=query)
                     for item in page.get("items", []):
                         item.setdefault("apiVersion", resource.api_version)
                         item.setdefault("kind", resource.kind)

@@ -35,6 +35,7 @@ from typing import Any
 
 from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing, WrappedItem
 from dispatcher.cluster import AppWrapperKey, ClusterState
@@ -45,6 +46,8 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import (
     DEFAULT_TIMING,
     ITEMS_CHANGED,
+    PODS_LOST,
+    PODS_NOT_CREATED,
     WRAPPED_OBJECT_FAILED,
     Timing,
     Verdict,
@@ -59,10 +62,10 @@ from .access import creator_denials
 from .creation import Items, Refused, Waiting
 from .intake import Intake
 from .items import prepared_items
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .status import APPWRAPPERS, Change, StatusWriter
-from .tracked import Key, Tracked, items_digest
+from .tracked import Key, Tracked, items_digest, pod_bucket
 
 log = logging.getLogger("dispatcher")
 
@@ -75,6 +78,7 @@ DEBOUNCE_SECONDS = 0.05
 TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
+PODS = Resource("v1", "Pod", "pods", True)
 # While a watch is down nothing is decided; the loop looks again this often.
 BLIND_RETRY_SECONDS = 0.2
 # After a transient API failure, the step for that AppWrapper is tried again this soon.
@@ -372,9 +376,31 @@ class Dispatcher:
             await self._fail(t, v.reason, v.message, now, change,
                              teardown=v.reason != WRAPPED_OBJECT_FAILED)
         elif v.action == "requeue":
+            if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
+                change.abandon()
+                t.check_at = now + RETRY_SECONDS
+                return
             await self._start_requeue(t, v.reason, v.message, now, timing, change)
         else:
             await self._commit(change)
+
+    async def _pods_disagree(self, t: Tracked, v: Verdict) -> bool:
+        """Before tearing a gang down for its pods after a short grace, ask the API
+        server itself: a watch that lags (a busy or restarted API server) must not make
+        the dispatcher requeue — and run twice — a gang whose pods are there."""
+        assert t.aw is not None
+        pods = [p for p in await self.kube.list(PODS, f"{APPWRAPPER_LABEL}={t.key[1]}",
+                                                 namespace=t.key[0])
+                if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        if v.reason == PODS_NOT_CREATED:
+            disagree = bool(pods)
+        else:
+            up = sum(1 for p in pods if pod_bucket(p) in ("running", "succeeded"))
+            disagree = up >= min_available(t.aw, t.expected_pods)
+        if disagree:
+            log.info("%s/%s: the API server lists pods the watch has not shown yet; "
+                     "not requeued (%s)", *t.key, v.reason)
+        return disagree
 
     def _set_counts(self, t: Tracked) -> None:
         counts = t.counts()

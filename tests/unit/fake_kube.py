@@ -93,14 +93,24 @@ class FakeKube:
     async def close(self) -> None:
         pass
 
-    async def list(self, resource: Resource, label_selector: str | None = None
-                   ) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for o in self.objects.values()
-                if o.get("kind") == resource.kind]
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+        def selected(o: dict[str, Any]) -> bool:
+            meta = o.get("metadata") or {}
+            if namespace is not None and meta.get("namespace") != namespace:
+                return False
+            if label_selector:
+                key, _, value = label_selector.partition("=")
+                return (meta.get("labels") or {}).get(key) == value
+            return True
 
-    async def list_with_version(self, resource: Resource, label_selector: str | None = None
+        return [copy.deepcopy(o) for o in self.objects.values()
+                if o.get("kind") == resource.kind and selected(o)]
+
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None,
+                                namespace: str | None = None
                                 ) -> tuple[list[dict[str, Any]], str]:
-        return await self.list(resource, label_selector), str(next(self._versions))
+        return await self.list(resource, label_selector, namespace), str(next(self._versions))
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,

@@ -404,6 +404,22 @@ def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_ca
     run(scenario)
 
 
+def test_a_lagging_watch_does_not_requeue_a_gang_whose_pods_are_there() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        await d.cycle()
+        # The Job's pod exists in the API, but its event has not reached the dispatcher.
+        kube.put(pod("a", "a-0", "n1", "Running", 4, created_job(kube, "a")))
+        clock.now += 61
+        await d.cycle()
+        assert "PreemptCandidate" not in types(kube, "a")
+        assert created_job(kube, "a") is not None
+
+    run(scenario)
+
+
 def test_time_in_seconds_zero_does_not_loop() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
