@@ -30,7 +30,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
@@ -124,6 +124,9 @@ class Dispatcher:
         self.items = Items(kube, self.m.ownership)
         self.require_creator = require_creator
         self._task: asyncio.Task[None] | None = None
+        self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
+        self._side: set[asyncio.Task[None]] = set()  # Events
+        self._resolving: asyncio.Task[None] | None = None
         self.cycles = 0
         self.ready = False
         self.last_cycle_at = time.monotonic()
@@ -174,11 +177,17 @@ class Dispatcher:
         self.ready = True
         self._task = asyncio.create_task(self._run(), name="dispatcher-admission-loop")
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop the loop; steps under way get `grace` seconds to finish (each is
+        durable either way: a restart finishes what one started)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settle(), grace)
+        for task in [*self._busy.values(), *self._side]:
+            task.cancel()
 
     async def _run(self) -> None:
         while True:
@@ -190,7 +199,7 @@ class Dispatcher:
                 pass
             self.wake.clear()
             try:
-                await self.cycle()
+                await self.cycle(wait=False)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad cycle must not stop the dispatcher
@@ -212,7 +221,12 @@ class Dispatcher:
                 soonest = due
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
-    async def cycle(self) -> None:
+    async def cycle(self, wait: bool = True) -> None:
+        """One pass: everything decided now, the API calls it needs started as one task
+        per AppWrapper (never two at once for one; one still busy is skipped until it is
+        done). With `wait` (tests, the last pass at shutdown), return once those calls
+        are done; the loop does not wait: a slow or hanging request holds up its own
+        AppWrapper, never the cycle."""
         blind = self.blind()
         if blind is not None:
             log.debug("not deciding anything while blind: %s", blind)
@@ -220,18 +234,72 @@ class Dispatcher:
         self.cycles += 1
         now = self.clock()
         started = time.perf_counter()
-        decided = await self.m.ownership.resolve(self.items.fetch_owner)
-        if decided:
-            self.intake.proven(decided)
+        self._resolve_owners(wait)
+        if wait and self._resolving is not None:
+            await self._resolving
         self._rebuild_reservations()
-        await self._lifecycle(now)
+        self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
-        await self._flush(now)
+        self._flush(now)
         self.last_cycle_at = time.monotonic()
         self.observer.cycle(time.perf_counter() - started, queued, decisions)
+        if wait:
+            await self.settle()
         self.observer.snapshot(self)
 
-    async def _flush(self, now: float) -> None:
+    async def settle(self) -> None:
+        """Wait until no API call started by a cycle is still under way."""
+        while self._busy or self._side:
+            await asyncio.gather(*self._busy.values(), *self._side, return_exceptions=True)
+
+    def _spawn(self, t: Tracked, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` for `t` as a task, unless a task for it is still under way."""
+        if t.key in self._busy:
+            work.close()
+            return False
+        task = asyncio.create_task(self._guarded(t, work), name=f"{t.key[0]}/{t.key[1]}")
+        self._busy[t.key] = task
+
+        def done(_: asyncio.Task[None], key: Key = t.key) -> None:
+            if self._busy.get(key) is task:
+                del self._busy[key]
+            self.wake.set()
+
+        task.add_done_callback(done)
+        return True
+
+    def _side_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _guarded(self, t: Tracked, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except ApiError as e:
+            if not e.transient:
+                log.error("%s/%s: %s", *t.key, e)
+                return
+            t.check_at = self.clock() + RETRY_SECONDS
+            log.info("%s/%s: API unavailable (%s); trying again shortly", *t.key, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s/%s: step failed", *t.key)
+
+    def _resolve_owners(self, wait: bool) -> None:
+        if self.m.ownership.unresolved == 0 or (
+                self._resolving is not None and not self._resolving.done()):
+            return
+
+        async def resolve() -> None:
+            decided = await self.m.ownership.resolve(self.items.fetch_owner)
+            if decided:
+                self.intake.proven(decided)
+
+        self._resolving = asyncio.create_task(resolve())
+
+    def _flush(self, now: float) -> None:
         """Writes owed outside a step: statuses set at intake (invalid specs, a failed
         wrapper queued again) and message-only changes whose rate limit has passed."""
         owed = [t for k in list(self.m.unwritten) if (t := self.m.tracked.get(k)) is not None]
@@ -239,11 +307,15 @@ class Dispatcher:
         ripe = sorted((t for t in self.m.tracked.values()
                        if t.message_dirty_at is not None and t.key not in self.m.unwritten
                        and self.writer.due(t, now)), key=lambda t: t.last_write_at)
+        for t in owed:
+            if not self._spawn(t, self._write(t, now)):
+                self.m.unwritten.add(t.key)  # busy: next cycle
+        for t in ripe:
+            self._spawn(t, self._write(t, now, force=False))
         warnings, self.intake.warnings = self.intake.warnings, []
-        await _gather([*(self._write(t, now) for t in owed),
-                       *(self._write(t, now, force=False) for t in ripe),
-                       *(self.writer.warn(t, SPEC_WARNING, text, now)
-                         for t, text in warnings if self.m.current(t))])
+        for t, text in warnings:
+            if self.m.current(t):
+                self._side_task(self.writer.warn(t, SPEC_WARNING, text, now))
 
     async def _write(self, t: Tracked, now: float, force: bool = True) -> None:
         try:
@@ -277,7 +349,7 @@ class Dispatcher:
 
     # --- dispatched wrappers ------------------------------------------------------------
 
-    async def _lifecycle(self, now: float) -> None:
+    def _lifecycle(self, now: float) -> None:
         active = [t for t in self.m.tracked.values()
                   if t.phase in ("dispatched", "running")
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
@@ -286,7 +358,8 @@ class Dispatcher:
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
-        await _gather(self._step_safely(t, now) for t in active)
+        for t in active:
+            self._spawn(t, self._step(t, now))
 
     def _counts_changed(self, t: Tracked) -> bool:
         counts = t.counts()
@@ -500,7 +573,6 @@ class Dispatcher:
             holds=dict(sharing.holds)))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
-        jobs = []
         for d in decisions:
             key = (d.namespace, d.name)
             t = self.m.tracked.get(key)
@@ -509,27 +581,30 @@ class Dispatcher:
             if t is None or t.phase != "queued" or t.queued is not asked.get(key) \
                     or self.m.queue.get(key) is not t.queued:
                 continue
+            if t.key in self._busy:
+                continue  # its last step is still under way: decided again next cycle
             if d.decision == "dispatch":
-                jobs.append(self._dispatch(t, d, now))
+                self._begin_dispatch(t, d, now)
             elif d.decision == "preempt":
-                jobs.append(self._preempt(t, d, now))
+                self._preempt(t, d, now)
             elif d.decision == "invalid":
                 sharing.release(key)
-                jobs.append(self._invalid(t, d.message, now))
+                self._spawn(t, self._invalid(t, d.message, now))
             else:
                 if d.reason != AWAITING_PREEMPTION:
                     sharing.release(key)  # the room it held is everyone's again
-                jobs.append(self._waiting(t, d, now))
-        await _gather(jobs)
+                self._waiting(t, d, now)
         return len(decisions)
 
-    async def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
+    def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
         """Room is held for `t` at once; its victims are torn down (whole gangs) and
         requeued with `Preempted`; it dispatches once their pods are gone."""
         self.m.sharing.hold(t, d, now)
-        victims = [v for k in d.preempts if (v := self.m.tracked.get(k)) is not None]
-        await _gather([self._waiting(t, d, now),
-                       *(self._step_safely(v, now) for v in victims)])
+        self._waiting(t, d, now)
+        for k in d.preempts:
+            victim = self.m.tracked.get(k)
+            if victim is not None:
+                self._spawn(victim, self._step(victim, now))
 
     async def _invalid(self, t: Tracked, message: str, now: float) -> None:
         try:
@@ -538,7 +613,7 @@ class Dispatcher:
             if not e.transient:
                 raise
 
-    async def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
+    def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
         change = self.writer.begin(t, now)
         if d.reason == BEHIND_HEAD:
             # Not the head's name: it changes whenever the head does, and would rewrite
@@ -549,29 +624,49 @@ class Dispatcher:
         else:
             changed = change.condition(ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                                        f"{d.reason}: {d.message}")
-        if not changed:
-            return
+        if changed:
+            self._spawn(t, self._commit_wait(t, change, d.reason))
+
+    async def _commit_wait(self, t: Tracked, change: Change, reason: str) -> None:
         # A new reason to wait is news; the same reason with other numbers can wait.
-        news = d.reason != t.wait_reason
-        try:
-            if await self._commit(change, force=news):
-                t.wait_reason = d.reason
-        except ApiError as e:
-            if not e.transient:
-                raise
+        if await self._commit(change, force=reason != t.wait_reason):
+            t.wait_reason = reason
+
+    def _begin_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
+        """The capacity is taken at once, before anything is written: the next cycle
+        must not promise it again while the write is under way. Given back if the
+        dispatch does not happen."""
+        self.m.queue.remove(t.key)
+        planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
+        self.m.state.reserve(t.key, planned)
+        t.phase = "dispatching"
+        self._spawn(t, self._dispatch(t, d, now))
+
+    def _undispatch(self, t: Tracked) -> None:
+        if not self.m.current(t) or t.phase != "dispatching":
+            return
+        self.m.state.release(t.key)
+        t.phase = "queued"
+        if t.queued is not None:
+            self.m.queue.put(t.queued)
 
     async def _dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None
+        try:
+            await self._record_dispatch(t, d, now)
+        except BaseException:
+            self._undispatch(t)
+            raise
+        if t.phase != "dispatched":
+            return
+        self.observer.dispatched(now - t.first_seen)
+        await self._step_safely(t, now)
+
+    async def _record_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
+        assert t.aw is not None
         # RBAC may have changed while it queued: its creator must still be allowed to
         # create every item, or nothing is created.
-        try:
-            denials = await creator_denials(self.kube, t.aw,
-                                            require_creator=self.require_creator)
-        except ApiError as e:
-            if not e.transient:
-                raise
-            log.info("rights of %s/%s's creator not checked (%s); it stays queued", *t.key, e)
-            return
+        denials = await creator_denials(self.kube, t.aw, require_creator=self.require_creator)
         if denials:
             await self._fail(t, Reason.ItemCreationFailure,
                              problems_message(cap_problems(denials)), now, teardown=False)
@@ -586,28 +681,17 @@ class Dispatcher:
         t.status.wrappedItems = [
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
-        try:
-            if not await self._commit(change):
-                return
-        except ApiError as e:
-            if not e.transient:
-                raise
-            log.warning("dispatch of %s/%s not recorded (%s); it stays queued", *t.key, e)
+        if not await self._commit(change):
             return
         # Durable: now memory follows.
         hold = self.m.sharing.release(t.key)
         t.preempted = hold.preempted if hold is not None else ()
-        self.m.queue.remove(t.key)
-        planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
-        self.m.state.reserve(t.key, planned)
         t.phase = "dispatched"
         t.dispatched_at = now
         t.pods = {}
         t.first_attempt = True
         t.needs_items = True
         t.outcome_stale = True
-        self.observer.dispatched(now - t.first_seen)
-        await self._step_safely(t, now)
 
 
 def _items_text(t: Tracked) -> str:
@@ -646,10 +730,3 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
             if nodes:
                 out.append(PlannedPod(nodes[i % len(nodes)], g.pod_set.request))
     return out
-
-
-async def _gather(jobs: Any) -> None:
-    results = await asyncio.gather(*jobs, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-            log.error("dispatcher step failed: %r", r, exc_info=r)

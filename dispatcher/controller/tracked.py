@@ -20,7 +20,8 @@ from dispatcher.lifecycle import PodCounts
 from dispatcher.queue import QueuedWrapper
 
 Key = tuple[str, str]  # (namespace, name)
-Phase = Literal["queued", "dispatched", "running", "done"]
+# dispatching: decided and its capacity taken, the Dispatched write under way.
+Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 Bucket = Literal["pending", "running", "succeeded", "failed"]
 
 

@@ -7,6 +7,7 @@ Cluster tests check the real thing; this lets the runtime's rules run in millise
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import time
@@ -51,6 +52,8 @@ class FakeKube:
         # (a timeout whose request landed anyway).
         self.lost_answer: dict[tuple[str, str], list[ApiError]] = {}
         self.clock = clock
+        # (method, path prefix): requests that never get an answer (a hung connection).
+        self.hang: set[tuple[str, str]] = set()
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
 
@@ -118,6 +121,8 @@ class FakeKube:
         for (m, prefix), error in self.fail.items():
             if m == method and path.startswith(prefix):
                 raise error
+        if any(m == method and path.startswith(prefix) for m, prefix in self.hang):
+            await asyncio.Event().wait()
         for (m, prefix), errors in self.fail_next.items():
             if m == method and path.startswith(prefix) and errors:
                 raise errors.pop(0)

@@ -385,6 +385,31 @@ def test_failed_is_written_before_the_teardown() -> None:
     run(scenario)
 
 
+def test_a_hanging_request_holds_up_its_own_appwrapper_not_the_others() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(node("n2", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d = await started(kube, clock)
+        kube.hang.add(("PATCH", "/apis/workload.codeflare.dev/v1beta1/namespaces/team/"
+                                "appwrappers/a/status"))
+        await d.cycle(wait=False)  # as the loop runs it
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if kube.get("batch/v1", "Job", "team", "b") is not None:
+                break
+        assert types(kube, "b")[-1] == "Dispatched"
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+        assert ("team", "a") in d._busy  # its write is still hanging
+        # Its capacity was taken at once: nothing else may be promised n1 meanwhile.
+        assert sum(p.request.get("nvidia.com/gpu", 0)
+                   for p in d.state.reserved_for(("team", "a"))) == 8
+        await d.stop(grace=0)
+
+    run(scenario)
+
+
 # --- 6. gangs that never start or stop running ------------------------------------------
 
 def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_cause() -> None:
