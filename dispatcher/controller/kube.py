@@ -82,7 +82,7 @@ class RetryPolicy:
     first_delay: float = 0.2
     max_delay: float = 5.0
     budget: float = 20.0  # seconds of retrying before the error surfaces
-    request_timeout: float = 30.0  # one attempt, connect to last byte
+    request_timeout: float = 15.0  # one attempt, connect to last byte (lists are paged)
 
 
 class TokenBucket:
