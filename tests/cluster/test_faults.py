@@ -102,6 +102,30 @@ def test_kill_9_at_five_random_moments(local_cluster: Cluster, k: Kubectl, names
     check(kube_api_client, namespace, names, report, "kill -9 x5")
 
 
+def test_kube_apiserver_stopped_for_20_s_mid_run(local_cluster: Cluster, namespace: str,
+                                                kube_api_client: Any, fault_nodes: list[str],
+                                                processes: list[DispatcherProcess]) -> None:
+    d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs, "dispatcher-outage")
+    processes.append(d)
+    d.start()
+    outage: list[float] = []
+
+    def stop_and_start() -> None:
+        time.sleep(20)  # work in flight: some dispatched, some running, most queued
+        local_cluster.stop_apiserver()
+        t0 = time.monotonic()
+        time.sleep(20)
+        local_cluster.start_apiserver()
+        outage.append(time.monotonic() - t0)
+
+    names, report = run_workload(kube_api_client, namespace, stop_and_start)
+    assert outage and outage[0] >= 20
+    assert d.alive()
+    log = d.this_run()
+    assert "watch of pods lost" in log and "watching pods again" in log
+    check(kube_api_client, namespace, names, report, "kube-apiserver restarted")
+
+
 def test_fault_injecting_proxy_10_percent(local_cluster: Cluster, k: Kubectl, namespace: str,
                                           kube_api_client: Any, fault_nodes: list[str],
                                           processes: list[DispatcherProcess]) -> None:
