@@ -499,6 +499,7 @@ class Dispatcher:
         change.condition(ConditionType.Failed, reason, message)
         if not await self._commit(change):
             return
+        log.info("%s/%s: failed (%s): %s", *t.key, reason, message)
         t.phase = "done"
         t.check_at = None
         t.needs_items = False
@@ -525,6 +526,7 @@ class Dispatcher:
                 requeuing, t.status.numberOfRequeueings, timing))
         if not await self._commit(change):
             return
+        log.info("%s/%s: requeued (%s): %s", *t.key, reason, message)
         self.observer.requeued(reason)
         self.intake.edited.discard(t.key)
         self.intake.requeues_due.add(t.key)

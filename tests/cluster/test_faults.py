@@ -25,7 +25,7 @@ import yaml
 from localcluster import Cluster, Kubectl, wait_for
 
 from .dispatcher_process import REPO, DispatcherProcess, install_crd, wait_quiet
-from .faults import Report, Sampler, completed, create_workload, final_check
+from .faults import Report, Sampler, completed, create_workload, final_check, histories
 
 WRAPPERS = 1000
 PODS = 2
@@ -79,6 +79,8 @@ def check(api: Any, ns: str, names: list[str], report: Report, what: str) -> Non
     problems = report.violations() + final_check(api, ns, names, report, PODS)
     print(f"{what}: {report.samples} samples ({report.skipped} while the API was away), "
           f"at most {report.max_promised} GPUs bound or promised")
+    for line in histories(api, ns, problems):
+        print(line)
     assert problems == [], f"{what}: " + "\n".join(problems)
     assert report.samples >= 10
 
