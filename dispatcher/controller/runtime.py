@@ -409,6 +409,8 @@ class Dispatcher:
                 t.check_at = now + 1.0
                 return
             t.needs_items = False
+            if t.items_at is None:
+                t.items_at = self.clock()
         if t.completable and (t.outcome_stale or now - t.outcome_read_at
                               >= OUTCOME_REFRESH_SECONDS):
             t.outcome_stale = False
@@ -424,7 +426,7 @@ class Dispatcher:
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t))
+                        now, timing, t.below_min_since, _items_text(t), t.items_at)
         await self._apply(t, verdict, now, timing)
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
@@ -550,6 +552,7 @@ class Dispatcher:
         t.teardown_due = False
         t.needs_items = False
         t.needs_reservation = False
+        t.items_at = None
         t.outcome = None
         t.check_at = None
         t.below_min_since = None
@@ -693,6 +696,7 @@ class Dispatcher:
         t.pods = {}
         t.first_attempt = True
         t.needs_items = True
+        t.items_at = None
         t.outcome_stale = True
 
 

@@ -445,6 +445,27 @@ def test_a_lagging_watch_does_not_requeue_a_gang_whose_pods_are_there() -> None:
     run(scenario)
 
 
+def test_the_admission_grace_counts_from_when_the_items_were_created() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        kube.fail[("POST", "/apis/batch/v1")] = unavailable()
+        await d.cycle()  # Dispatched, but the API server refuses creates for a while
+        clock.now += 50
+        del kube.fail[("POST", "/apis/batch/v1")]
+        await d.cycle()  # created now, 50 s after the dispatch
+        assert created_job(kube, "a") is not None
+        clock.now += 15  # 65 s after dispatch, 15 s after creation: its pods may come
+        await d.cycle()
+        assert "PreemptCandidate" not in types(kube, "a")
+        clock.now += 50  # 65 s after creation, still no pod
+        await d.cycle()
+        assert "PreemptCandidate" in types(kube, "a")
+
+    run(scenario)
+
+
 def test_time_in_seconds_zero_does_not_loop() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
