@@ -136,11 +136,14 @@ def judge(
     timing: Timing = DEFAULT_TIMING,
     below_min_since: float | None = None,
     items: str = "its objects",
+    created_at: float | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running, when `running`) AppWrapper.
 
     `below_min_since`: since when a running gang has had fewer than minAvailable pods
-    up (None: it has enough). `items` names what was created, for messages."""
+    up (None: it has enough). `items` names what was created, for messages;
+    `created_at`: when the last of them was created (the admission grace counts from
+    then: pods cannot appear before their object; None: not all created yet)."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
@@ -178,8 +181,11 @@ def judge(
         return _requeue_or_fail(aw, requeues, PODS_LOST, short, timing)
 
     seen = pods.active + pods.succeeded + pods.failed
-    if expected_pods and not seen and timing.admission_grace > 0:
-        due = dispatched_at + timing.admission_grace
+    waiting_for_pods = bool(expected_pods and not seen and timing.admission_grace > 0
+                            and created_at is not None)
+    if waiting_for_pods:
+        assert created_at is not None
+        due = created_at + timing.admission_grace
         if now >= due:
             short = (f"{items} created, but no pod after {timing.admission_grace:.0f} s: "
                      "is its operator running, or do a ResourceQuota or an admission "
@@ -188,8 +194,9 @@ def judge(
     allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues, timing)
     if now < dispatched_at + allowed:
         due = dispatched_at + allowed
-        if expected_pods and not seen and timing.admission_grace > 0:
-            due = min(due, dispatched_at + timing.admission_grace)
+        if waiting_for_pods:
+            assert created_at is not None
+            due = min(due, created_at + timing.admission_grace)
         return Verdict("wait", check_at=min(due, deadline) if deadline else due)
     short = (f"{up} of the {need} pods needed (minAvailable) running or succeeded "
              f"{allowed:.0f} s after dispatch ({pods.pending} pending, {pods.failed} failed)")

@@ -224,7 +224,9 @@ class Estimates:
             self._prune()
             return None
         specs = {w.key: self._spec(m.tracked.get(w.key)) for w in queued}
-        admitted = [(record, t.queued, t.dispatched_at, self._spec(t))
+        # One whose Dispatched write is under way starts now.
+        admitted = [(record, t.queued, now if t.phase == "dispatching" else t.dispatched_at,
+                     self._spec(t))
                     for record in m.sharing.admitted(m.tracked, m.state)
                     if (t := m.tracked[record.key]).queued is not None]
         # A teardown under way: the pods of a wrapper that left still hold their capacity.
@@ -233,7 +235,7 @@ class Estimates:
                                   now + TERMINATING_SECONDS)
                    for key in m.state.owners()
                    if (gone := m.tracked.get(key)) is not None
-                   and gone.phase not in ("dispatched", "running")]
+                   and gone.phase not in ("dispatching", "dispatched", "running")]
         return functools.partial(
             _round, _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
                            m.sharing.forest(), dict(m.sharing.holds), self.history.copy()),
@@ -320,11 +322,11 @@ class Estimates:
         t.message_dirty_at = t.message_dirty_at or now
 
     def _prune(self) -> None:
-        """Forget wrappers that no longer wait."""
+        """Forget wrappers that no longer wait (one being dispatched: once it is)."""
         m = self.d.m
         for book in (self.shown, self.first, self._bases):
             for key in [k for k in book if (t := m.tracked.get(k)) is None
-                        or t.phase != "queued"]:
+                        or t.phase not in ("queued", "dispatching")]:
                 del book[key]
         for key in [k for k in self._annotations if k not in m.tracked]:
             del self._annotations[key]

@@ -82,7 +82,7 @@ class RetryPolicy:
     first_delay: float = 0.2
     max_delay: float = 5.0
     budget: float = 20.0  # seconds of retrying before the error surfaces
-    request_timeout: float = 30.0  # one attempt, connect to last byte
+    request_timeout: float = 15.0  # one attempt, connect to last byte (lists are paged)
 
 
 class TokenBucket:
@@ -230,13 +230,13 @@ class Kube:
         """Look the group/version up again next time (a CRD may have been installed)."""
         self._discovered.pop(api_version, None)
 
-    async def list(self, resource: Resource, label_selector: str | None = None
-                   ) -> list[dict[str, Any]]:
-        items, _ = await self.list_with_version(resource, label_selector)
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+        items, _ = await self.list_with_version(resource, label_selector, namespace)
         return items
 
-    async def list_with_version(self, resource: Resource, label_selector: str | None = None
-                                ) -> tuple[Objects, str]:
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None,
+                                namespace: str | None = None) -> tuple[Objects, str]:
         """Every object of `resource`, paged, and the list's resourceVersion (to watch
         from). A page token that expired mid-listing restarts the listing."""
         while True:
@@ -246,7 +246,7 @@ class Kube:
                 query["labelSelector"] = label_selector
             try:
                 while True:
-                    page = await self.request("GET", resource.path(), query=query)
+                    page = await self.request("GET", resource.path(namespace), query=query)
                     for item in page.get("items", []):
                         item.setdefault("apiVersion", resource.api_version)
                         item.setdefault("kind", resource.kind)

@@ -3,7 +3,7 @@
 `PrometheusObserver` turns what the dispatcher reports (dispatches, requeues, failures,
 admission cycles) into counters and histograms, and reads gauges (AppWrappers by state,
 the queue, cluster capacity) from the dispatcher. It has its own registry, so nothing
-else in the process (kopf, client libraries) leaks into /metrics.
+else in the process (client libraries) leaks into /metrics.
 
 Labels are bounded: states, condition types, reasons and resource names — never an
 AppWrapper's name or namespace. Values outside the known sets (a status written by

@@ -30,11 +30,12 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing, WrappedItem
 from dispatcher.cluster import AppWrapperKey, ClusterState
@@ -45,6 +46,8 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import (
     DEFAULT_TIMING,
     ITEMS_CHANGED,
+    PODS_LOST,
+    PODS_NOT_CREATED,
     WRAPPED_OBJECT_FAILED,
     Timing,
     Verdict,
@@ -60,10 +63,10 @@ from .creation import Items, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
 from .intake import Intake
 from .items import prepared_items
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .status import APPWRAPPERS, Change, StatusWriter
-from .tracked import Key, Tracked, items_digest
+from .tracked import Key, Tracked, items_digest, pod_bucket
 
 log = logging.getLogger("dispatcher")
 
@@ -76,6 +79,7 @@ DEBOUNCE_SECONDS = 0.05
 TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
+PODS = Resource("v1", "Pod", "pods", True)
 # While a watch is down nothing is decided; the loop looks again this often.
 BLIND_RETRY_SECONDS = 0.2
 # After a transient API failure, the step for that AppWrapper is tried again this soon.
@@ -126,6 +130,9 @@ class Dispatcher:
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
         self._task: asyncio.Task[None] | None = None
+        self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
+        self._side: set[asyncio.Task[None]] = set()  # Events
+        self._resolving: asyncio.Task[None] | None = None
         self.cycles = 0
         self.ready = False
         self.last_cycle_at = time.monotonic()
@@ -180,12 +187,18 @@ class Dispatcher:
         self.ready = True
         self._task = asyncio.create_task(self._run(), name="dispatcher-admission-loop")
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop the loop; steps under way get `grace` seconds to finish (each is
+        durable either way: a restart finishes what one started)."""
         await self.estimates.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settle(), grace)
+        for task in [*self._busy.values(), *self._side]:
+            task.cancel()
 
     async def _run(self) -> None:
         while True:
@@ -197,7 +210,7 @@ class Dispatcher:
                 pass
             self.wake.clear()
             try:
-                await self.cycle()
+                await self.cycle(wait=False)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad cycle must not stop the dispatcher
@@ -219,7 +232,12 @@ class Dispatcher:
                 soonest = due
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
-    async def cycle(self) -> None:
+    async def cycle(self, wait: bool = True) -> None:
+        """One pass: everything decided now, the API calls it needs started as one task
+        per AppWrapper (never two at once for one; one still busy is skipped until it is
+        done). With `wait` (tests, the last pass at shutdown), return once those calls
+        are done; the loop does not wait: a slow or hanging request holds up its own
+        AppWrapper, never the cycle."""
         blind = self.blind()
         if blind is not None:
             log.debug("not deciding anything while blind: %s", blind)
@@ -227,31 +245,89 @@ class Dispatcher:
         self.cycles += 1
         now = self.clock()
         started = time.perf_counter()
-        decided = await self.m.ownership.resolve(self.items.fetch_owner)
-        if decided:
-            self.intake.proven(decided)
+        self._resolve_owners(wait)
+        if wait and self._resolving is not None:
+            await self._resolving
         self._rebuild_reservations()
-        await self._lifecycle(now)
+        self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
-        await self._flush(now)
+        self._flush(now)
         self.last_cycle_at = time.monotonic()
         self.observer.cycle(time.perf_counter() - started, queued, decisions)
+        if wait:
+            await self.settle()
         self.observer.snapshot(self)
 
-    async def _flush(self, now: float) -> None:
+    async def settle(self) -> None:
+        """Wait until no API call started by a cycle is still under way."""
+        while self._busy or self._side:
+            await asyncio.gather(*self._busy.values(), *self._side, return_exceptions=True)
+
+    def _spawn(self, t: Tracked, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` for `t` as a task, unless a task for it is still under way."""
+        if t.key in self._busy:
+            work.close()
+            return False
+        task = asyncio.create_task(self._guarded(t, work), name=f"{t.key[0]}/{t.key[1]}")
+        self._busy[t.key] = task
+
+        def done(_: asyncio.Task[None], key: Key = t.key) -> None:
+            if self._busy.get(key) is task:
+                del self._busy[key]
+            self.wake.set()
+
+        task.add_done_callback(done)
+        return True
+
+    def _side_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    async def _guarded(self, t: Tracked, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except ApiError as e:
+            if not e.transient:
+                log.error("%s/%s: %s", *t.key, e)
+                return
+            t.check_at = self.clock() + RETRY_SECONDS
+            log.info("%s/%s: API unavailable (%s); trying again shortly", *t.key, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s/%s: step failed", *t.key)
+
+    def _resolve_owners(self, wait: bool) -> None:
+        if self.m.ownership.unresolved == 0 or (
+                self._resolving is not None and not self._resolving.done()):
+            return
+
+        async def resolve() -> None:
+            decided = await self.m.ownership.resolve(self.items.fetch_owner)
+            if decided:
+                self.intake.proven(decided)
+
+        self._resolving = asyncio.create_task(resolve())
+
+    def _flush(self, now: float) -> None:
         """Writes owed outside a step: statuses set at intake (invalid specs, a failed
         wrapper queued again) and message-only changes whose rate limit has passed."""
         owed = [t for k in list(self.m.unwritten) if (t := self.m.tracked.get(k)) is not None]
         self.m.unwritten.clear()
-        ripe = [t for t in self.m.tracked.values()
-                if t.message_dirty_at is not None and t.key not in self.m.unwritten
-                and self.writer.due(t, now)]
+        ripe = sorted((t for t in self.m.tracked.values()
+                       if t.message_dirty_at is not None and t.key not in self.m.unwritten
+                       and self.writer.due(t, now)), key=lambda t: t.last_write_at)
+        for t in owed:
+            if not self._spawn(t, self._write(t, now)):
+                self.m.unwritten.add(t.key)  # busy: next cycle
+        for t in ripe:
+            self._spawn(t, self._write(t, now, force=False))
         warnings, self.intake.warnings = self.intake.warnings, []
-        await _gather([*(self._write(t, now) for t in owed),
-                       *(self._write(t, now, force=False) for t in ripe),
-                       *(self.writer.warn(t, SPEC_WARNING, text, now)
-                         for t, text in warnings if self.m.current(t))])
+        for t, text in warnings:
+            if self.m.current(t):
+                self._side_task(self.writer.warn(t, SPEC_WARNING, text, now))
 
     async def _write(self, t: Tracked, now: float, force: bool = True) -> None:
         try:
@@ -285,7 +361,7 @@ class Dispatcher:
 
     # --- dispatched wrappers ------------------------------------------------------------
 
-    async def _lifecycle(self, now: float) -> None:
+    def _lifecycle(self, now: float) -> None:
         active = [t for t in self.m.tracked.values()
                   if t.phase in ("dispatched", "running")
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
@@ -294,7 +370,8 @@ class Dispatcher:
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
-        await _gather(self._step_safely(t, now) for t in active)
+        for t in active:
+            self._spawn(t, self._step(t, now))
 
     def _counts_changed(self, t: Tracked) -> bool:
         counts = t.counts()
@@ -344,6 +421,8 @@ class Dispatcher:
                 t.check_at = now + 1.0
                 return
             t.needs_items = False
+            if t.items_at is None:
+                t.items_at = self.clock()
         if t.completable and (t.outcome_stale or now - t.outcome_read_at
                               >= OUTCOME_REFRESH_SECONDS):
             t.outcome_stale = False
@@ -359,7 +438,7 @@ class Dispatcher:
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t))
+                        now, timing, t.below_min_since, _items_text(t), t.items_at)
         await self._apply(t, verdict, now, timing)
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
@@ -384,9 +463,31 @@ class Dispatcher:
             await self._fail(t, v.reason, v.message, now, change,
                              teardown=v.reason != WRAPPED_OBJECT_FAILED)
         elif v.action == "requeue":
+            if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
+                change.abandon()
+                t.check_at = now + RETRY_SECONDS
+                return
             await self._start_requeue(t, v.reason, v.message, now, timing, change)
         else:
             await self._commit(change)
+
+    async def _pods_disagree(self, t: Tracked, v: Verdict) -> bool:
+        """Before tearing a gang down for its pods after a short grace, ask the API
+        server itself: a watch that lags (a busy or restarted API server) must not make
+        the dispatcher requeue — and run twice — a gang whose pods are there."""
+        assert t.aw is not None
+        pods = [p for p in await self.kube.list(PODS, f"{APPWRAPPER_LABEL}={t.key[1]}",
+                                                 namespace=t.key[0])
+                if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        if v.reason == PODS_NOT_CREATED:
+            disagree = bool(pods)
+        else:
+            up = sum(1 for p in pods if pod_bucket(p) in ("running", "succeeded"))
+            disagree = up >= min_available(t.aw, t.expected_pods)
+        if disagree:
+            log.info("%s/%s: the API server lists pods the watch has not shown yet; "
+                     "not requeued (%s)", *t.key, v.reason)
+        return disagree
 
     def _set_counts(self, t: Tracked) -> None:
         counts = t.counts()
@@ -412,6 +513,7 @@ class Dispatcher:
         change.condition(ConditionType.Failed, reason, message)
         if not await self._commit(change):
             return
+        log.info("%s/%s: failed (%s): %s", *t.key, reason, message)
         t.phase = "done"
         t.check_at = None
         t.needs_items = False
@@ -438,6 +540,7 @@ class Dispatcher:
                 requeuing, t.status.numberOfRequeueings, timing))
         if not await self._commit(change):
             return
+        log.info("%s/%s: requeued (%s): %s", *t.key, reason, message)
         self.observer.requeued(reason)
         self.intake.edited.discard(t.key)
         self.intake.requeues_due.add(t.key)
@@ -461,6 +564,7 @@ class Dispatcher:
         t.teardown_due = False
         t.needs_items = False
         t.needs_reservation = False
+        t.items_at = None
         t.outcome = None
         t.check_at = None
         t.below_min_since = None
@@ -486,7 +590,6 @@ class Dispatcher:
             holds=dict(sharing.holds)))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
-        jobs = []
         for d in decisions:
             key = (d.namespace, d.name)
             t = self.m.tracked.get(key)
@@ -495,27 +598,30 @@ class Dispatcher:
             if t is None or t.phase != "queued" or t.queued is not asked.get(key) \
                     or self.m.queue.get(key) is not t.queued:
                 continue
+            if t.key in self._busy:
+                continue  # its last step is still under way: decided again next cycle
             if d.decision == "dispatch":
-                jobs.append(self._dispatch(t, d, now))
+                self._begin_dispatch(t, d, now)
             elif d.decision == "preempt":
-                jobs.append(self._preempt(t, d, now))
+                self._preempt(t, d, now)
             elif d.decision == "invalid":
                 sharing.release(key)
-                jobs.append(self._invalid(t, d.message, now))
+                self._spawn(t, self._invalid(t, d.message, now))
             else:
                 if d.reason != AWAITING_PREEMPTION:
                     sharing.release(key)  # the room it held is everyone's again
-                jobs.append(self._waiting(t, d, now))
-        await _gather(jobs)
+                self._waiting(t, d, now)
         return len(decisions)
 
-    async def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
+    def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
         """Room is held for `t` at once; its victims are torn down (whole gangs) and
         requeued with `Preempted`; it dispatches once their pods are gone."""
         self.m.sharing.hold(t, d, now)
-        victims = [v for k in d.preempts if (v := self.m.tracked.get(k)) is not None]
-        await _gather([self._waiting(t, d, now),
-                       *(self._step_safely(v, now) for v in victims)])
+        self._waiting(t, d, now)
+        for k in d.preempts:
+            victim = self.m.tracked.get(k)
+            if victim is not None:
+                self._spawn(victim, self._step(victim, now))
 
     async def _invalid(self, t: Tracked, message: str, now: float) -> None:
         try:
@@ -524,37 +630,61 @@ class Dispatcher:
             if not e.transient:
                 raise
 
-    async def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
+    def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
         change = self.writer.begin(t, now)
         if d.reason == BEHIND_HEAD:
-            changed = change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
-                                       self.estimates.message(t, d.message))
+            # Not the head's name: it changes whenever the head does, and would rewrite
+            # every queued wrapper's status (`dispatcher queue` shows the order).
+            changed = change.condition(
+                ConditionType.Queueing, Reason.AwaitingHeadOfLine, self.estimates.message(
+                    t, f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)"))
         else:
             changed = change.condition(ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                                        self.estimates.message(t, f"{d.reason}: {d.message}"))
-        if not changed:
-            return
+        if changed:
+            self._spawn(t, self._commit_wait(t, change, d.reason))
+
+    async def _commit_wait(self, t: Tracked, change: Change, reason: str) -> None:
         # A new reason to wait is news; the same reason with other numbers can wait.
-        news = d.reason != t.wait_reason
-        try:
-            if await self._commit(change, force=news):
-                t.wait_reason = d.reason
-        except ApiError as e:
-            if not e.transient:
-                raise
+        if await self._commit(change, force=reason != t.wait_reason):
+            t.wait_reason = reason
+
+    def _begin_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
+        """The capacity is taken at once, before anything is written: the next cycle
+        must not promise it again while the write is under way. Given back if the
+        dispatch does not happen."""
+        self.m.queue.remove(t.key)
+        planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
+        self.m.state.reserve(t.key, planned)
+        t.phase = "dispatching"
+        self._spawn(t, self._dispatch(t, d, now))
+
+    def _undispatch(self, t: Tracked) -> None:
+        if not self.m.current(t) or t.phase != "dispatching":
+            return
+        self.m.state.release(t.key)
+        t.phase = "queued"
+        if t.queued is not None:
+            self.m.queue.put(t.queued)
 
     async def _dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None
+        try:
+            await self._record_dispatch(t, d, now)
+        except BaseException:
+            self._undispatch(t)
+            raise
+        if t.phase != "dispatched":
+            return
+        self.observer.dispatched(now - t.first_seen)
+        self.estimates.started(t, now)
+        await self._step_safely(t, now)
+
+    async def _record_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
+        assert t.aw is not None
         # RBAC may have changed while it queued: its creator must still be allowed to
         # create every item, or nothing is created.
-        try:
-            denials = await creator_denials(self.kube, t.aw,
-                                            require_creator=self.require_creator)
-        except ApiError as e:
-            if not e.transient:
-                raise
-            log.info("rights of %s/%s's creator not checked (%s); it stays queued", *t.key, e)
-            return
+        denials = await creator_denials(self.kube, t.aw, require_creator=self.require_creator)
         if denials:
             await self._fail(t, Reason.ItemCreationFailure,
                              problems_message(cap_problems(denials)), now, teardown=False)
@@ -569,30 +699,19 @@ class Dispatcher:
         t.status.wrappedItems = [
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
-        self.estimates.dispatching(t)
-        try:
-            if not await self._commit(change):
-                return
-        except ApiError as e:
-            if not e.transient:
-                raise
-            log.warning("dispatch of %s/%s not recorded (%s); it stays queued", *t.key, e)
+        self.estimates.dispatching(t)  # no estimate for a wrapper that starts
+        if not await self._commit(change):
             return
         # Durable: now memory follows.
         hold = self.m.sharing.release(t.key)
         t.preempted = hold.preempted if hold is not None else ()
-        self.m.queue.remove(t.key)
-        planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
-        self.m.state.reserve(t.key, planned)
         t.phase = "dispatched"
         t.dispatched_at = now
         t.pods = {}
         t.first_attempt = True
         t.needs_items = True
+        t.items_at = None
         t.outcome_stale = True
-        self.observer.dispatched(now - t.first_seen)
-        self.estimates.started(t, now)
-        await self._step_safely(t, now)
 
 
 def _items_text(t: Tracked) -> str:
@@ -631,10 +750,3 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
             if nodes:
                 out.append(PlannedPod(nodes[i % len(nodes)], g.pod_set.request))
     return out
-
-
-async def _gather(jobs: Any) -> None:
-    results = await asyncio.gather(*jobs, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
-            log.error("dispatcher step failed: %r", r, exc_info=r)

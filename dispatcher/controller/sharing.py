@@ -83,7 +83,7 @@ class Sharing:
                  ) -> list[AdmittedWrapper]:
         out = []
         for t in tracked.values():
-            if t.phase not in ("dispatched", "running") or t.queued is None:
+            if t.phase not in ("dispatching", "dispatched", "running") or t.queued is None:
                 continue
             q = t.queued
             out.append(AdmittedWrapper(

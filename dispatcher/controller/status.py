@@ -10,7 +10,8 @@
   the next news, or after `detail_interval` (10 s); a change of message
   alone (a waiting wrapper's shortfall moves with every pod that binds anywhere) after
   `message_interval` (60 s) — so queued wrappers do not turn each unrelated event into
-  hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each.
+  hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each. All
+  such minor writes together are paced (5 a second, bursts of 200), stalest first.
 - Every condition reached in one step goes into the same PATCH, and one Event names
   them all (``Queueing → HeadOfLine → Dispatched: …``).
 """
@@ -36,6 +37,9 @@ EVENTS = Resource("v1", "Event", "events", True)
 
 MESSAGE_INTERVAL_SECONDS = 60.0
 DETAIL_INTERVAL_SECONDS = 10.0
+# All AppWrappers together: writes of details and messages alone (news is not limited).
+MINOR_WRITES_PER_SECOND = 5.0
+MINOR_WRITES_BURST = 200
 DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart")
 MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
 WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
@@ -104,6 +108,10 @@ class StatusWriter:
         self.clock = clock
         self.message_interval = message_interval
         self.detail_interval = detail_interval
+        self.minor_rate = MINOR_WRITES_PER_SECOND
+        self.minor_burst = MINOR_WRITES_BURST
+        self._tokens = float(MINOR_WRITES_BURST)
+        self._tokens_at = 0.0
         self._writes = asyncio.Semaphore(parallel)
         self.patches = 0  # status PATCHes sent, for benchmarks and tests
 
@@ -144,7 +152,7 @@ class StatusWriter:
         if body == t.written:
             t.message_dirty_at = None
             return True
-        if not force and not self.due(t, now):
+        if not force and (not self.due(t, now) or not self._minor_token(now)):
             t.message_dirty_at = t.message_dirty_at or now
             return True
         async with self._writes:
@@ -162,6 +170,18 @@ class StatusWriter:
         t.written_version = _version(answer)
         t.last_write_at = now
         t.message_dirty_at = None
+        return True
+
+    def _minor_token(self, now: float) -> bool:
+        """Details and messages share `minor_rate` writes a second, whatever the number
+        of AppWrappers: 10,000 waiting wrappers whose shortfall numbers move are
+        refreshed in turn, never all at once."""
+        self._tokens = min(self.minor_burst,
+                           self._tokens + max(0.0, now - self._tokens_at) * self.minor_rate)
+        self._tokens_at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
         return True
 
     def message_due_at(self, t: Tracked) -> float | None:

@@ -20,7 +20,8 @@ from dispatcher.lifecycle import PodCounts
 from dispatcher.queue import QueuedWrapper
 
 Key = tuple[str, str]  # (namespace, name)
-Phase = Literal["queued", "dispatched", "running", "done"]
+# dispatching: decided and its capacity taken, the Dispatched write under way.
+Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 Bucket = Literal["pending", "running", "succeeded", "failed"]
 
 
@@ -58,6 +59,7 @@ class Tracked:
     outcome_read_at: float = 0.0
     check_at: float | None = None
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
+    items_at: float | None = None  # when every item was known to exist
     # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
     needs_reservation: bool = False
     teardown_due: bool = False  # Failed or requeued, but its objects may still exist

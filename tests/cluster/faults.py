@@ -17,6 +17,7 @@ and at the end:
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -220,3 +221,21 @@ def final_check(api: Any, namespace: str, names: list[str], report: Report,
 def completed(api: Any, namespace: str) -> int:
     aws = _get(api, f"/apis/workload.codeflare.dev/v1beta1/namespaces/{namespace}/appwrappers")
     return sum(1 for a in aws["items"] if (a.get("status") or {}).get("state") == "Completed")
+
+
+def histories(api: Any, namespace: str, problems: list[str]) -> list[str]:
+    """The condition history of every AppWrapper a problem names: what to read when a
+    fault test fails (the namespace is deleted after the test)."""
+    named = sorted(set(re.findall(r"\b(w\d{4})\b", " ".join(problems))))[:10]
+    lines = []
+    for name in named:
+        try:
+            aw = _get(api, f"/apis/workload.codeflare.dev/v1beta1/namespaces/{namespace}/"
+                      f"appwrappers/{name}")
+        except Exception as e:  # the history is a help, never the failure
+            lines.append(f"{name}: {e}")
+            continue
+        for c in (aw.get("status") or {}).get("conditions") or []:
+            lines.append(f"{name}: {c.get('lastTransitionMicroTime', '')[11:23]} "
+                         f"{c['type']} {c.get('reason', '')}: {c.get('message', '')[:160]}")
+    return lines

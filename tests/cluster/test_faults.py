@@ -25,7 +25,7 @@ import yaml
 from localcluster import Cluster, Kubectl, wait_for
 
 from .dispatcher_process import REPO, DispatcherProcess, install_crd, wait_quiet
-from .faults import Report, Sampler, completed, create_workload, final_check
+from .faults import Report, Sampler, completed, create_workload, final_check, histories
 
 WRAPPERS = 1000
 PODS = 2
@@ -79,6 +79,8 @@ def check(api: Any, ns: str, names: list[str], report: Report, what: str) -> Non
     problems = report.violations() + final_check(api, ns, names, report, PODS)
     print(f"{what}: {report.samples} samples ({report.skipped} while the API was away), "
           f"at most {report.max_promised} GPUs bound or promised")
+    for line in histories(api, ns, problems):
+        print(line)
     assert problems == [], f"{what}: " + "\n".join(problems)
     assert report.samples >= 10
 
@@ -100,6 +102,30 @@ def test_kill_9_at_five_random_moments(local_cluster: Cluster, k: Kubectl, names
     names, report = run_workload(kube_api_client, namespace, kills)
     assert d.starts == 6
     check(kube_api_client, namespace, names, report, "kill -9 x5")
+
+
+def test_kube_apiserver_stopped_for_20_s_mid_run(local_cluster: Cluster, namespace: str,
+                                                kube_api_client: Any, fault_nodes: list[str],
+                                                processes: list[DispatcherProcess]) -> None:
+    d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs, "dispatcher-outage")
+    processes.append(d)
+    d.start()
+    outage: list[float] = []
+
+    def stop_and_start() -> None:
+        time.sleep(20)  # work in flight: some dispatched, some running, most queued
+        local_cluster.stop_apiserver()
+        t0 = time.monotonic()
+        time.sleep(20)
+        local_cluster.start_apiserver()
+        outage.append(time.monotonic() - t0)
+
+    names, report = run_workload(kube_api_client, namespace, stop_and_start)
+    assert outage and outage[0] >= 20
+    assert d.alive()
+    log = d.this_run()
+    assert "watch of pods lost" in log and "watching pods again" in log
+    check(kube_api_client, namespace, names, report, "kube-apiserver restarted")
 
 
 def test_fault_injecting_proxy_10_percent(local_cluster: Cluster, k: Kubectl, namespace: str,

@@ -7,6 +7,7 @@ Cluster tests check the real thing; this lets the runtime's rules run in millise
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import time
@@ -55,6 +56,8 @@ class FakeKube:
         # (a timeout whose request landed anyway).
         self.lost_answer: dict[tuple[str, str], list[ApiError]] = {}
         self.clock = clock
+        # (method, path prefix): requests that never get an answer (a hung connection).
+        self.hang: set[tuple[str, str]] = set()
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
 
@@ -97,14 +100,24 @@ class FakeKube:
     async def close(self) -> None:
         pass
 
-    async def list(self, resource: Resource, label_selector: str | None = None
-                   ) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for o in self.objects.values()
-                if o.get("kind") == resource.kind]
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+        def selected(o: dict[str, Any]) -> bool:
+            meta = o.get("metadata") or {}
+            if namespace is not None and meta.get("namespace") != namespace:
+                return False
+            if label_selector:
+                key, _, value = label_selector.partition("=")
+                return (meta.get("labels") or {}).get(key) == value
+            return True
 
-    async def list_with_version(self, resource: Resource, label_selector: str | None = None
+        return [copy.deepcopy(o) for o in self.objects.values()
+                if o.get("kind") == resource.kind and selected(o)]
+
+    async def list_with_version(self, resource: Resource, label_selector: str | None = None,
+                                namespace: str | None = None
                                 ) -> tuple[list[dict[str, Any]], str]:
-        return await self.list(resource, label_selector), str(next(self._versions))
+        return await self.list(resource, label_selector, namespace), str(next(self._versions))
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
@@ -112,6 +125,8 @@ class FakeKube:
         for (m, prefix), error in self.fail.items():
             if m == method and path.startswith(prefix):
                 raise error
+        if any(m == method and path.startswith(prefix) for m, prefix in self.hang):
+            await asyncio.Event().wait()
         for (m, prefix), errors in self.fail_next.items():
             if m == method and path.startswith(prefix) and errors:
                 raise errors.pop(0)

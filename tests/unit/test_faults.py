@@ -385,6 +385,31 @@ def test_failed_is_written_before_the_teardown() -> None:
     run(scenario)
 
 
+def test_a_hanging_request_holds_up_its_own_appwrapper_not_the_others() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(node("n2", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d = await started(kube, clock)
+        kube.hang.add(("PATCH", "/apis/workload.codeflare.dev/v1beta1/namespaces/team/"
+                                "appwrappers/a/status"))
+        await d.cycle(wait=False)  # as the loop runs it
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if kube.get("batch/v1", "Job", "team", "b") is not None:
+                break
+        assert types(kube, "b")[-1] == "Dispatched"
+        assert kube.get("batch/v1", "Job", "team", "a") is None
+        assert ("team", "a") in d._busy  # its write is still hanging
+        # Its capacity was taken at once: nothing else may be promised n1 meanwhile.
+        assert sum(p.request.get("nvidia.com/gpu", 0)
+                   for p in d.state.reserved_for(("team", "a"))) == 8
+        await d.stop(grace=0)
+
+    run(scenario)
+
+
 # --- 6. gangs that never start or stop running ------------------------------------------
 
 def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_cause() -> None:
@@ -400,6 +425,43 @@ def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_ca
         assert requeue["reason"] == "PodsNotCreated"
         assert "Job 'a' created, but no pod after 60 s: is its operator running" \
             in requeue["message"]
+
+    run(scenario)
+
+
+def test_a_lagging_watch_does_not_requeue_a_gang_whose_pods_are_there() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        await d.cycle()
+        # The Job's pod exists in the API, but its event has not reached the dispatcher.
+        kube.put(pod("a", "a-0", "n1", "Running", 4, created_job(kube, "a")))
+        clock.now += 61
+        await d.cycle()
+        assert "PreemptCandidate" not in types(kube, "a")
+        assert created_job(kube, "a") is not None
+
+    run(scenario)
+
+
+def test_the_admission_grace_counts_from_when_the_items_were_created() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 4)))
+        d = await started(kube, clock)
+        kube.fail[("POST", "/apis/batch/v1")] = unavailable()
+        await d.cycle()  # Dispatched, but the API server refuses creates for a while
+        clock.now += 50
+        del kube.fail[("POST", "/apis/batch/v1")]
+        await d.cycle()  # created now, 50 s after the dispatch
+        assert created_job(kube, "a") is not None
+        clock.now += 15  # 65 s after dispatch, 15 s after creation: its pods may come
+        await d.cycle()
+        assert "PreemptCandidate" not in types(kube, "a")
+        clock.now += 50  # 65 s after creation, still no pod
+        await d.cycle()
+        assert "PreemptCandidate" in types(kube, "a")
 
     run(scenario)
 
