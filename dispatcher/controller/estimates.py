@@ -291,6 +291,10 @@ class Estimates:
             self.shown[key] = Shown(e.outcome, e.at, describe(e, now))
             self._show(m.tracked[key], now)
         self._prune()
+        log.debug("start estimates: %d estimated in %.2f s (%d cycles%s); %d changed, %d "
+                  "shown anew", len(result.estimates), result.seconds, result.cycles,
+                  f", stopped: {result.stopped}" if result.stopped else "", len(moved),
+                  min(len(moved), self.s.max_writes))
 
     def _moved(self, shown: Shown | None, e: Estimate, now: float) -> float | None:
         """None when the estimate `e` is too close to the one shown to be worth a write;

@@ -169,7 +169,10 @@ class StatusWriter:
         t.written = body
         t.written_version = _version(answer)
         t.last_write_at = now
-        t.message_dirty_at = None
+        # What changed in memory while the PATCH was under way (an estimate, pod counts)
+        # is still owed.
+        t.message_dirty_at = None if status_body(t.status) == body \
+            else t.message_dirty_at or now
         return True
 
     def _minor_token(self, now: float) -> bool:

@@ -5,6 +5,7 @@ The estimator itself: tests/unit/test_eta.py."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from dispatcher.controller.estimates import EstimateSettings
 from dispatcher.controller.kube import Resource
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.tracked import now_dt
 
 from .fake_kube import FakeKube
 from .test_metrics import scrape, value
@@ -23,11 +25,11 @@ APPWRAPPERS = Resource("workload.codeflare.dev/v1beta1", "AppWrapper", "appwrapp
 # T0 of test_runtime is 2027-01-15T08:00:00Z.
 
 
-async def start(kube: FakeKube, clock: Clock,
-                observer: PrometheusObserver | None = None) -> Dispatcher:
+async def start(kube: FakeKube, clock: Clock, observer: PrometheusObserver | None = None,
+                settings: EstimateSettings | None = None) -> Dispatcher:
     """A dispatcher that has listed the cluster, as `dispatcher run` does after a start."""
     d = Dispatcher(kube, FIFO, clock=clock, observer=observer,  # type: ignore[arg-type]
-                   estimates=EstimateSettings())
+                   estimates=settings or EstimateSettings())
     d.relisted("Node", await kube.list(Resource("v1", "Node", "nodes", False)))
     d.relisted("AppWrapper", await kube.list(APPWRAPPERS))
     d.relisted("Pod", await kube.list(Resource("v1", "Pod", "pods", True)))
@@ -117,6 +119,37 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
     run(scenario)
 
 
+def test_an_estimate_shown_while_a_status_write_is_under_way_is_written_after_it() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 16)))
+        d = await start(kube, clock)
+        t = d.tracked[("team", "a")]
+        answer = asyncio.Event()
+        request = kube.request
+
+        async def slow(method: str, path: str, body: Any = None, **kw: Any) -> Any:
+            if method == "PATCH":
+                await answer.wait()
+            return await request(method, path, body, **kw)
+
+        kube.request = slow  # type: ignore[method-assign]
+        write = asyncio.create_task(d.writer.write(t, clock.now, force=True))
+        await asyncio.sleep(0)  # the PATCH is on its way
+        t.status.estimatedStart = now_dt(clock.now + 600)  # as a round of estimates does
+        t.message_dirty_at = clock.now
+        answer.set()
+        await write
+        assert "estimatedStart" not in aw_status(kube, "a")
+        assert t.message_dirty_at is not None  # still owed: written once due
+        clock.now += 10
+        assert d.writer.due(t, clock.now)
+        await d.writer.write(t, clock.now)
+        assert aw_status(kube, "a")["estimatedStart"] == "2027-01-15T08:10:00Z"
+
+    run(scenario)
+
+
 def test_a_restart_rewrites_no_estimate_that_still_holds() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d = await behind_an_hour(kube, clock, appwrapper("third", job("third", 1, 1), created=3))
@@ -141,7 +174,8 @@ def test_the_estimate_error_is_measured_when_the_wrapper_starts() -> None:
         kube.put(annotated(appwrapper("first", job("first", 1, 8), created=1), "3600"))
         kube.put(appwrapper("second", job("second", 1, 8), created=2))
         observer = PrometheusObserver()
-        d = await start(kube, clock, observer)
+        # One round only: the estimates measured are those of the first 20 minutes.
+        d = await start(kube, clock, observer, EstimateSettings(interval=3600))
         await settle(d, clock)
         assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T09:00:00Z"
         # The first finishes after 20 minutes, 40 minutes early: the second starts then.
