@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length",
-               "content-encoding", "host", "upgrade"}
+HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host",
+               "upgrade"}
 
 
 def _credentials(kubeconfig: Path) -> tuple[str, ssl.SSLContext, dict[str, str]]:
@@ -108,6 +108,7 @@ class FaultProxy:
             request.method, self.upstream + request.path_qs, data=body or None,
             headers=headers, timeout=ClientTimeout(total=None, sock_connect=10))
         try:
+            # The body goes through as it came (gzip included): Content-Encoding with it.
             response = web.StreamResponse(status=upstream.status, headers={
                 k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
             if fault == "lost":
