@@ -13,24 +13,24 @@ SOON_SECONDS = 30.0
 
 def about(seconds: float) -> str:
     """A rounded span: "less than a minute", "25 m", "2 h 10 m", "3 d 4 h"."""
-    s = round(max(seconds, 0.0))
-    if s < 60:
+    if seconds < 60:
         return "less than a minute"
-    if s < 3600:
-        return f"{round(s / 60)} m"
-    if s < 86400:
-        m = round(s / 60)
+    if seconds < 86400 - 30:
+        m = round(seconds / 60)
+        if m < 60:
+            return f"{m} m"
         return f"{m // 60} h {m % 60} m" if m % 60 else f"{m // 60} h"
-    h = round(s / 3600)
+    h = round(seconds / 3600)
     return f"{h // 24} d {h % 24} h" if h % 24 else f"{h // 24} d"
 
 
 def clock_time(at: float, now: float) -> str:
-    """The time of day in UTC, with the date when it is not today."""
+    """The time of day in UTC: to the second within the hour, with the date when it is
+    not today."""
     when = datetime.fromtimestamp(at, UTC)
-    if when.date() == datetime.fromtimestamp(now, UTC).date():
-        return when.strftime("%H:%M UTC")
-    return when.strftime("%Y-%m-%d %H:%M UTC")
+    if when.date() != datetime.fromtimestamp(now, UTC).date():
+        return when.strftime("%Y-%m-%d %H:%M UTC")
+    return when.strftime("%H:%M:%S UTC" if abs(at - now) < 3600 else "%H:%M UTC")
 
 
 def describe(estimate: Estimate, now: float) -> str:
@@ -40,7 +40,9 @@ def describe(estimate: Estimate, now: float) -> str:
     if estimate.outcome == "start" and at is not None:
         if at - now <= SOON_SECONDS:
             return "estimated start: at the next admission cycle"
-        return f"estimated start in about {about(at - now)} (at {clock_time(at, now)})"
+        span = about(at - now)
+        return (f"estimated start in {'' if span.startswith('less') else 'about '}{span} "
+                f"(at {clock_time(at, now)})")
     if estimate.outcome == "beyond" and at is not None:
         return f"no start estimated within {about(at - now)}"
     if estimate.outcome == "budget" and at is not None:
@@ -52,7 +54,7 @@ def describe(estimate: Estimate, now: float) -> str:
 
 # How each kind of estimate begins, in `describe`'s words.
 _OPENINGS: tuple[tuple[str, Outcome], ...] = (
-    ("estimated start in about ", "start"), ("estimated start: at the next", "start"),
+    ("estimated start in ", "start"), ("estimated start: at the next", "start"),
     ("no start estimated within ", "beyond"), ("estimated start: not before ", "budget"),
     ("no start foreseen: ", "stuck"),
 )

@@ -351,8 +351,8 @@ def test_the_history_keeps_the_latest_completions() -> None:
 # --- words ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0, "less than a minute"), (59, "less than a minute"), (90, "2 m"), (3599, "60 m"),
-    (3600, "1 h"), (7800, "2 h 10 m"), (86400, "1 d"), (93600, "1 d 2 h"),
+    (0, "less than a minute"), (59, "less than a minute"), (90, "2 m"), (3569, "59 m"),
+    (3599, "1 h"), (3600, "1 h"), (7800, "2 h 10 m"), (86399, "1 d"), (93600, "1 d 2 h"),
 ])
 def test_spans_in_words(seconds: float, text: str) -> None:
     assert about(seconds) == text
@@ -368,4 +368,9 @@ def test_an_estimate_in_words() -> None:
         "estimated start in about 2 h 10 m (at 10:10 UTC)")
     assert describe(replace(e, at=1_800_000_000.0 + 2 * DAY), 1_800_000_000.0) == (
         "estimated start in about 2 d (at 2027-01-17 08:00 UTC)")
+    # Within the hour, to the second.
+    assert describe(replace(e, at=1_800_000_000.0 + 45), 1_800_000_000.0) == (
+        "estimated start in less than a minute (at 08:00:45 UTC)")
+    assert describe(replace(e, at=1_800_000_000.0 + 1530), 1_800_000_000.0) == (
+        "estimated start in about 26 m (at 08:25:30 UTC)")
     assert not math.isnan(f.seconds)
