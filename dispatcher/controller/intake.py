@@ -118,8 +118,12 @@ class Intake:
             if claimed is not None and self._counts_pods(claimed):
                 proven = self.m.ownership.owner_of(obj, claimed)
                 owner = proven if isinstance(proven, tuple) and proven == claimed else None
-                if proven is False:
+                if owner is None:
+                    # Not proven yet, or not by what is known now: an item adopted later
+                    # (after a restart) may prove it; keep its phase for then.
                     self._pending_buckets[key] = pod_bucket(dict(obj))
+                else:
+                    self._pending_buckets.pop(key, None)
         bound = None if gone else bound_pod_from_object(obj)
         if bound is not None:
             # Only a proven member takes a planned pod off its gang's reservation.
@@ -157,10 +161,10 @@ class Intake:
     def proven(self, decided: Mapping[tuple[str, str], Key | None]) -> None:
         """Owner lookups finished (in the loop): count the pods now proven."""
         for key, owner in decided.items():
+            if owner is None:
+                continue  # its phase stays kept: a later item may still prove it
             bucket = self._pending_buckets.pop(key, None)
             bound = self.m.state.pod(key)
-            if owner is None:
-                continue
             if bound is not None:
                 self.m.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
             t = self.m.tracked.get(owner)

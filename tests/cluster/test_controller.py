@@ -296,13 +296,27 @@ def test_bad_appwrapper_fails_alone_and_the_queue_goes_on(
 
 def test_uninstalled_kind_fails_with_what_to_install(dispatched: DispatcherProcess,
                                                      k: Kubectl) -> None:
+    # A kind the installation allows (scheduler-plugins' PodGroup, by default) whose CRD
+    # this cluster does not have.
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "g"}, "spec": {"minMember": 1}}
+    k.apply({**appwrapper("podgroup"), "spec": {"resources": {"GenericItems": [
+        {"generictemplate": group, "custompodresources": [
+            {"replicas": 1, "requests": {"cpu": "1"}}]}]}}})
+    aw = wait_condition(k, "podgroup", "Failed")
+    assert latest(aw)["reason"] == "ItemCreationFailure"
+    assert "not served by this cluster; install its CRD" in latest(aw)["message"]
+
+
+def test_a_kind_the_installation_does_not_allow_fails_with_the_fix(
+        dispatched: DispatcherProcess, k: Kubectl) -> None:
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     k.apply({**appwrapper("widget"), "spec": {"resources": {"GenericItems": [
         {"generictemplate": widget, "custompodresources": [
             {"replicas": 1, "requests": {"cpu": "1"}}]}]}}})
     aw = wait_condition(k, "widget", "Failed")
-    assert latest(aw)["reason"] == "ItemCreationFailure"
-    assert "not served by this cluster; install its CRD" in latest(aw)["message"]
+    assert latest(aw)["reason"] == "InvalidSpec"
+    assert "add Widget.example.com to allowedKinds.add" in latest(aw)["message"]
 
 
 @pytest.mark.parametrize(("patch", "field"), [

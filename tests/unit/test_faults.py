@@ -103,6 +103,28 @@ def test_a_restart_reads_nothing_for_gangs_whose_items_are_recorded() -> None:
     run(scenario)
 
 
+def test_after_a_restart_pods_are_counted_once_their_unrecorded_item_is_adopted() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        # Killed before the Job's uid (a detail) was written: the status names it only.
+        status = get_aw(kube, "a")["status"]
+        status["wrappedItems"] = [dict(i, uid="") for i in status["wrappedItems"]]
+        for i in range(2):
+            kube.put(pod("a", f"a-{i}", "n1", "Running", 1, j))
+        d2 = await started(kube, clock)
+        for _ in range(3):
+            clock.now += 1
+            await d2.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        assert aw_status(kube, "a")["running"] == 2
+
+    run(scenario)
+
+
 # --- 2. decisions are for one object, not one name -------------------------------------------
 
 def _edit_during_admission(d: runtime.Dispatcher, edit: Any) -> None:
