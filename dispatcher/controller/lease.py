@@ -37,8 +37,8 @@ def default_identity() -> str:
 
 class LeaderElector:
     def __init__(self, kube: Kube, namespace: str, name: str = "dispatcher",
-                 identity: str | None = None, lease_duration: float = 15.0,
-                 renew_deadline: float = 10.0, retry_period: float = 2.0,
+                 identity: str | None = None, lease_duration: float = 20.0,
+                 renew_deadline: float = 15.0, retry_period: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         assert renew_deadline < lease_duration
@@ -126,8 +126,10 @@ class LeaderElector:
         `lost` and return."""
         while True:
             await asyncio.sleep(self.retry_period)
+            # A slow API server (a busy one) gets all the time the deadline leaves.
+            left = self.renew_deadline - (self.clock() - self._last_renew)
             try:
-                if await asyncio.wait_for(self._try(), timeout=self.retry_period * 2):
+                if await asyncio.wait_for(self._try(), timeout=max(left, self.retry_period)):
                     self._last_renew = self.clock()
                     continue
                 log.error("%s: another replica took the Lease", self.identity)

@@ -634,9 +634,9 @@ def test_only_one_replica_leads_and_a_standby_takes_over_once_the_lease_expires(
             return t["now"]
 
         a = LeaderElector(kube, "sys", identity="a", clock=mono, wall=clock,  # type: ignore[arg-type]
-                          retry_period=0.0)
+                          retry_period=0.0, lease_duration=15.0, renew_deadline=10.0)
         b = LeaderElector(kube, "sys", identity="b", clock=mono, wall=clock,  # type: ignore[arg-type]
-                          retry_period=0.0)
+                          retry_period=0.0, lease_duration=15.0, renew_deadline=10.0)
         assert await a._try() is True
         assert await b._try() is False
         t["now"] += 10
