@@ -2,9 +2,9 @@
 flight (a batch Job of 2 one-GPU pods each, succeeding after 2 s, on 32 nodes x 8 GPUs:
 more than two cluster-fulls of work, so every fault lands on running, dispatched and
 queued gangs at once; DISPATCHER_FAULT_WRAPPERS=1000 makes it a soak of eight).
-Invariants are sampled from the cluster every second (tests/cluster/faults.py): no partial gang, never more GPUs promised than the nodes
-have, never two Jobs for one AppWrapper; at the end no AppWrapper is lost or unfinished
-and none ran twice.
+Invariants are sampled from the cluster every second (tests/cluster/faults.py): no
+partial gang, never more GPUs promised than the nodes have, never two Jobs for one
+AppWrapper; at the end no AppWrapper is lost or unfinished and none ran twice.
 """
 
 from __future__ import annotations

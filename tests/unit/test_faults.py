@@ -19,6 +19,7 @@ from dispatcher.cluster.state import PlannedPod
 from dispatcher.controller import runtime
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.lease import LeaderElector
+from dispatcher.controller.ownership import OwnerRef, Ownership
 from dispatcher.queue import Policy
 from dispatcher.resources import GPU
 
@@ -775,3 +776,31 @@ def test_a_pod_of_a_replicaset_of_a_wrapped_deployment_counts() -> None:
         assert types(kube, "a")[-1] == "Running"
 
     run(scenario)
+
+
+def test_an_item_adopted_while_its_pods_owner_is_looked_up_proves_its_pods() -> None:
+    """After a restart the gang's Job is adopted by its step while the loop looks up the
+    owner of the Job's pods: the pods count (they were never counted: gangs stayed
+    Dispatched with their pods running)."""
+    ownership = Ownership()
+    gang = ("team", "a")
+    owned = {"metadata": {"name": "a-0", "namespace": "team", "uid": "p", "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "a", "uid": "job",
+         "controller": True}]}}
+    assert ownership.owner_of(owned, gang) is False  # looked up by the next cycle
+
+    async def fetch(ref: OwnerRef) -> dict[str, Any] | None:
+        if ref.uid == "job":
+            ownership.add_item("job", gang)  # the restart's step adopts it meanwhile
+            return {"metadata": {"uid": "job", "ownerReferences": [
+                {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw",
+                 "controller": True}]}}
+        return {"metadata": {"uid": ref.uid}}
+
+    assert asyncio.run(ownership.resolve(fetch)) == {("team", "a-0"): gang}
+    assert ownership.owner_of(owned, gang) == gang
+    # What is above the item proves nothing: a pod made to point at the AppWrapper
+    # itself does not count.
+    forged = {"metadata": {"name": "x", "namespace": "team", "uid": "x", "ownerReferences": [
+        {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw", "controller": True}]}}
+    assert ownership.owner_of(forged, gang) is False
