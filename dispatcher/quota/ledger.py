@@ -15,9 +15,14 @@ first), so that counting them again -- every cycle, from what the API says is ad
 finds each the room it was admitted into: it is the later wrappers of a full leaf that
 borrow. (Placing higher priorities first, as MCAD's slide-up does, can leave no room for an
 earlier, lower-priority wrapper under a hard limit and overfill a node; priority acts
-through preemption instead.) A wrapper admitted before its quota existed (or before the
-quota was lowered) may not fit at all: it is then placed as high as it may rise and its
-usage is counted anyway, so the node shows as over its quota and the wrapper as borrowing.
+through preemption instead.) Admission order is not always the order the quota was taken
+in (a preemptor's quota is counted from its hold, a borrower may be admitted around it
+before it dispatches, and wrappers admitted in one cycle tie): a wrapper that no longer
+fits when counted again takes back what the borrowers counted before it hold, and they
+are placed again after it -- when then every one of them fits. A wrapper admitted before
+its quota existed (or before the quota was lowered) may not fit at all: it is then placed
+as high as it may rise and its usage is counted anyway, so the node shows as over its
+quota and the wrapper as borrowing.
 """
 
 from __future__ import annotations
@@ -148,8 +153,35 @@ class QuotaLedger:
         """The usage of `consumers`, placed in the order they were admitted."""
         ledger = cls(forest)
         for c in sorted(consumers, key=admission_order):
-            ledger.add(c, force=True)
+            if not ledger.add(c).fits and not ledger._reclaim(c):
+                ledger.add(c, force=True)
         return ledger
+
+    def _reclaim(self, consumer: QuotaConsumer) -> bool:
+        """Count `consumer` before the borrowers counted so far, if then every one fits.
+
+        Admission order is not always the order the quota was taken in: a preemptor's
+        quota is counted from its hold, but it is admitted (and counted again) only when
+        it dispatches, and wrappers admitted in one cycle tie. A borrower that was placed
+        around it -- above a node it had filled -- and is counted first sits lower and
+        takes that node's room, and the wrapper, under a hard limit, has nowhere to go.
+        Borrowed quota is lent: the borrowers make way and are placed again after it.
+        """
+        lent = sorted((e.consumer for e in self._entries.values() if e.borrows),
+                      key=admission_order)
+        if not lent:
+            return False
+        before = [self._entries[c.key] for c in lent]
+        for c in lent:
+            self.remove(c.key)
+        if self.add(consumer).fits and all(self.add(c).fits for c in lent):
+            return True
+        for key in (consumer.key, *(c.key for c in lent)):
+            self.remove(key)
+        for entry in before:
+            self._apply(entry, 1)
+            self._entries[entry.consumer.key] = entry
+        return False
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries
