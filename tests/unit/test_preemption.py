@@ -254,3 +254,27 @@ def test_a_reclaimed_borrower_that_returns_in_the_preemptors_cycle_leaves_it_its
         assert last["r1"].message == ("team-a (tree gpu) would use 1 of its 0 nvidia.com/gpu "
                                       "and cannot borrow: root would use 8 of its 7 "
                                       "nvidia.com/gpu")
+
+
+def test_a_held_preemptor_behind_a_wrapper_of_its_shape_short_of_quota_dispatches() -> None:
+    """team-a is hard at 1 GPU. Under arrival order, `high` (priority 1) preempts `low`
+    (priority 0), which is requeued ahead of it. Next cycle `low` is short of quota, for
+    `high`'s hold counts; `high`, its hold taken out, fits and dispatches -- it is not
+    given `low`'s answer for the same labels and shape, which dropped its hold, let `low`
+    back in, and made it preempt again, for ever."""
+    trees = [subtree("root", "gpu", [("root", {GPU: 4}, False)]),
+             subtree("teams", "gpu", [("team-a", {GPU: 1}, True), ("team-b", {GPU: 3}, False)],
+                     parent="root")]
+    w = World(gpu_nodes(1), Policy("fifo", order="arrival", preemption="lowerPriority"),
+              trees)  # type: ignore[arg-type]
+    w.submit(appwrapper("low", {"gpu": "team-a"}, gpu=1))
+    w.settle()
+    w.submit(appwrapper("high", {"gpu": "team-a"}, gpu=1, priority=1))
+    w.settle(cycles=6)
+    assert w.is_running("high") and not w.is_running("low")
+    preemptions = [(d.name, d.preempts) for cycle in w.history for d in cycle
+                   if d.decision == "preempt"]
+    assert preemptions == [("high", (("test", "low"),))]
+    low = next(d for d in w.history[-1] if d.name == "low")
+    assert (low.reason, low.message) == (QUOTA_EXCEEDED, "team-a (tree gpu) would use 2 of its "
+                                         "1 nvidia.com/gpu and cannot borrow: hardLimit")
