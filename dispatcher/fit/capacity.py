@@ -5,6 +5,10 @@ after it see what is left. Free amounts live in one integer matrix (a row per no
 in name order; a column per resource) so that asking "how many of these pods fit on
 each node" is one vectorised step over the cluster instead of a Python loop per
 node — that is what keeps a cycle over a thousand nodes fast.
+
+The matrix is kept column-major (one contiguous column per resource): a fit check reads a
+few columns of every node and divides each by a single number, which numpy does several
+times faster on contiguous columns than on a gathered block divided row by row.
 """
 
 from __future__ import annotations
@@ -44,10 +48,15 @@ class Capacity:
         self._row: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.resources: tuple[str, ...] = resources
         self._col: dict[str, int] = {r: j for j, r in enumerate(resources)}
-        self._free: IntArray = np.array(rows, dtype=np.int64).reshape(
-            len(self.names), len(resources))
+        self._free: IntArray = np.asfortranarray(np.array(rows, dtype=np.int64).reshape(
+            len(self.names), len(resources)))
         self._schedulable = np.array([not n.unschedulable for n in ordered], dtype=bool)
         self.schedulable_count = int(self._schedulable.sum())
+        # Every row, in order: what eligible_rows answers for pods every node admits, so
+        # that reading a column for them needs no gather.
+        self._all_rows: IndexArray = np.arange(len(self.names), dtype=np.intp)
+        # Largest free amount per column over the schedulable nodes, until the next change.
+        self._max: dict[int, int] = {}
         # Nodes with nothing that turns a pod away but its own rules (no taint, no cordon):
         # a pod with no selector and no affinity is admitted by all of them.
         self._plain = np.array([not n.taints and not n.unschedulable for n in ordered],
@@ -84,8 +93,9 @@ class Capacity:
         """An independent working copy (a what-if: "were these pods gone...")."""
         cap = Capacity.__new__(Capacity)
         cap.__dict__.update(self.__dict__)
-        cap._free = self._free.copy()
+        cap._free = self._free.copy(order="F")
         cap.free_total = dict(self.free_total)
+        cap._max = dict(self._max)
         # Request vectors depend on the columns, which a copy may grow on its own.
         cap._requests = dict(self._requests)
         return cap
@@ -114,7 +124,8 @@ class Capacity:
                 admitted = np.nonzero(self._plain)[0].tolist()
             nodes = list(self.nodes.values())
             admitted += [i for i in check if node_admits(nodes[i], constraints)]
-            rows = np.array(sorted(admitted), dtype=np.intp)
+            rows = (self._all_rows if len(admitted) == len(self.names)
+                    else np.array(sorted(admitted), dtype=np.intp))
             self._eligible[constraints] = rows
         return rows
 
@@ -127,7 +138,7 @@ class Capacity:
         j = self._col.get(resource)
         if j is None:
             return np.zeros(len(rows), dtype=np.int64)
-        values: IntArray = self._free[rows, j]
+        values: IntArray = self._free[:, j] if rows is self._all_rows else self._free[rows, j]
         return values
 
     def max_free(self, resource: str) -> int:
@@ -135,7 +146,13 @@ class Capacity:
         j = self._col.get(resource)
         if j is None or not self.schedulable_count:
             return 0
-        return int(self._free[self._schedulable, j].max())
+        best = self._max.get(j)
+        if best is None:
+            column = self._free[:, j]
+            if self.schedulable_count < len(self.names):
+                column = column[self._schedulable]
+            best = self._max[j] = int(column.max())
+        return best
 
     def request_vector(self, request: Mapping[str, int]) -> tuple[IntArray, bool]:
         """The request as a row, and whether every resource it asks for exists here."""
@@ -159,20 +176,55 @@ class Capacity:
         vec, known = self.request_vector(request)
         if not known:
             return np.zeros(len(rows), dtype=np.int64)
-        asked = vec > 0
-        if not asked.any():
+        counts: IntArray | None = None
+        # Column by column, each divided by one number: see the module docstring.
+        for j in np.flatnonzero(vec > 0).tolist():
+            per = self.column(self.resources[j], rows) // int(vec[j])
+            counts = per if counts is None else np.minimum(counts, per, out=counts)
+        if counts is None:
             return np.full(len(rows), UNBOUNDED, dtype=np.int64)
-        per_resource = self._free[np.ix_(rows, np.nonzero(asked)[0])] // vec[asked]
-        counts: IntArray = np.maximum(per_resource.min(axis=1), 0)
-        return counts
+        return np.maximum(counts, 0, out=counts)
 
-    def best_fit_order(self, rows: IndexArray) -> IndexArray:
-        """The rows sorted tightest first (see the module docstring of fit.gang)."""
-        if not len(rows):
-            return rows
-        sub = self._free[rows]
-        keys = [rows] + [sub[:, j] for j in self._sort_cols]
-        order: IndexArray = rows[np.lexsort(keys)]
+    def best_fit_order(self, rows: IndexArray, first: int | None = None) -> IndexArray:
+        """The rows sorted tightest first (see the module docstring of fit.gang); only the
+        `first` tightest of them, in that order, if given."""
+        return rows[self.best_fit_positions(rows, first)]
+
+    def best_fit_positions(self, rows: IndexArray, first: int | None = None) -> IndexArray:
+        """Positions in `rows` of the rows in best-fit order (all, or the `first` ones).
+
+        A fill needs only the first few nodes of the order: instead of sorting every
+        candidate, each sort key in turn (the tightest resource first) keeps what is
+        below the `first`-th smallest value and narrows the tie at that value down by
+        the next key, the row itself last (rows are distinct); only what is kept is sorted.
+        """
+        columns = [self._sort_cols[::-1], [-1]]  # primary key first; -1: the row itself
+        if first is None or first >= len(rows):
+            keys = [rows] + [self.column(self.resources[j], rows) for j in self._sort_cols]
+            positions: IndexArray = np.lexsort(keys)
+            return positions
+        if first <= 0:
+            return np.zeros(0, dtype=np.intp)
+        kept: list[IndexArray] = []
+        tied: IndexArray = np.arange(len(rows), dtype=np.intp)
+        need = first
+        for j in columns[0] + columns[1]:
+            values = rows[tied] if j < 0 else self._free[rows[tied], j]
+            low = values.min()
+            if j >= 0 and low == values.max():
+                continue  # all tied: the next key decides
+            cut = low if need == 1 else np.partition(values, need - 1)[need - 1]
+            if low < cut:
+                below = tied[values < cut]
+                kept.append(below)
+                need -= len(below)
+            tied = tied[values == cut]
+            if len(tied) <= need:
+                break
+        chosen = np.concatenate([*kept, tied])
+        sub = rows[chosen]
+        order: IndexArray = chosen[np.lexsort(
+            [sub] + [self._free[sub, j] for j in self._sort_cols])]
         return order
 
     # --- changing --------------------------------------------------------------------
@@ -181,6 +233,7 @@ class Capacity:
         """Take `counts[i]` pods of `request` on each of `rows` (rows distinct)."""
         vec, _ = self.request_vector(request)
         self._free[rows] -= np.outer(counts, vec)
+        self._max.clear()
         pods = int(counts[self._schedulable[rows]].sum())
         for r, j in self._col.items():
             if vec[j]:
@@ -208,6 +261,7 @@ class Capacity:
         if amounts.shape[1] < len(self.resources):  # this copy has seen new resources since
             amounts = np.pad(amounts, ((0, 0), (0, len(self.resources) - amounts.shape[1])))
         np.add.at(self._free, rows, amounts)
+        self._max.clear()
         total = amounts[self._schedulable[rows]].sum(axis=0)
         for r, j in self._col.items():
             if total[j]:
@@ -223,6 +277,7 @@ class Capacity:
     def _move(self, node: str, request: Mapping[str, int], count: int) -> None:
         i = self._row[node]
         schedulable = bool(self._schedulable[i])
+        self._max.clear()
         for r, v in request.items():
             j = self._col.get(r)
             if j is None:
@@ -236,7 +291,8 @@ class Capacity:
                 self.free_total[r] = self.free_total.get(r, 0) + v * count
 
     def _add_resource(self, resource: str) -> int:
-        self._free = np.hstack([self._free, np.zeros((len(self.names), 1), dtype=np.int64)])
+        self._free = np.asfortranarray(
+            np.hstack([self._free, np.zeros((len(self.names), 1), dtype=np.int64)]))
         j = len(self.resources)
         self.resources = (*self.resources, resource)
         self._col[resource] = j

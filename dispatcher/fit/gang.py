@@ -162,10 +162,12 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
             continue
         rows = cap.eligible_rows(ps.constraints)
         fits = cap.how_many(rows, ps.request)
-        candidates = rows[fits > 0]
         if int(np.minimum(fits, ps.count).sum()) >= ps.count:
-            order = cap.best_fit_order(candidates)
-            counts = cap.how_many(order, ps.request)
+            room = fits > 0
+            candidates, room_counts = rows[room], fits[room]
+            # Each candidate takes at least one pod: the fill uses at most `count` of them.
+            first = cap.best_fit_positions(candidates, ps.count)
+            order, counts = candidates[first], room_counts[first]
             # Fill the tightest nodes first; the last one takes only what is left.
             before = np.cumsum(counts) - counts
             take = np.clip(ps.count - before, 0, counts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,21 @@ def test_identical_pods_never_missed(nodes_spec: list[tuple[int, int, int, int, 
     nodes, sets = build(nodes_spec, [(count, gpu, cpu, 0, True)])
     result = place(gang(*sets), Capacity.empty(nodes))
     assert isinstance(result, list) == brute_force_fits(nodes, sets)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 3), st.integers(0, 3), st.integers(0, 2)),
+                min_size=1, max_size=12),
+       st.integers(1, 13), st.data())
+def test_the_first_nodes_of_the_best_fit_order_are_those_of_the_full_sort(
+        free: list[tuple[int, int, int]], first: int, data: st.DataObject) -> None:
+    """A fill asks only for the first few nodes of the order: narrowing the sort keys one
+    by one (ties in every key, negative free amounts, any subset of rows) gives exactly
+    the start of the full sort."""
+    nodes = [Node(f"n{i:02d}", {GPU: 3, "cpu": 3, "memory": 2}) for i in range(len(free))]
+    cap = Capacity(nodes, {f"n{i:02d}": {GPU: g, "cpu": c, "memory": m}
+                           for i, (g, c, m) in enumerate(free)})
+    rows = np.array(sorted(data.draw(st.sets(st.integers(0, len(free) - 1), min_size=1))),
+                    dtype=np.intp)
+    whole = cap.best_fit_positions(rows)
+    assert cap.best_fit_positions(rows, first).tolist() == whole[:first].tolist()
