@@ -13,10 +13,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+import numpy as np
+import numpy.typing as npt
+
 from dispatcher.cluster.model import BoundPod, Node
 
 AppWrapperKey = tuple[str, str]  # (namespace, name)
 Shape = tuple[tuple[str, int], ...]  # a request as a hashable key
+FreeMatrix = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,27 @@ class ClusterState:
         self._resources: set[str] = set()
         self._row_resources: tuple[str, ...] = ()
         self._rows: dict[str, tuple[int, ...]] = {}
+        # The same as one matrix (nodes in name order, resources in name order), kept for
+        # the capacity snapshot of every admission cycle: only the rows of the nodes that
+        # changed since the last snapshot are written again. `layout` counts the changes
+        # of anything but free amounts: a node joins, leaves or is redefined, or a
+        # resource is seen for the first time (the matrix is then built again).
+        self.layout = 0
+        self._matrix: FreeMatrix | None = None
+        self._matrix_names: tuple[str, ...] = ()
+        self._matrix_index: dict[str, int] = {}
+        self._stale: set[str] = set()
 
     # --- nodes --------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
+        if self._nodes.get(node.name) != node:  # status updates of a node change nothing
+            self._relayout()
         self._nodes[node.name] = node
         self._changed(node.name, node.allocatable)
 
     def remove_node(self, name: str) -> None:
-        self._nodes.pop(name, None)
+        if self._nodes.pop(name, None) is not None:
+            self._relayout()
         self._rows.pop(name, None)
 
     @property
@@ -187,17 +204,43 @@ class ClusterState:
             self._row_resources = tuple(sorted(self._resources))
             self._rows.clear()
         resources = self._row_resources
-        rows: dict[str, tuple[int, ...]] = {}
-        for name in self._nodes:
-            row = self._rows.get(name)
-            if row is None:
-                free = self.free(name)
-                row = self._rows[name] = tuple(free.get(r, 0) for r in resources)
-            rows[name] = row
-        return resources, rows
+        return resources, {name: self._row(name, resources) for name in self._nodes}
+
+    def free_matrix(self) -> tuple[tuple[str, ...], tuple[str, ...], FreeMatrix]:
+        """Node names and resources (each sorted), and the free amounts as a matrix of a
+        row per node and a column per resource (column-major). The matrix is the state's
+        own and changes with it: copy it before use."""
+        if self._matrix is None:
+            resources, rows = self.free_rows()
+            names = tuple(sorted(self._nodes))
+            self._matrix = np.asfortranarray(np.array(
+                [rows[n] for n in names], dtype=np.int64).reshape(len(names), len(resources)))
+            self._matrix_names = names
+            self._matrix_index = {n: i for i, n in enumerate(names)}
+        else:
+            resources = self._row_resources  # a new resource would have cleared the matrix
+            for name in self._stale:
+                i = self._matrix_index.get(name)
+                if i is not None:
+                    self._matrix[i] = self._row(name, resources)
+        self._stale.clear()
+        return self._matrix_names, resources, self._matrix
+
+    def _row(self, name: str, resources: tuple[str, ...]) -> tuple[int, ...]:
+        row = self._rows.get(name)
+        if row is None:
+            free = self.free(name)
+            row = self._rows[name] = tuple(free.get(r, 0) for r in resources)
+        return row
+
+    def _relayout(self) -> None:
+        self.layout += 1
+        self._matrix = None
 
     def _changed(self, node: str, amounts: Mapping[str, int] = MappingProxyType({})) -> None:
         self._rows.pop(node, None)
+        self._stale.add(node)
         for r in amounts:
             if r not in self._resources:
                 self._resources.add(r)
+                self._relayout()

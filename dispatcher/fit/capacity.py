@@ -13,6 +13,7 @@ times faster on contiguous columns than on a gathered block divided row by row.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -39,17 +40,16 @@ class Capacity:
             resources.update(free[n.name])
         names = tuple(sorted(resources))
         rows = [[free[n.name].get(r, 0) for r in names] for n in ordered]
-        self._setup(ordered, names, rows)
+        self._setup(ordered, names, np.array(rows, dtype=np.int64).reshape(
+            len(ordered), len(names)))
 
-    def _setup(self, ordered: list[Node], resources: tuple[str, ...],
-               rows: list[list[int]] | list[tuple[int, ...]]) -> None:
+    def _setup(self, ordered: list[Node], resources: tuple[str, ...], free: IntArray) -> None:
         self.nodes: dict[str, Node] = {n.name: n for n in ordered}
         self.names: tuple[str, ...] = tuple(self.nodes)
         self._row: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.resources: tuple[str, ...] = resources
         self._col: dict[str, int] = {r: j for j, r in enumerate(resources)}
-        self._free: IntArray = np.asfortranarray(np.array(rows, dtype=np.int64).reshape(
-            len(self.names), len(resources)))
+        self._free: IntArray = np.asfortranarray(free)
         self._schedulable = np.array([not n.unschedulable for n in ordered], dtype=bool)
         self.schedulable_count = int(self._schedulable.sum())
         # Every row, in order: what eligible_rows answers for pods every node admits, so
@@ -61,10 +61,7 @@ class Capacity:
         # a pod with no selector and no affinity is admitted by all of them.
         self._plain = np.array([not n.taints and not n.unschedulable for n in ordered],
                                dtype=bool)
-        free_total = np.maximum(self._free[self._schedulable], 0).sum(axis=0)
-        self.free_total: dict[str, int] = {
-            r: int(free_total[j]) for r, j in self._col.items()
-        }
+        self._total()
         # Best-fit order: least left of the extended resources (in name order), then
         # cpu, then memory, then node name. np.lexsort takes its primary key last.
         extended = [j for r, j in self._col.items() if "/" in r]
@@ -75,12 +72,36 @@ class Capacity:
         self._eligible: dict[PodConstraints, IndexArray] = {}
         self._requests: dict[tuple[tuple[str, int], ...], tuple[IntArray, bool]] = {}
 
+    def _total(self) -> None:
+        every = self.schedulable_count == len(self.names)
+        self.free_total: dict[str, int] = {}
+        for r, j in self._col.items():
+            column = self._free[:, j] if every else self._free[self._schedulable, j]
+            self.free_total[r] = int(np.maximum(column, 0).sum())
+
     @classmethod
     def of(cls, state: ClusterState) -> Capacity:
-        resources, rows = state.free_rows()
-        names = sorted(rows)
-        cap = cls.__new__(cls)
-        cap._setup([state.nodes[n] for n in names], resources, [rows[n] for n in names])
+        """A snapshot of the free capacity of `state`'s nodes now.
+
+        What depends on the nodes alone (their order, which nodes admit which pods) is
+        worked out once per layout of the state (``ClusterState.layout``) and shared by
+        the snapshots; each takes a copy of the state's free matrix.
+        """
+        names, resources, matrix = state.free_matrix()
+        known = _LAYOUTS.get(state)
+        if known is None or known[0] != state.layout:
+            template = cls.__new__(cls)
+            template._setup([state.nodes[n] for n in names], resources, matrix)
+            known = _LAYOUTS[state] = (state.layout, template)
+        return known[1]._with_free(matrix.copy(order="F"))
+
+    def _with_free(self, free: IntArray) -> Capacity:
+        cap = Capacity.__new__(Capacity)
+        cap.__dict__.update(self.__dict__)
+        cap._free = free
+        cap._max = {}
+        cap._requests = dict(self._requests)
+        cap._total()
         return cap
 
     @classmethod
@@ -303,3 +324,9 @@ class Capacity:
         """The aggregate rule's bookkeeping: only the cluster totals move."""
         for r, v in demand.items():
             self.free_total[r] = self.free_total.get(r, 0) - v
+
+
+# Per cluster state, its layout and the snapshot made for it, whose node order and
+# eligibility answers the next snapshots of the same layout share.
+_LAYOUTS: weakref.WeakKeyDictionary[ClusterState, tuple[int, Capacity]] = (
+    weakref.WeakKeyDictionary())

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cluster import Node, Taint
+from dispatcher.cluster import BoundPod, ClusterState, Node, PlannedPod, Taint
 from dispatcher.fit import Capacity, Shortfall, place
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds.podset import PodConstraints, PodSet, Toleration
@@ -129,3 +129,60 @@ def test_the_first_nodes_of_the_best_fit_order_are_those_of_the_full_sort(
                     dtype=np.intp)
     whole = cap.best_fit_positions(rows)
     assert cap.best_fit_positions(rows, first).tolist() == whole[:first].tolist()
+
+
+change_st = st.one_of(
+    st.tuples(st.just("node"), st.integers(0, 3), st.integers(0, 8), st.booleans(),
+              st.booleans()),
+    st.tuples(st.just("drop-node"), st.integers(0, 3)),
+    st.tuples(st.just("pod"), st.integers(0, 5), st.integers(0, 4), st.integers(0, 4),
+              st.booleans(), st.booleans()),
+    st.tuples(st.just("drop-pod"), st.integers(0, 5)),
+    st.tuples(st.just("reserve"), st.integers(0, 1), st.lists(st.integers(0, 4), max_size=3)),
+    st.tuples(st.just("release"), st.integers(0, 1)),
+    st.just(("snapshot",)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(change_st, max_size=30))
+def test_a_snapshot_shows_the_cluster_as_it_is_after_any_changes(
+        changes: list[tuple[object, ...]]) -> None:
+    """Snapshots share what depends on the nodes and rewrite only the rows of nodes that
+    changed: after any nodes joining, leaving, cordoned or tainted, pods binding, going,
+    asking for a resource no node has, reservations made and released, a snapshot is
+    what a snapshot built from nothing would be."""
+    state = ClusterState()
+    taint = (Taint("gpu", "", "NoSchedule"),)
+    tolerant = PodConstraints(tolerations=(Toleration("gpu", "Exists"),))
+    for change in changes:
+        kind = change[0]
+        if kind == "node":
+            _, i, gpu, cordoned, tainted = change
+            state.upsert_node(Node(f"n{i}", {GPU: gpu, "cpu": 8, "pods": 4}, {},
+                                   taint if tainted else (), bool(cordoned)))
+        elif kind == "drop-node":
+            state.remove_node(f"n{change[1]}")
+        elif kind == "pod":
+            _, i, n, gpu, owned, odd = change
+            request = {GPU: gpu, "cpu": 1, "pods": 1} | ({"example.com/x": 1} if odd else {})
+            state.upsert_pod(("ns", f"p{i}"), BoundPod("ns", f"p{i}", f"n{n}", request,
+                                                       "aw0" if owned else None))
+        elif kind == "drop-pod":
+            state.remove_pod(("ns", f"p{change[1]}"))
+        elif kind == "reserve":
+            _, w, nodes = change
+            state.reserve(("ns", f"aw{w}"), [PlannedPod(f"n{n}", {GPU: 1, "pods": 1})
+                                            for n in nodes])
+        elif kind == "release":
+            state.release(("ns", f"aw{change[1]}"))
+        snapshot = Capacity.of(state)
+        fresh = Capacity(state.nodes.values(), {n: state.free(n) for n in state.nodes})
+        # (A resource only pods on unknown nodes asked for may be a column of zeros.)
+        assert {n: {r: v for r, v in f.items() if v} for n, f in snapshot.free.items()} == \
+            {n: {r: v for r, v in f.items() if v} for n, f in fresh.free.items()}
+        assert {r: v for r, v in snapshot.free_total.items() if v} == \
+            {r: v for r, v in fresh.free_total.items() if v}
+        assert snapshot.max_free(GPU) == fresh.max_free(GPU)
+        for rules in (PodConstraints(), tolerant):
+            assert snapshot.eligible(rules) == fresh.eligible(rules)
