@@ -29,6 +29,25 @@ IndexArray = npt.NDArray[np.intp]
 
 #: "As many as you like": the count of pods that fit when a pod requests nothing.
 UNBOUNDED = 1 << 30
+# Up to this many rows, pods are counted on a gathered block rather than column by column:
+# fewer numpy calls, each on a handful of numbers.
+FEW_ROWS = 32
+
+
+class _Ask:
+    """A pod's request as the matrix sees it: a row, whether every resource it asks for
+    exists here, and the columns it asks for with the amounts (above zero)."""
+
+    __slots__ = ("amounts", "changes", "cols", "columns", "known", "vector")
+
+    def __init__(self, vector: IntArray, known: bool) -> None:
+        self.vector = vector
+        self.known = known
+        self.columns: list[tuple[int, int]] = [
+            (j, int(vector[j])) for j in np.flatnonzero(vector > 0).tolist()]
+        self.cols: IndexArray = np.array([j for j, _ in self.columns], dtype=np.intp)
+        self.amounts: IntArray = np.array([v for _, v in self.columns], dtype=np.int64)
+        self.changes = [(j, int(vector[j])) for j in np.flatnonzero(vector).tolist()]
 
 
 class Capacity:
@@ -70,7 +89,7 @@ class Capacity:
         ] + extended[::-1]
         self.extended: tuple[str, ...] = tuple(self.resources[j] for j in extended)
         self._eligible: dict[PodConstraints, IndexArray] = {}
-        self._requests: dict[tuple[tuple[str, int], ...], tuple[IntArray, bool]] = {}
+        self._requests: dict[tuple[tuple[str, int], ...], _Ask] = {}
 
     def _total(self) -> None:
         every = self.schedulable_count == len(self.names)
@@ -177,6 +196,10 @@ class Capacity:
 
     def request_vector(self, request: Mapping[str, int]) -> tuple[IntArray, bool]:
         """The request as a row, and whether every resource it asks for exists here."""
+        ask = self._ask(request)
+        return ask.vector, ask.known
+
+    def _ask(self, request: Mapping[str, int]) -> _Ask:
         key = tuple(sorted(request.items()))
         cached = self._requests.get(key)
         if cached is None:
@@ -188,23 +211,44 @@ class Capacity:
                     known = known and v <= 0
                 else:
                     vec[j] = v
-            cached = (vec, known)
-            self._requests[key] = cached
+            cached = self._requests[key] = _Ask(vec, known)
         return cached
 
     def how_many(self, rows: IndexArray, request: Mapping[str, int]) -> IntArray:
         """How many pods of `request` fit on each of the given rows, on its own."""
-        vec, known = self.request_vector(request)
-        if not known:
+        ask = self._ask(request)
+        if not ask.known:
             return np.zeros(len(rows), dtype=np.int64)
+        if not ask.columns:
+            return np.full(len(rows), UNBOUNDED, dtype=np.int64)
+        if len(rows) <= FEW_ROWS and rows is not self._all_rows:
+            few: IntArray = (self._free[rows][:, ask.cols] // ask.amounts).min(axis=1)
+            return np.maximum(few, 0, out=few)
         counts: IntArray | None = None
         # Column by column, each divided by one number: see the module docstring.
-        for j in np.flatnonzero(vec > 0).tolist():
-            per = self.column(self.resources[j], rows) // int(vec[j])
+        for j, v in ask.columns:
+            per = self._free[:, j] if rows is self._all_rows else self._free[:, j].take(rows)
+            if v > 1 or counts is None:
+                per = per // v
             counts = per if counts is None else np.minimum(counts, per, out=counts)
-        if counts is None:
-            return np.full(len(rows), UNBOUNDED, dtype=np.int64)
+        assert counts is not None
         return np.maximum(counts, 0, out=counts)
+
+    def with_room(self, rows: IndexArray, request: Mapping[str, int]) -> IndexArray:
+        """Those of `rows` with room for one pod of `request` (in the same order): one
+        comparison per column, where counting the pods each node holds takes a division."""
+        ask = self._ask(request)
+        if not ask.known:
+            return rows[:0]
+        mask: npt.NDArray[np.bool_] | None = None
+        for j, v in ask.columns:
+            column = self._free[:, j] if rows is self._all_rows else self._free[:, j].take(rows)
+            room = column >= v
+            mask = room if mask is None else np.logical_and(mask, room, out=mask)
+        if mask is None or mask.all():
+            return rows  # as it was: the rows of every node stay known as such
+        found: IndexArray = rows[mask]
+        return found
 
     def best_fit_order(self, rows: IndexArray, first: int | None = None) -> IndexArray:
         """The rows sorted tightest first (see the module docstring of fit.gang); only the
@@ -212,14 +256,15 @@ class Capacity:
         return rows[self.best_fit_positions(rows, first)]
 
     def best_fit_positions(self, rows: IndexArray, first: int | None = None) -> IndexArray:
-        """Positions in `rows` of the rows in best-fit order (all, or the `first` ones).
+        """Positions in `rows` (distinct and ascending, as `eligible_rows` gives them) of
+        the rows in best-fit order: all, or the `first` ones.
 
         A fill needs only the first few nodes of the order: instead of sorting every
         candidate, each sort key in turn (the tightest resource first) keeps what is
         below the `first`-th smallest value and narrows the tie at that value down by
-        the next key, the row itself last (rows are distinct); only what is kept is sorted.
+        the next key, the row itself last (the first rows still tied, as they are
+        ascending); only what is kept is sorted.
         """
-        columns = [self._sort_cols[::-1], [-1]]  # primary key first; -1: the row itself
         if first is None or first >= len(rows):
             keys = [rows] + [self.column(self.resources[j], rows) for j in self._sort_cols]
             positions: IndexArray = np.lexsort(keys)
@@ -227,38 +272,41 @@ class Capacity:
         if first <= 0:
             return np.zeros(0, dtype=np.intp)
         kept: list[IndexArray] = []
-        tied: IndexArray = np.arange(len(rows), dtype=np.intp)
+        tied: IndexArray | None = None  # positions still tied; None: all of them
+        sub = rows  # their rows
         need = first
-        for j in columns[0] + columns[1]:
-            values = rows[tied] if j < 0 else self._free[rows[tied], j]
+        for j in self._sort_cols[::-1]:  # the primary key first
+            values = self._free[:, j] if sub is self._all_rows else self._free[:, j].take(sub)
             low = values.min()
-            if j >= 0 and low == values.max():
+            if low == values.max():
                 continue  # all tied: the next key decides
             cut = low if need == 1 else np.partition(values, need - 1)[need - 1]
             if low < cut:
-                below = tied[values < cut]
-                kept.append(below)
-                need -= len(below)
-            tied = tied[values == cut]
+                below = values < cut
+                kept.append(np.flatnonzero(below) if tied is None else tied[below])
+                need -= len(kept[-1])
+            same = values == cut
+            tied = np.flatnonzero(same) if tied is None else tied[same]
+            sub = sub[same]
             if len(tied) <= need:
                 break
-        chosen = np.concatenate([*kept, tied])
-        sub = rows[chosen]
+        tied = np.arange(len(rows), dtype=np.intp) if tied is None else tied
+        chosen = np.concatenate([*kept, tied[:need]])
+        picked = rows[chosen]
         order: IndexArray = chosen[np.lexsort(
-            [sub] + [self._free[sub, j] for j in self._sort_cols])]
+            [picked] + [self._free[:, j].take(picked) for j in self._sort_cols])]
         return order
 
     # --- changing --------------------------------------------------------------------
 
     def take_rows(self, rows: IndexArray, request: Mapping[str, int], counts: IntArray) -> None:
         """Take `counts[i]` pods of `request` on each of `rows` (rows distinct)."""
-        vec, _ = self.request_vector(request)
-        self._free[rows] -= np.outer(counts, vec)
+        ask = self._ask(request)
+        self._free[rows] -= np.outer(counts, ask.vector)
         self._max.clear()
         pods = int(counts[self._schedulable[rows]].sum())
-        for r, j in self._col.items():
-            if vec[j]:
-                self.free_total[r] -= int(vec[j]) * pods
+        for j, v in ask.changes:
+            self.free_total[self.resources[j]] -= v * pods
 
     def amounts(self, pods: Iterable[tuple[str, Mapping[str, int]]]) -> tuple[IndexArray, IntArray]:
         """Pods as (rows, amounts) for `give_back`; pods on unknown nodes, and amounts of

@@ -161,21 +161,26 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
         if ps.count == 0:
             continue
         rows = cap.eligible_rows(ps.constraints)
-        fits = cap.how_many(rows, ps.request)
-        if int(np.minimum(fits, ps.count).sum()) >= ps.count:
-            room = fits > 0
-            candidates, room_counts = rows[room], fits[room]
-            # Each candidate takes at least one pod: the fill uses at most `count` of them.
-            first = cap.best_fit_positions(candidates, ps.count)
-            order, counts = candidates[first], room_counts[first]
+        candidates = cap.with_room(rows, ps.request)
+        # Each candidate takes at least one pod: the fill uses at most `count` of them,
+        # and as many are room enough. Only they are counted.
+        order = candidates[cap.best_fit_positions(candidates, ps.count)]
+        counts = cap.how_many(order, ps.request)
+        if int(np.minimum(counts, ps.count).sum()) >= ps.count:
             # Fill the tightest nodes first; the last one takes only what is left.
-            before = np.cumsum(counts) - counts
-            take = np.clip(ps.count - before, 0, counts)
-            used = take > 0
-            chosen, taken = order[used], take[used]
-            cap.take_rows(chosen, ps.request, taken)
+            chosen: list[int] = []
+            taken: list[int] = []
+            left = ps.count
+            for row, n in zip(order.tolist(), counts.tolist(), strict=True):
+                if left <= 0:
+                    break
+                chosen.append(row)
+                taken.append(min(n, left))
+                left -= taken[-1]
+            cap.take_rows(np.array(chosen, dtype=np.intp), ps.request,
+                          np.array(taken, dtype=np.int64))
             pod = 0
-            for row, n in zip(chosen.tolist(), taken.tolist(), strict=True):
+            for row, n in zip(chosen, taken, strict=True):
                 name = cap.names[row]
                 placements.extend(
                     Placement(g.item, ps.name, pod + i, name, ps.request) for i in range(n)
