@@ -218,10 +218,21 @@ class PreemptionSearch:
         self.fit_gang = fit_gang
         self.searches = 0
         self.gone: set[WrapperKey] = set()  # preempted earlier in this cycle
-        guard = policy.min_running_seconds
-        self.pool = [a for a in admitted if now - a.dispatched_at >= guard]
+        self._admitted = admitted
+        self._pool: list[AdmittedWrapper] | None = None
+        self._lowest = 0.0  # the lowest priority in the pool
         self._failed: set[tuple[object, ...]] = set()
         self._freed: dict[WrapperKey, tuple[IndexArray, IntArray, dict[str, dict[str, int]]]] = {}
+
+    @property
+    def pool(self) -> list[AdmittedWrapper]:
+        """Who may be preempted at all (old enough); worked out at the first search, as
+        most cycles search for no one."""
+        if self._pool is None:
+            guard = self.policy.min_running_seconds
+            self._pool = [a for a in self._admitted if self.now - a.dispatched_at >= guard]
+            self._lowest = min((a.priority for a in self._pool), default=0.0)
+        return self._pool
 
     @property
     def exhausted(self) -> bool:
@@ -254,24 +265,31 @@ class PreemptionSearch:
             if self.policy.preemption in ("reclaim", "lowerPriority"):
                 within = ledger.within_quota(w.labels, w.demand)
         by_priority = self.policy.preemption == "lowerPriority"
+        pool = self.pool
+        if not within and not (by_priority and prio > self._lowest):
+            return []  # nothing to reclaim, and no one of lower priority: no one may go
         useful = np.zeros(len(cap.names), dtype=bool)
         for g in w.gang:
             useful[cap.eligible_rows(g.pod_set.constraints)] = True
         out: list[_Victim] = []
-        for a in self.pool:
-            if a.key == w.key or a.key in self.gone or w.key in a.preempted:
+        mine = w.key
+        for a in pool:
+            if not within and a.priority >= prio:
+                continue  # (the test below, in short: it could only be taken for priority)
+            key = a.key
+            if key == mine or key in self.gone or mine in a.preempted:
                 continue
-            spots = ledger.spots(a.key) if ledger is not None else {}
+            spots = ledger.spots(key) if ledger is not None else {}
             on_path = all(at in paths[t] for t, (at, _) in spots.items() if t in paths)
             borrows_on_path = any(at != path[0] and at in paths.get(t, ())
                                   for t, (at, path) in spots.items())
             reclaim = within and borrows_on_path
             if not (reclaim or (by_priority and a.priority < prio and on_path)):
                 continue
-            freed = self._freed.get(a.key)
+            freed = self._freed.get(key)
             if freed is None:
                 rows, amounts = cap.amounts((p.node, p.request) for p in a.holdings)
-                freed = self._freed[a.key] = (rows, amounts, _per_node(a.holdings))
+                freed = self._freed[key] = (rows, amounts, _per_node(a.holdings))
             rows, amounts, per_node = freed
             if not spots and not useful[rows].any():
                 continue  # frees neither quota nor a node W's pods may use

@@ -7,6 +7,7 @@ Every amount is an `int` in a canonical unit: `cpu` in millicores (rounded up, a
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -201,6 +202,7 @@ def _bytes_text(value: int) -> str:
     return f"~{value / factor:.2f}".rstrip("0").rstrip(".") + suffix
 
 
+@functools.lru_cache(maxsize=4096)  # waiting messages say the same amounts over and over
 def format_amount(name: str, value: int) -> str:
     """An amount in words: `8 nvidia.com/gpu`, `1.5 cpu`, `500m cpu`, `16Gi memory`."""
     if name == CPU:

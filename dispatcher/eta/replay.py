@@ -37,8 +37,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
     CycleStats,
@@ -185,10 +183,12 @@ class _Replay:
         self._seq = 0
         self._generation: dict[WrapperKey, int] = {}
         self.live: dict[WrapperKey, _Live] = {}
+        # The admitted records of `live`, in the same order: what a cycle may preempt.
+        self.records: dict[WrapperKey, AdmittedWrapper] = {}
         self._preempted_for: dict[WrapperKey, tuple[WrapperKey, ...]] = {}
         running = list(running)
         for r in running:
-            self.live[r.key] = _Live(r.holdings, None, r.admitted, r.gang, r.duration)
+            self._live(r.key, _Live(r.holdings, None, r.admitted, r.gang, r.duration))
             self._schedule(r.key, max(r.ends_at, now))
         self.ledger: QuotaLedger | None = None
         if forest:
@@ -301,8 +301,7 @@ class _Replay:
                 continue
             if any(v > 0 and v > cap.max_free(r) for r, v in ps.request.items()):
                 return True
-            fits = cap.how_many(cap.eligible_rows(ps.constraints), ps.request)
-            if int(np.minimum(fits, ps.count).sum()) < ps.count:
+            if not cap.holds_pods(cap.eligible_rows(ps.constraints), ps.request, ps.count):
                 return True
         return False
 
@@ -313,15 +312,22 @@ class _Replay:
         # total would only be told to wait: skipped, without preemption.
         skip_small = not self.preempting
         free = view.free_total
+        holds = self.holds
+        # Capacity only shrinks during a cycle: a demand too large once stays too large.
+        too_large: set[tuple[object, ...]] = set()
         for w in self.queue.lazily_ordered(t):
             if stats.blocked_by is not None:
-                if not self.holds:
+                if not holds:
                     return
-                if w.key not in self.holds:
+                if w.key not in holds:
                     continue
-            elif skip_small and w.key not in self.holds and not blocks(self.policy, w, t) \
-                    and any(v > free.get(r, 0) for r, v in w.demand.items()):
-                continue
+            elif skip_small and not (holds and w.key in holds) and not blocks(self.policy, w, t):
+                shape = w.gang_key
+                if shape in too_large:
+                    continue
+                if any(v > free.get(r, 0) for r, v in w.demand.items()):
+                    too_large.add(shape)
+                    continue
             yield w
 
     def _cycle(self, t: float) -> int:
@@ -368,6 +374,7 @@ class _Replay:
     def _stop(self, key: WrapperKey) -> _Live | None:
         """`key` stops holding anything (it finished, or it is preempted)."""
         live = self.live.pop(key, None)
+        self.records.pop(key, None)
         self._generation.pop(key, None)
         self._preempted_for.pop(key, None)
         if live is not None:
@@ -405,7 +412,7 @@ class _Replay:
         duration = self.durations[key]
         record = AdmittedWrapper(w.namespace, w.name, w.uid, d.effective_priority, w.demand,
                                  planned, t, w.labels, self._preempted_for.get(key, ()))
-        self.live[key] = _Live(planned, aggregate, record, w, duration)
+        self._live(key, _Live(planned, aggregate, record, w, duration))
         self._schedule(key, t + duration)
 
     def _preempt(self, d: Decision, t: float) -> None:
@@ -421,6 +428,13 @@ class _Replay:
             tuple(PlannedPod(p.node, p.request) for p in d.placements if p.node is not None),
             w.labels if w is not None else (), d.effective_priority, d.preempts, t)
 
+    def _live(self, key: WrapperKey, live: _Live) -> None:
+        self.live.pop(key, None)
+        self.records.pop(key, None)
+        self.live[key] = live
+        if live.admitted is not None:
+            self.records[key] = live.admitted
+
     def _admitted(self) -> Sequence[AdmittedWrapper]:
-        return [live.admitted for live in self.live.values() if live.admitted is not None]
+        return list(self.records.values())
 

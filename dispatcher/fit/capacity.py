@@ -250,6 +250,15 @@ class Capacity:
         found: IndexArray = rows[mask]
         return found
 
+    def holds_pods(self, rows: IndexArray, request: Mapping[str, int], count: int) -> bool:
+        """Whether `count` pods of `request` fit, each on its own, on the given rows: as
+        many nodes with room for one are enough, and only when there are fewer are the
+        pods they hold counted."""
+        room = self.with_room(rows, request)
+        if len(room) >= count:
+            return True
+        return int(np.minimum(self.how_many(room, request), count).sum()) >= count
+
     def best_fit_order(self, rows: IndexArray, first: int | None = None) -> IndexArray:
         """The rows sorted tightest first (see the module docstring of fit.gang); only the
         `first` tightest of them, in that order, if given."""

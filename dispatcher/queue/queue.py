@@ -31,9 +31,10 @@ class QueuedWrapper:
     def key(self) -> WrapperKey:
         return (self.namespace, self.name)
 
-    @property
+    @cached_property
     def gang_key(self) -> tuple[object, ...]:
-        """Identity of the demand: equal keys fit or not alike on the same capacity."""
+        """Identity of the demand: equal keys fit or not alike on the same capacity
+        (asked for by every cycle: worked out once)."""
         return tuple(g.pod_set.key for g in self.gang)
 
     @cached_property
