@@ -1,10 +1,12 @@
-"""Engine benchmark: one admission cycle over 10,000 queued AppWrappers and 1,000 nodes.
+"""Engine benchmark: one admission cycle over 50,000 queued AppWrappers and 5,000 nodes.
 
 Gangs of 1 to 8 pods of 1 to 8 GPUs each (a PyTorchJob per AppWrapper), nodes of
-8 GPUs / 96 CPU / 1 TiB. Prints, per fit mode and policy: the full cycle, the time to
-decide the head alone, decisions per second, and the process's peak RSS. Targets on
-a 2-core machine: cycle < 1 s, head < 10 ms, RSS < 500 MB. Two cluster states: empty,
-and a fragmented one where half the GPUs are held by running pods spread at random.
+8 GPUs / 96 CPU / 1 TiB. Prints, per fit mode and policy: the full cycle (wall, median of
+--repeat, and the CPU time of one), the time to decide the head alone, and the process's
+peak RSS. Targets on a 2-core machine (issue 14): cycle < 1 s, head < 5 ms, RSS < 500 MB.
+Two cluster states: empty, and a fragmented one where half the GPUs are held by running
+pods spread at random. The wall times are those of a machine shared with other work; the
+CPU times say what the cycle itself costs.
 
 With quotas (issue 12), in the same run: a 3-level quota tree (the cluster's GPUs over 4
 departments of 4 teams each, every fourth team hard-limited, and a default leaf), the
@@ -13,7 +15,9 @@ those teams (whose usage the cycle rebuilds, as the controller will); cycle time
 quotas off and on per policy, and with the priority-preemption policy (whose searches for
 victims are part of the cycle).
 
-Usage: python bench/engine.py [--wrappers 10000] [--nodes 1000] [--seed 7] [--no-quota]
+Usage: python bench/engine.py [--wrappers 50000] [--nodes 5000] [--seed 7] [--no-quota]
+                              [--repeat 3]
+(issue 12's figure with quotas: --wrappers 10000 --nodes 1000)
 """
 
 from __future__ import annotations
@@ -156,6 +160,7 @@ def quota_rows(args: argparse.Namespace, wrappers: list[QueuedWrapper]) -> None:
               "quota waits", "searches")
     print("  ".join(f"{h:>12}" for h in header))
     results: dict[tuple[str, bool], float] = {}
+    cpus: dict[tuple[str, bool], float] = {}
     for policy_name in ("fifo", "priority", "backfill", "priority-preemption"):
         policy = load_policy(policy_name)
         queue = AdmissionQueue(policy)
@@ -171,9 +176,10 @@ def quota_rows(args: argparse.Namespace, wrappers: list[QueuedWrapper]) -> None:
                 return admit(ordered, Capacity.of(state), policy, now, "per-node", stats,
                              quota=ledger, admitted=admitted), stats
             cpu0 = time.process_time()
-            ms, (decisions, stats) = timed(cycle, repeat=3)
-            cpu = (time.process_time() - cpu0) / 3
+            ms, (decisions, stats) = timed(cycle, repeat=args.repeat)
+            cpu = (time.process_time() - cpu0) / args.repeat
             results[(policy_name, on)] = ms * 1e3
+            cpus[(policy_name, on)] = cpu * 1e3
             print("  ".join(f"{v:>12}" for v in (
                 policy_name, "on" if on else "off", f"{ms * 1e3:.0f}", f"{cpu * 1e3:.0f}",
                 sum(d.decision == "dispatch" for d in decisions),
@@ -181,9 +187,10 @@ def quota_rows(args: argparse.Namespace, wrappers: list[QueuedWrapper]) -> None:
                 sum(d.reason in (QUOTA_EXCEEDED, UNKNOWN_QUOTA) for d in decisions),
                 stats.preemptions)))
     worst = max(v for (_, on), v in results.items() if on)
-    print(f"worst full cycle with quotas {worst:.0f} ms (target < 1000 ms: "
-          f"{'met' if worst < 1000 else 'MISSED'}); quotas on / off per policy: "
-          + ", ".join(f"{p} {results[(p, True)] / results[(p, False)]:.2f}x"
+    worst_cpu = max(v for (_, on), v in cpus.items() if on)
+    print(f"worst full cycle with quotas {worst:.0f} ms, {worst_cpu:.0f} ms CPU (target < "
+          f"1000 ms: {'met' if worst < 1000 else 'MISSED'}); quotas on / off per policy (CPU): "
+          + ", ".join(f"{p} {cpus[(p, True)] / cpus[(p, False)]:.2f}x"
                       for p in ("fifo", "priority", "backfill", "priority-preemption")))
 
 
@@ -201,10 +208,14 @@ def timed(fn: Any, repeat: int = 5) -> tuple[float, Any]:
 
 
 def measure(state: ClusterState, ordered: list[QueuedWrapper], policy: Policy, fit: Fit,
-            now: float) -> tuple[float, float, float, int, int]:
-    """Full cycle and head decision (each with its capacity snapshot), head alone."""
-    cycle_s, decisions = timed(lambda: admit(ordered, Capacity.of(state), policy, now, fit))
-    head_s, _ = timed(lambda: admit(ordered[:1], Capacity.of(state), policy, now, fit))
+            now: float, repeat: int) -> tuple[float, float, float, float, int, int]:
+    """Full cycle (wall and CPU) and head decision (each with its capacity snapshot),
+    head alone."""
+    cpu0 = time.process_time()
+    cycle_s, decisions = timed(lambda: admit(ordered, Capacity.of(state), policy, now, fit),
+                               repeat)
+    cpu_s = (time.process_time() - cpu0) / repeat
+    head_s, _ = timed(lambda: admit(ordered[:1], Capacity.of(state), policy, now, fit), 9)
     cap = Capacity.of(state)
     t0 = time.perf_counter()
     admit(ordered[:1], cap, policy, now, fit)
@@ -212,13 +223,15 @@ def measure(state: ClusterState, ordered: list[QueuedWrapper], policy: Policy, f
     stats = CycleStats()
     admit(ordered, Capacity.of(state), policy, now, fit, stats)
     dispatched = sum(d.decision == "dispatch" for d in decisions)
-    return cycle_s * 1e3, head_s * 1e3, head_only_s * 1e3, dispatched, stats.fit_checks
+    return (cycle_s * 1e3, cpu_s * 1e3, head_s * 1e3, head_only_s * 1e3, dispatched,
+            stats.fit_checks)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--wrappers", type=int, default=10_000)
-    ap.add_argument("--nodes", type=int, default=1_000)
+    ap.add_argument("--wrappers", type=int, default=50_000)
+    ap.add_argument("--nodes", type=int, default=5_000)
+    ap.add_argument("--repeat", type=int, default=3, help="full cycles timed per row")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-quota", action="store_true", help="skip the runs with quotas")
     args = ap.parse_args()
@@ -254,29 +267,31 @@ def main() -> None:
             fits: tuple[Fit, ...] = ("per-node", "aggregate")
             for fit in fits:
                 rows.append((state_name, policy_name, fit,
-                             *measure(state, ordered, policy, fit, now), queue_ms))
+                             *measure(state, ordered, policy, fit, now, args.repeat),
+                             queue_ms))
     cap_s, _ = timed(lambda: Capacity.of(state))
     print(f"  capacity snapshot of {args.nodes} nodes: {cap_s * 1e3:.1f} ms")
     print()
-    header = ("cluster", "policy", "fit", "cycle ms", "head ms", "head-only ms",
-              "dispatched", "fit checks", "queue build ms")
+    header = ("cluster", "policy", "fit", "cycle ms", "cycle cpu ms", "head ms",
+              "head-only ms", "dispatched", "fit checks", "queue build ms")
     print("  ".join(f"{h:>14}" for h in header))
     for r in rows:
         print("  ".join(f"{v:>14.1f}" if isinstance(v, float) else f"{v!s:>14}" for v in r))
     print()
     worst_cycle = max(r[3] for r in rows)
-    worst_head = max(r[4] for r in rows)
-    print(f"worst full cycle {worst_cycle:.0f} ms (target < 1000 ms: "
+    worst_cpu = max(r[4] for r in rows)
+    worst_head = max(r[5] for r in rows)
+    print(f"worst full cycle {worst_cycle:.0f} ms, {worst_cpu:.0f} ms CPU (target < 1000 ms: "
           f"{'met' if worst_cycle < 1000 else 'MISSED'}); worst head decision incl. snapshot "
-          f"{worst_head:.1f} ms (target < 10 ms: {'met' if worst_head < 10 else 'MISSED'}); "
+          f"{worst_head:.1f} ms (target < 5 ms: {'met' if worst_head < 5 else 'MISSED'}); "
           f"peak RSS {rss_mb():.0f} MB (target < 500 MB: {'met' if rss_mb() < 500 else 'MISSED'})")
     for state_name in ("empty", "fragmented"):
         for policy_name in ("fifo", "backfill"):
             pn = next(r for r in rows if r[:3] == (state_name, policy_name, "per-node"))
             ag = next(r for r in rows if r[:3] == (state_name, policy_name, "aggregate"))
             print(f"  {state_name}/{policy_name}: per-node cycle / aggregate cycle = "
-                  f"{pn[3] / max(ag[3], 1e-9):.1f}x; dispatched per-node {pn[6]} vs "
-                  f"aggregate {ag[6]}")
+                  f"{pn[4] / max(ag[4], 1e-9):.1f}x (CPU); dispatched per-node {pn[7]} vs "
+                  f"aggregate {ag[7]}")
     if not args.no_quota:
         quota_rows(args, wrappers)
 
