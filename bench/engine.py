@@ -270,7 +270,7 @@ def main() -> None:
                              *measure(state, ordered, policy, fit, now, args.repeat),
                              queue_ms))
     cap_s, _ = timed(lambda: Capacity.of(state))
-    print(f"  capacity snapshot of {args.nodes} nodes: {cap_s * 1e3:.1f} ms")
+    print(f"  capacity snapshot of {args.nodes} nodes: {cap_s * 1e3:.2f} ms")
     print()
     header = ("cluster", "policy", "fit", "cycle ms", "cycle cpu ms", "head ms",
               "head-only ms", "dispatched", "fit checks", "queue build ms")
