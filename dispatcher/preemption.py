@@ -42,6 +42,8 @@ allocatable -- and gives a hold back to its owner alone when the owner is consid
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -58,6 +60,7 @@ Labels = tuple[tuple[str, str], ...]
 FitGang = Callable[[Sequence[GangPodSet], Capacity], "list[Placement] | Shortfall"]
 
 MAX_CANDIDATES = 512
+_PRIORITY = operator.attrgetter("priority")
 MAX_SEARCHES = 8
 
 
@@ -220,19 +223,25 @@ class PreemptionSearch:
         self.gone: set[WrapperKey] = set()  # preempted earlier in this cycle
         self._admitted = admitted
         self._pool: list[AdmittedWrapper] | None = None
-        self._lowest = 0.0  # the lowest priority in the pool
+        self._lowest: float | None = None  # the lowest priority of the admitted
         self._failed: set[tuple[object, ...]] = set()
         self._freed: dict[WrapperKey, tuple[IndexArray, IntArray, dict[str, dict[str, int]]]] = {}
 
     @property
     def pool(self) -> list[AdmittedWrapper]:
-        """Who may be preempted at all (old enough); worked out at the first search, as
-        most cycles search for no one."""
+        """Who may be preempted at all (old enough); worked out at the first search that
+        may find someone."""
         if self._pool is None:
             guard = self.policy.min_running_seconds
             self._pool = [a for a in self._admitted if self.now - a.dispatched_at >= guard]
-            self._lowest = min((a.priority for a in self._pool), default=0.0)
         return self._pool
+
+    @property
+    def lowest(self) -> float:
+        """The lowest priority of the admitted wrappers (of the pool, or below)."""
+        if self._lowest is None:
+            self._lowest = min(map(_PRIORITY, self._admitted), default=math.inf)
+        return self._lowest
 
     @property
     def exhausted(self) -> bool:
@@ -265,9 +274,9 @@ class PreemptionSearch:
             if self.policy.preemption in ("reclaim", "lowerPriority"):
                 within = ledger.within_quota(w.labels, w.demand)
         by_priority = self.policy.preemption == "lowerPriority"
-        pool = self.pool
-        if not within and not (by_priority and prio > self._lowest):
+        if not within and not (by_priority and prio > self.lowest):
             return []  # nothing to reclaim, and no one of lower priority: no one may go
+        pool = self.pool
         useful = np.zeros(len(cap.names), dtype=bool)
         for g in w.gang:
             useful[cap.eligible_rows(g.pod_set.constraints)] = True
