@@ -211,6 +211,10 @@ class _Replay:
                 continue
             self.queue.put(w)
         self.wanted = {w.key for w in self.queue}
+        # Each queued wrapper's gang shape as a small number (cheaper to hash than the
+        # shape itself), filled in as cycles meet them.
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+        self._shapes: dict[WrapperKey, tuple[tuple[GangPodSet, ...], int]] = {}
         self.waiting = len(self.wanted)
 
     def _hopeless(self, w: QueuedWrapper, hopeless_of: Hopeless) -> str | None:
@@ -313,16 +317,26 @@ class _Replay:
         skip_small = not self.preempting
         free = view.free_total
         holds = self.holds
+        # blocks(), spelled out: this loop may walk the whole queue in every cycle.
+        backfill = self.policy.backfill
+        guard = self.policy.max_head_wait_seconds
         # Capacity only shrinks during a cycle: a demand too large once stays too large.
-        too_large: set[tuple[object, ...]] = set()
+        too_large: set[int] = set()
+        shapes = self._shapes
         for w in self.queue.lazily_ordered(t):
             if stats.blocked_by is not None:
                 if not holds:
                     return
                 if w.key not in holds:
                     continue
-            elif skip_small and not (holds and w.key in holds) and not blocks(self.policy, w, t):
-                shape = w.gang_key
+            elif skip_small and backfill and (guard is None or t - w.first_seen <= guard) \
+                    and not (holds and w.key in holds):
+                known = shapes.get(w.key)
+                if known is not None and known[0] is w.gang:
+                    shape = known[1]
+                else:
+                    shape = self._shape_ids.setdefault(w.gang_key, len(self._shape_ids))
+                    shapes[w.key] = (w.gang, shape)
                 if shape in too_large:
                     continue
                 if any(v > free.get(r, 0) for r, v in w.demand.items()):
