@@ -212,6 +212,7 @@ def admit(
     # Quota nodes a waiting wrapper holds the line at, for the wrappers under them only.
     quota_blocks: dict[tuple[str, str], QueuedWrapper] = {}
     head_seen = False
+    said: tuple[QueuedWrapper, str] | None = None  # the blocking head, and what waits say
     decisions: list[Decision] = []
     for w in ordered:
         stats.considered += 1
@@ -225,12 +226,12 @@ def admit(
         if blocking is not None and own_hold is None:
             # The head's own decision says why it waits; repeating that here would
             # rewrite every queued wrapper's status whenever the head's reason changes.
-            decisions.append(Decision(
-                w.namespace, w.name, "wait", BEHIND_HEAD,
-                f"waiting behind {blocking.namespace}/{blocking.name} at the head of the "
-                f"line ({policy.name} policy)",
-                effective_priority=prio,
-            ))
+            # The same words for everyone behind it: written once.
+            if said is None or said[0] is not blocking:
+                said = (blocking, f"waiting behind {blocking.namespace}/{blocking.name} at "
+                                  f"the head of the line ({policy.name} policy)")
+            decisions.append(Decision(w.namespace, w.name, "wait", BEHIND_HEAD, said[1],
+                                      effective_priority=prio))
             continue
         in_quota: QuotaCheck | None = None
         if ledger is not None and quota_blocks and own_hold is None:
