@@ -69,7 +69,10 @@ class ClusterState:
 
     # --- nodes --------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
-        if self._nodes.get(node.name) != node:  # status updates of a node change nothing
+        old = self._nodes.get(node.name)
+        # A node's status updates change nothing here; the same object again may have been
+        # changed in place.
+        if old is node or old != node:
             self._relayout()
         self._nodes[node.name] = node
         self._changed(node.name, node.allocatable)
