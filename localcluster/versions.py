@@ -138,7 +138,7 @@ WRAPPERS: dict[str, Wrapper] = {
     )
 }
 
-#: Build order: the slow Kubernetes build last, so a quick failure elsewhere shows early.
+#: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
     "etcd", "kwok", "kuberay", "training-operator", "crds", "kubernetes",
     "mxjob-operator", "jobset",
