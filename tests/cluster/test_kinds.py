@@ -9,12 +9,13 @@ failure (the Kubeflow operators' `restartPolicy: ExitCode` retries 128 and above
 on 1-127; a Job with `backoffLimit: 0` fails at once), and must end Failed. Deleting the
 AppWrappers removes what they created.
 
-What kwok cannot make an operator report is said per kind:
+What a kind cannot report is said per kind:
 - RayCluster, Deployment and StatefulSet never finish on their own: dispatch, pods,
   Running, teardown.
-- RayJob: KubeRay learns a job's end from the Ray dashboard of the head pod, and kwok's pods
-  serve nothing, so a RayJob never reaches SUCCEEDED or FAILED here: dispatch, the head,
-  worker and submitter pods, Running, teardown.
+- RayJob: KubeRay learns that a job succeeded from the Ray dashboard of the head pod, and
+  kwok's pods serve nothing, so a RayJob whose submitter pod succeeds stays RUNNING here:
+  dispatch, the head, worker and submitter pods, Running, teardown. Its failure needs no
+  dashboard: a submitter pod that fails (no retries) fails the RayJob, and the AppWrapper.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class Kind:
     id: str
     build: Callable[[str, bool], dict[str, Any]]  # (name, fail?) -> object
     pods: int  # what its operator creates: the test's own count, beside the dispatcher's
-    completes: bool = True  # the operator reports success / failure
+    succeeds: bool = True  # its operator reports success here
+    fails: bool = True  # and failure
 
 
 def kubeflow(kind: str, key: str, container_name: str, replicas: dict[str, int],
@@ -106,8 +108,9 @@ def jobset(name: str, fail: bool) -> dict[str, Any]:
 
 
 def pod(name: str, fail: bool) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            **template("main", FAIL if fail else SUCCEED, restartPolicy="Never")}
+    obj = template("main", FAIL if fail else SUCCEED, restartPolicy="Never")
+    obj["metadata"]["name"] = name
+    return {"apiVersion": "v1", "kind": "Pod", **obj}
 
 
 def replicated(kind: str) -> Callable[[str, bool], dict[str, Any]]:
@@ -137,12 +140,13 @@ def raycluster(name: str, fail: bool) -> dict[str, Any]:
 
 
 def rayjob(name: str, fail: bool) -> dict[str, Any]:
-    submitter = {"metadata": {"annotations": dict(RUN)},
+    submitter = {"metadata": {"annotations": dict(FAIL if fail else SUCCEED)},
                  "spec": {"restartPolicy": "Never", "containers": [
                      container(name="ray-job-submitter", image="rayproject/ray:2.9.0")]}}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
             "spec": {"entrypoint": "python -c 'print(42)'", "shutdownAfterJobFinishes": False,
-                     "rayClusterSpec": ray_cluster_spec(), "submitterPodTemplate": submitter}}
+                     "rayClusterSpec": ray_cluster_spec(), "submitterPodTemplate": submitter,
+                     "submitterConfig": {"backoffLimit": 0}}}
 
 
 KINDS = [
@@ -163,10 +167,10 @@ KINDS = [
     Kind("Job", batch_job, pods=2),
     Kind("JobSet", jobset, pods=2),
     Kind("Pod", pod, pods=1),
-    Kind("Deployment", replicated("Deployment"), pods=2, completes=False),
-    Kind("StatefulSet", replicated("StatefulSet"), pods=2, completes=False),
-    Kind("RayCluster", raycluster, pods=2, completes=False),
-    Kind("RayJob", rayjob, pods=3, completes=False),  # no Ray dashboard: see the docstring
+    Kind("Deployment", replicated("Deployment"), pods=2, succeeds=False, fails=False),
+    Kind("StatefulSet", replicated("StatefulSet"), pods=2, succeeds=False, fails=False),
+    Kind("RayCluster", raycluster, pods=2, succeeds=False, fails=False),
+    Kind("RayJob", rayjob, pods=3, succeeds=False),  # no Ray dashboard: see the docstring
 ]
 
 
@@ -238,7 +242,7 @@ def wait_gang(k: Kubectl, name: str, count: int) -> list[dict[str, Any]]:
 def test_wrapped_kind_runs_end_to_end(dispatcher: DispatcherProcess, kubectl: Kubectl,
                                       k: Kubectl, kind: Kind) -> None:
     ok = kind.build("ok", False)
-    bad = kind.build("bad", True) if kind.completes else None
+    bad = kind.build("bad", True) if kind.fails else None
     assert counted(ok) == kind.pods, "the dispatcher counts another number of pods"
     for obj in (ok, bad):
         if obj is not None:
@@ -251,15 +255,17 @@ def test_wrapped_kind_runs_end_to_end(dispatcher: DispatcherProcess, kubectl: Ku
     if bad is not None:
         wait_gang(k, "bad", counted(bad))
 
-    if kind.completes:
+    if kind.succeeds:
         done = reached(k, "ok", "Completed")
         assert done["state"] == "Completed" and done["conditions"][-1]["reason"] == "PodsCompleted"
+    else:
+        now = status(k, "ok")
+        assert now["state"] == "Running", now
+        assert now["running"] + now["Succeeded"] == kind.pods, now
+    if bad is not None:
         failed = reached(k, "bad", "Failed")
         assert failed["state"] == "Failed", failed
         assert failed["conditions"][-1]["reason"] == "WrappedObjectFailed", failed
-    else:
-        now = status(k, "ok")
-        assert now["state"] == "Running" and now["running"] == kind.pods, now
 
     # Teardown: deleting the AppWrappers removes the objects they created and the pods.
     k("delete", "appwrappers", "--all", "--wait=false")
