@@ -434,7 +434,6 @@ def _training_args(kubeconfig: str, probe_port: int) -> list[str]:
             "--webhook-server-port", str(_free_port()), "--leader-elect=false"]
 
 
-
 def _binaries(required: bool = True) -> dict[str, Path]:
     out: dict[str, Path] = {}
     wanted = {
