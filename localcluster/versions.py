@@ -21,9 +21,10 @@ KWOK = "v0.7.0"
 KUBERAY = "v1.5.1"
 #: Kubeflow training operator v1 and its CRDs (``github.com/kubeflow/training-operator``).
 TRAINING_OPERATOR = "v1.9.3"
-#: The last training-operator release that ships the MXJob CRD (CRD only).
+#: The last training-operator release with MXJob: its CRD, and its operator run with only the
+#: MXJob controller enabled beside TRAINING_OPERATOR.
 TRAINING_OPERATOR_MXJOB = "v1.8.1"
-#: JobSet CRD (``sigs.k8s.io/jobset``), CRD only.
+#: JobSet controller and CRD (``sigs.k8s.io/jobset``).
 JOBSET = "v0.10.1"
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0"}
@@ -116,6 +117,18 @@ WRAPPERS: dict[str, Wrapper] = {
             binaries=("training-operator.v1",),
         ),
         Wrapper(
+            name="mxjob-operator",
+            requires={"github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB},
+            packages=("github.com/kubeflow/training-operator/cmd/training-operator.v1",),
+            binaries=("training-operator.v1",),
+        ),
+        Wrapper(
+            name="jobset",
+            requires={"sigs.k8s.io/jobset": JOBSET},
+            packages=("sigs.k8s.io/jobset",),
+            binaries=("jobset",),
+        ),
+        Wrapper(
             name="crds",
             requires={
                 "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
@@ -125,9 +138,10 @@ WRAPPERS: dict[str, Wrapper] = {
     )
 }
 
-#: Build order: the slow Kubernetes build last, so a quick failure elsewhere shows early.
+#: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
-    "etcd", "kwok", "kuberay", "training-operator", "crds", "kubernetes"
+    "etcd", "kwok", "kuberay", "training-operator", "crds", "kubernetes",
+    "mxjob-operator", "jobset",
 )
 
 
