@@ -212,7 +212,9 @@ def cleanup(kubectl: Kubectl, baseline: set[str], env: dict[str, str]) -> None:
 
     def gone() -> bool:
         names = {n["metadata"]["name"] for n in kubectl.items("namespaces")}
-        return not (names - baseline) and not kubectl.items("appwrappers", "-A")
+        # No AppWrapper CRD (a suite that installs none) is no AppWrapper either.
+        left = kubectl.run("get", "appwrappers", "-A", "-o", "name", check=False).stdout
+        return not (names - baseline) and not left.strip()
 
     wait_for(gone, 180, "the suite's namespaces and AppWrappers to be gone")
 
