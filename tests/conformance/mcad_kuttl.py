@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.newer_job_conditions:
         expected = {name: {"result": "pass"} for name in expected}
     work = out_dir()
+    if (work / "dispatcher" / "dispatcher.pid").exists():  # left by an interrupted run
+        subprocess.run([sys.executable, str(HERE / "ctl.py"), "stop"], check=False,
+                       env={**os.environ, "CONFORMANCE_STATE": str(work / "dispatcher")})
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     t0 = time.monotonic()
