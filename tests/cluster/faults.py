@@ -151,7 +151,11 @@ class Sampler:
         capacity = sum(int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
                        for n in nodes
                        if not (n.get("spec") or {}).get("unschedulable"))
-        bound_gpus = sum(_gpus(p) for p in all_pods if (p.get("spec") or {}).get("nodeName")
+        # A pod bound to a node that is gone (until the pod garbage collector deletes
+        # it) holds nothing the remaining nodes offer.
+        names = {n["metadata"]["name"] for n in nodes}
+        bound_gpus = sum(_gpus(p) for p in all_pods
+                         if (p.get("spec") or {}).get("nodeName") in names
                          and (p.get("status") or {}).get("phase") not in ("Succeeded",
                                                                          "Failed"))
         by_aw: dict[str, Counter[str]] = defaultdict(Counter)
@@ -219,7 +223,13 @@ def final_check(api: Any, namespace: str, names: list[str], report: Report,
 
 
 def completed(api: Any, namespace: str) -> int:
-    aws = _get(api, f"/apis/workload.codeflare.dev/v1beta1/namespaces/{namespace}/appwrappers")
+    """How many AppWrappers completed; -1 while the API server does not answer (the
+    outage test stops it)."""
+    try:
+        aws = _get(api, "/apis/workload.codeflare.dev/v1beta1/namespaces/"
+                   f"{namespace}/appwrappers")
+    except Exception:
+        return -1
     return sum(1 for a in aws["items"] if (a.get("status") or {}).get("state") == "Completed")
 
 
