@@ -8,9 +8,10 @@ kuttl reads its test steps where they lie. Only these differ, each for a reason:
 
 - the TestSuite files are the project's (tests/conformance/suites/): MCAD's helm install
   becomes `dispatcher run` (tests/conformance/ctl.py), same tests, same timeouts;
-- a few step files that act on MCAD's own installation are replaced by the project's
+- the step files that act on MCAD's own installation are replaced by the project's
   (tests/conformance/steps/): the restart deletes MCAD's pod -> kill and restart the
-  dispatcher; asserts on MCAD's helm Deployment -> the dispatcher's /healthz;
+  dispatcher; in asserts, MCAD's helm Deployment -> the dispatcher's /healthz
+  (INSTALL_ASSERTS);
 - MCAD's manifests that the API server refuses are patched minimally (PATCHES below).
 
 For a test case with a replaced or patched file, kuttl runs a copy of the case directory
@@ -96,18 +97,66 @@ def out_dir() -> Path:
 # ------------------------------------------------------------------ what kuttl runs
 
 
-# Only with --newer-job-conditions: MCAD's two asserts that a Job's status.conditions list is
-# exactly [Complete] (Kubernetes >= 1.31 lists SuccessCriteriaMet first) become a check
-# that Complete is True, so the steps after them run too.
-NEWER_JOB_CONDITIONS = "newer-job-conditions"
+# Only with --newer-job-conditions: in MCAD's two asserts that a Job's status.conditions list
+# is exactly [Complete] (Kubernetes >= 1.31 lists SuccessCriteriaMet first), that list is
+# checked by a command instead (Complete is True), so the steps after them run too.
+JOB_CONDITION_ASSERTS = (
+    "test/e2e-kuttl-deployment-01/steps/03-assert.yaml",
+    "test/e2e-kuttl-extended-resources/steps/02-assert.yaml",
+)
+_COMPLETE = ("test \"$(kubectl get job -n {ns} {name} -o jsonpath="
+             "'{{.status.conditions[?(@.type==\"Complete\")].status}}')\" = True")
 
 
-def _replacements(newer_job_conditions: bool = False) -> dict[str, Path]:
+# MCAD's asserts on its own installation (its helm release's Deployment
+# kube-system/mcad-controller has a replica available): that object becomes a check that the
+# dispatcher's /healthz answers 200; the rest of the file is MCAD's.
+INSTALL_ASSERTS = (
+    "test/e2e-kuttl-deployment-01/steps/04-assert.yaml",
+    "test/e2e-kuttl-deployment-02/steps/03-assert.yaml",
+)
+
+
+def _is_mcad_install(doc: dict[str, Any]) -> bool:
+    meta = doc.get("metadata") or {}
+    return (doc.get("kind"), meta.get("namespace"), meta.get("name")) == (
+        "Deployment", "kube-system", "mcad-controller")
+
+
+def _install_checked_by_healthz(file: str, dest: Path) -> None:
+    docs = [d for d in yaml.safe_load_all((MCAD_KUTTL / file).read_text()) if d]
+    kept = [d for d in docs if not _is_mcad_install(d)]
+    if len(kept) == len(docs):
+        raise SystemExit(f"{file}: no assert on MCAD's Deployment any more: MCAD's file changed")
+    step = {"apiVersion": "kuttl.dev/v1beta1", "kind": "TestAssert",
+            "commands": [{"script": "$DISPATCHER_CTL healthy"}]}
+    dest.write_text(f"# {file} of MCAD (tests/conformance/mcad_kuttl.py): its assert on MCAD's "
+                    "helm Deployment kube-system/mcad-controller is the dispatcher's /healthz\n"
+                    + yaml.safe_dump_all([step, *kept], sort_keys=False))
+
+
+def _replacements() -> dict[str, Path]:
     """MCAD file (relative to MCAD_KUTTL/test) -> the project's replacement."""
-    out: dict[str, Path] = {}
-    for d in ["steps", *([NEWER_JOB_CONDITIONS] if newer_job_conditions else [])]:
-        out.update({str(p.relative_to(HERE / d)): p for p in (HERE / d).rglob("*.yaml")})
-    return out
+    steps = HERE / "steps"
+    return {str(p.relative_to(steps)): p for p in steps.rglob("*.yaml")}
+
+
+def _job_conditions_checked_by_command(file: str, dest: Path) -> None:
+    """MCAD's assert, but each Job's exact conditions list becomes a Complete=True check."""
+    docs = [d for d in yaml.safe_load_all((MCAD_KUTTL / file).read_text()) if d]
+    commands = []
+    for d in docs:
+        if d.get("kind") == "Job" and "conditions" in (d.get("status") or {}):
+            del d["status"]["conditions"]
+            meta = d["metadata"]
+            commands.append({"script": _COMPLETE.format(ns=meta["namespace"],
+                                                        name=meta["name"])})
+    if not commands:
+        raise SystemExit(f"{file}: no Job conditions to check any more: MCAD's file changed")
+    step = {"apiVersion": "kuttl.dev/v1beta1", "kind": "TestAssert", "commands": commands}
+    dest.write_text(f"# {file} of MCAD, with --newer-job-conditions (tests/conformance/"
+                    "mcad_kuttl.py): the Jobs' status.conditions checked by a command\n"
+                    + yaml.safe_dump_all([step, *docs], sort_keys=False))
 
 
 def _patched(patch: Patch, dest: Path) -> None:
@@ -129,10 +178,12 @@ def test_dirs(test_dir: str, views: Path, newer_job_conditions: bool = False) ->
     """MCAD's test directory, or a view of it where some file is replaced or patched."""
     src = MCAD_KUTTL / test_dir
     rel = str(Path(test_dir).relative_to("test"))
-    replaced = {k: v for k, v in _replacements(newer_job_conditions).items()
-                if k.startswith(rel + "/")}
+    replaced = {k: v for k, v in _replacements().items() if k.startswith(rel + "/")}
     patched = {p.file: p for p in PATCHES if p.file.startswith(test_dir.rstrip("/") + "/")}
-    if not replaced and not patched:
+    conditions = {f for f in JOB_CONDITION_ASSERTS if newer_job_conditions
+                  and f.startswith(test_dir.rstrip("/") + "/")}
+    install = {f for f in INSTALL_ASSERTS if f.startswith(test_dir.rstrip("/") + "/")}
+    if not replaced and not patched and not conditions and not install:
         return str(src)
     view = views / rel
     shutil.rmtree(view, ignore_errors=True)
@@ -145,6 +196,10 @@ def test_dirs(test_dir: str, views: Path, newer_job_conditions: bool = False) ->
                 shutil.copyfile(replaced[key], dest)
             elif f"test/{key}" in patched:
                 _patched(patched[f"test/{key}"], dest)
+            elif f"test/{key}" in conditions:
+                _job_conditions_checked_by_command(f"test/{key}", dest)
+            elif f"test/{key}" in install:
+                _install_checked_by_healthz(f"test/{key}", dest)
             else:
                 dest.symlink_to(f)
     return str(view)
