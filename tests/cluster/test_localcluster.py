@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -207,6 +208,31 @@ def test_pod_outcomes(k: Kubectl) -> None:
     # Deleting pods works without a kubelet.
     k("delete", "pod", "--all", "--wait=true", timeout=60)
     assert pods(k) == []
+
+
+def test_pods_that_only_sleep_finish_after_their_sleep(k: Kubectl) -> None:
+    """As on a real node (MCAD's kuttl suites rely on it): `sleep N` succeeds after N s."""
+    def sleeper(name: str, command: list[str], args: list[str] | None = None
+                ) -> dict[str, Any]:
+        p = pod(name)
+        p["spec"]["containers"][0].update(command=command, **({"args": args} if args else {}))
+        return p
+
+    k.apply([sleeper("sh-sleep", ["sh", "-c", "sleep 2\n"]),
+             sleeper("bash-sleep", ["/bin/bash", "-c", "--"], ["sleep 1;"]),
+             sleeper("forever", ["sh", "-c", "sleep infinity"]),
+             sleeper("loop", ["/bin/sh", "-c", "while true; do sleep 1; done"])])
+    done = wait_phase(k, "sh-sleep", "Succeeded")
+    term = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    running = k.json("pod", "sh-sleep")["status"]["startTime"]
+    wait_phase(k, "bash-sleep", "Succeeded")
+    # Not before its sleep is over: Running at startTime, finished 2 s later or more.
+    started = datetime.fromisoformat(running.replace("Z", "+00:00"))
+    finished = datetime.fromisoformat(term["finishedAt"].replace("Z", "+00:00"))
+    assert (finished - started).total_seconds() >= 2
+    for name in ("forever", "loop"):
+        assert phase(k.json("pod", name)) == "Running"
 
 
 def test_node_profiles(k: Kubectl, kubectl: Kubectl, node_profile: Any) -> None:
