@@ -16,6 +16,7 @@ whole gangs to tear down first (see dispatcher.preemption).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +25,21 @@ from typing import Literal
 from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
 from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import (
+    Candidate,
+    Scale,
+    Shrink,
+    at_minimum,
+    demand_at,
+    grow,
+    newly_admitted,
+    rank,
+    shrink_search,
+)
 from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.elastic import describe, lowest
 from dispatcher.fit.gang import (
+    NEVER_FITS,
     GangPodSet,
     Placement,
     Shortfall,
@@ -35,6 +49,12 @@ from dispatcher.fit.gang import (
     place_aggregate,
 )
 from dispatcher.kinds import InvalidItem, item_pod_sets
+from dispatcher.kinds.elastic import (
+    ElasticSet,
+    declared_sets,
+    from_min_available,
+    tolerant_sets,
+)
 from dispatcher.preemption import (
     AdmittedWrapper,
     Hold,
@@ -75,6 +95,11 @@ class Decision:
     reclaims: tuple[WrapperKey, ...] = ()  # those of them taken for the quota they borrow
     # Where it sits (or would) in each quota tree, and whether it borrows there.
     quota: tuple[QuotaPlacement, ...] = ()
+    # An elastic gang's dispatch: its pods per elastic set (its minimum, and what it
+    # grew by in the same cycle); `placements` hold them all.
+    elastic: tuple[int, ...] = ()
+    # `preempt` by scaling in: the elastic wrappers to shrink first (dispatcher.elastic).
+    shrinks: tuple[Scale, ...] = ()
 
     @property
     def key(self) -> WrapperKey:
@@ -97,14 +122,23 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     """The queue entry of an AppWrapper; invalid items make it invalid, not an error."""
     gang: list[GangPodSet] = []
     problems: list[str] = []
+    declared: list[ElasticSet] = []
+    tolerant: list[ElasticSet] = []
     for i, item in enumerate(aw.spec.resources.GenericItems):
         custom = [c.model_dump() for c in item.custompodresources]
         try:
             sets = item_pod_sets(item.generictemplate, custom or None, index=i)
+            if not custom:
+                declared += declared_sets(item.generictemplate, sets, i, len(gang))
+                tolerant += tolerant_sets(item.generictemplate, sets, i, len(gang))
         except InvalidItem as e:
             problems.append(f"spec.resources.GenericItems[{i}]: {e}")
             continue
         gang.extend(GangPodSet(i, ps) for ps in sets)
+    minimum = aw.spec.schedulingSpec.minAvailable
+    if not declared and minimum is not None:
+        ranged = from_min_available(tolerant, [g.pod_set.count for g in gang], minimum)
+        declared = [ranged] if ranged is not None else []
     return QueuedWrapper(
         namespace=aw.metadata.namespace,
         name=aw.metadata.name,
@@ -115,6 +149,7 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
         priority_slope=aw.spec.priorityslope,
         invalid=problems_message(problems) or None,
         labels=tuple(sorted(aw.metadata.labels.items())),
+        elastic=tuple(declared) if not problems else (),
     )
 
 
@@ -179,6 +214,7 @@ def admit(
     quota: QuotaLedger | None = None,
     admitted: Sequence[AdmittedWrapper] = (),
     holds: Mapping[WrapperKey, Hold] | None = None,
+    scaling: list[Scale] | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -191,6 +227,10 @@ def admit(
     are placed, and each dispatch adds to the usage, so the caller sees it afterwards.
     `admitted` are the dispatched and running wrappers, which a policy with preemption
     may tear down. `holds` is the room kept for preemptors until they dispatch.
+
+    Elastic gangs (dispatcher.elastic) are admitted at their minimum and grown in the
+    same cycle by what is left; pass `scaling` to have the admitted ones grown too (their
+    scale-outs are appended to it). Scale-ins come as `preempt` decisions' `shrinks`.
     """
     stats = stats if stats is not None else CycleStats()
     fit_gang, hopeless_gang = (
@@ -213,8 +253,13 @@ def admit(
     quota_blocks: dict[tuple[str, str], QueuedWrapper] = {}
     head_seen = False
     decisions: list[Decision] = []
+    seen: dict[WrapperKey, QueuedWrapper] = {}
+    elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
+    shrinking: set[WrapperKey] = set()  # scaled in this cycle: neither grown nor shrunk again
     for w in ordered:
         stats.considered += 1
+        seen[w.key] = w
+        w = at_minimum(w)
         prio = w.effective_priority(now)
         if w.invalid is not None:
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
@@ -287,11 +332,13 @@ def admit(
                 if ledger is not None and in_quota is not None:
                     ledger.add(_consumer(w, prio, now))
                     quota_text = in_quota.describe()
-                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text)))
+                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text,
+                                                  _minimum_message(w))))
                 decisions.append(Decision(
                     w.namespace, w.name, "dispatch", DISPATCH, _with_notes(message, in_quota),
                     tuple(result), effective_priority=prio,
-                    quota=in_quota.placements if in_quota is not None else ()))
+                    quota=in_quota.placements if in_quota is not None else (),
+                    elastic=lowest(w.elastic)))
                 continue
             if own_hold is not None:
                 for node, part in own_hold:
@@ -312,6 +359,14 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "wait", hopeless.reason,
                                       hopeless.message, effective_priority=prio))
             continue
+        if own_hold is None and elastic_pool:
+            shrink = shrink_search(w, prio, capacity, elastic_pool, policy, now, ledger,
+                                   gone=shrinking | (search.gone if search else set()))
+            if shrink is not None:
+                decisions.append(_shrink(w, shrink, capacity, ledger, elastic_pool, prio,
+                                         now, stats))
+                shrinking.update(s.key for s in shrink.scales)
+                continue
         if own_hold is None and search is not None:
             found = search.search(w, capacity)
             if found is not None:
@@ -330,7 +385,84 @@ def admit(
         if blocks(policy, w, now):
             blocking = w
             stats.blocked_by = w.key
+    if fit == "per-node":
+        gone = shrinking | (search.gone if search is not None else set())
+        _grow(decisions, seen, elastic_pool if scaling is not None else [], gone, capacity,
+              policy, ledger, scaling)
     return decisions
+
+
+# Waits that room on a node would not end: they never keep an elastic gang from growing.
+_NOT_FOR_ROOM = frozenset({NEVER_FITS, UNKNOWN_QUOTA, AWAITING_PREEMPTION, INVALID})
+
+
+def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
+          pool: Sequence[AdmittedWrapper], gone: set[WrapperKey], capacity: Capacity,
+          policy: Policy, ledger: QuotaLedger | None, scaling: list[Scale] | None) -> None:
+    """Grow the elastic gangs dispatched in this cycle (their decisions are rewritten)
+    and, into `scaling`, the admitted ones of `pool` (see dispatcher.elastic)."""
+    candidates: list[Candidate] = []
+    new: dict[WrapperKey, int] = {}
+    blockers = []
+    for i, d in enumerate(decisions):
+        w = seen.get(d.key)
+        if w is None:
+            continue
+        if d.decision == "dispatch" and d.elastic:
+            new[d.key] = i
+            candidates.append(Candidate(d.key, rank(policy, d.effective_priority, w.first_seen),
+                                        w.labels, newly_admitted(w)))
+        elif d.decision == "wait" and d.reason not in _NOT_FOR_ROOM:
+            blockers.append((rank(policy, d.effective_priority, w.first_seen),
+                             at_minimum(w).gang))
+    for a in pool:
+        if a.elastic is not None and a.key not in gone and a.key not in seen:
+            candidates.append(Candidate(a.key, rank(policy, a.priority, a.elastic.first_seen),
+                                        a.labels, a.elastic))
+    if not candidates:
+        return
+    for s in grow(candidates, blockers, capacity, ledger):
+        at = new.get(s.key)
+        if at is None:
+            if scaling is not None:
+                scaling.append(s)
+            continue
+        d = decisions[at]
+        decisions[at] = dataclasses.replace(
+            d, elastic=s.after, placements=tuple(sorted(
+                (*d.placements, *s.placements), key=lambda p: (p.item, p.pod_set, p.pod))),
+            message=f"{d.message}; {s.message}")
+
+
+def _minimum_message(w: QueuedWrapper) -> str:
+    if not w.elastic:
+        return ""
+    return f"admitted at its minimum, {describe(w.elastic, lowest(w.elastic))}"
+
+
+def _shrink(w: QueuedWrapper, found: Shrink, capacity: Capacity, ledger: QuotaLedger | None,
+            pool: Sequence[AdmittedWrapper], prio: float, now: float,
+            stats: CycleStats) -> Decision:
+    """Record a scale-in for `w`: its room is held as it will be until it dispatches,
+    and the wrappers scaled in count at their new size."""
+    take_hold(capacity, [PlannedPod(p.node, p.request) for p in found.placements
+                         if p.node is not None])
+    placed = QuotaCheck()
+    if ledger is not None:
+        by_key = {a.key: a for a in pool}
+        for s in found.scales:
+            old = ledger.remove(s.key)
+            e = by_key[s.key].elastic
+            if old is not None and e is not None:
+                ledger.add(dataclasses.replace(old, demand=demand_at(e.gang, e.sets, s.after)),
+                           force=True)
+        placed = ledger.add(_consumer(w, prio, now), force=True)
+    stats.preemptions += 1
+    message = found.message(_placed_message(found.placements, "per-node"))
+    if placed.placements:
+        message += "; " + placed.describe()
+    return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, found.placements,
+                    effective_priority=prio, quota=placed.placements, shrinks=found.scales)
 
 
 def _behind_quota(ledger: QuotaLedger, w: QueuedWrapper,
