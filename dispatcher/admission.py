@@ -29,6 +29,7 @@ from dispatcher.elastic import (
     Candidate,
     Scale,
     Shrink,
+    admitted_now,
     at_minimum,
     demand_at,
     grow,
@@ -165,23 +166,36 @@ def is_admitted(aw: AppWrapper) -> bool:
 
 
 def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,
-                             preempted: Iterable[WrapperKey] = ()) -> AdmittedWrapper:
+                             preempted: Iterable[WrapperKey] = (),
+                             pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
     """The record `admit` needs of a dispatched or running AppWrapper.
 
     holdings: ``ClusterState.holdings(key)``; preempted: the victims of the Hold it was
     dispatched from, if any. Its priority is the effective priority it was dispatched
     with (status.systempriority), else spec.priority; dispatched_at the time of its
-    Dispatched condition, else `now`.
+    Dispatched condition, else `now`. An elastic one runs at the size its status records
+    (status.elasticPods); `pods`, its bound pods by name, say which a scale-in removes.
     """
     queued = queued_from_appwrapper(aw, first_seen_of(aw, now))
     dispatched = next((c for c in reversed(aw.status.conditions) if c.type == "Dispatched"),
                       None)
     stamp = dispatched.lastTransitionMicroTime if dispatched is not None else None
-    return AdmittedWrapper(
-        queued.namespace, queued.name, queued.uid,
-        aw.status.systempriority or float(aw.spec.priority), queued.demand,
-        tuple(holdings), stamp.timestamp() if stamp is not None else now, queued.labels,
-        tuple(preempted))
+    return admitted_record(queued, aw.status.systempriority or float(aw.spec.priority),
+                           holdings, stamp.timestamp() if stamp is not None else now,
+                           preempted, aw.status.elasticPods, pods)
+
+
+def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[PlannedPod],
+                    dispatched_at: float, preempted: Iterable[WrapperKey] = (),
+                    recorded: Sequence[int] = (),
+                    pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
+    """An admitted wrapper's record from its queue entry (see admitted_from_appwrapper)."""
+    elastic = (admitted_now(queued, recorded, queued.first_seen, pods) if queued.elastic
+               else None)
+    need = demand_at(queued.gang, elastic.sets, elastic.counts) if elastic else queued.demand
+    return AdmittedWrapper(queued.namespace, queued.name, queued.uid, priority, need,
+                           tuple(holdings), dispatched_at, queued.labels, tuple(preempted),
+                           elastic)
 
 
 def first_seen_of(aw: AppWrapper, default: float) -> float:

@@ -32,6 +32,7 @@ admits elastic gangs at their minimum and leaves them there.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -334,6 +335,48 @@ def _fits(w: QueuedWrapper, cap: Capacity, givers: Sequence[_Giver],
                 trial.give(p.node, p.request)
     result = place(w.gang, trial)
     return None if isinstance(result, Shortfall) else result
+
+
+def recorded_counts(w: QueuedWrapper, recorded: Sequence[int]) -> Counts:
+    """The size an admitted wrapper runs with: `recorded` (its status.elasticPods) when
+    it fits its sets, else its declared counts kept in range (an object created before
+    the size was recorded has them)."""
+    sets = w.elastic
+    if len(recorded) == len(sets) and all(s.low <= c <= s.high
+                                          for s, c in zip(sets, recorded, strict=True)):
+        return tuple(recorded)
+    return tuple(min(max(w.gang[s.position].pod_set.count, s.low), s.high) for s in sets)
+
+
+_INDEX = re.compile(r"-(\d+)$")
+
+
+def removal_order(w: QueuedWrapper, pods: Iterable[tuple[str, PlannedPod]]
+                  ) -> tuple[tuple[PlannedPod, ...], ...]:
+    """Per elastic set of `w`, its bound pods (name, pod) in the order a scale-in removes
+    them: the highest replica index first (the Kubeflow operators name pods
+    ``<job>-<type>-<index>`` and delete those at or above the new count). A pod is of the
+    set whose request it has; where sets share a request, of the one whose name (a
+    replica type, a Ray group) its own name contains."""
+    out: list[list[tuple[int, str, PlannedPod]]] = [[] for _ in w.elastic]
+    shapes = [dict(w.gang[s.position].pod_set.request) for s in w.elastic]
+    hints = [f"-{s.name.rsplit('/', 1)[-1].lower()}-" for s in w.elastic]
+    for name, pod in pods:
+        fits = [j for j, shape in enumerate(shapes) if shape == dict(pod.request)]
+        if len(fits) > 1:
+            fits = [j for j in fits if hints[j] in name.lower()] or fits
+        if fits:
+            m = _INDEX.search(name)
+            out[fits[0]].append((int(m.group(1)) if m else -1, name, pod))
+    return tuple(tuple(p for _, _, p in sorted(row, key=lambda x: (x[0], x[1]), reverse=True))
+                 for row in out)
+
+
+def admitted_now(w: QueuedWrapper, recorded: Sequence[int], first_seen: float,
+                 pods: Iterable[tuple[str, PlannedPod]]) -> ElasticNow:
+    """An admitted elastic wrapper's record for the core (see ElasticNow)."""
+    return ElasticNow(w.elastic, recorded_counts(w, recorded), w.gang, first_seen,
+                      removal_order(w, pods))
 
 
 def demand_at(gang: Sequence[GangPodSet], sets: Sequence[ElasticSet],
