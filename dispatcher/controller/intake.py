@@ -30,6 +30,7 @@ from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .memory import Memory
+from .scaling import follow_size
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
 
@@ -283,6 +284,7 @@ class Intake:
             self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
+        follow_size(t)  # an elastic gang's pods follow its size
         t.completable = tuple(
             i for i, item in enumerate(aw.spec.resources.GenericItems)
             if item_outcome(item.generictemplate, item.completionstatus) is not None
