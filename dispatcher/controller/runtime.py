@@ -450,7 +450,8 @@ class Dispatcher:
         self._set_counts(t)
         t.check_at = v.check_at
         if v.action == "running":
-            change.condition(ConditionType.Running, Reason.PodsRunning, v.message)
+            change.condition(ConditionType.Running,
+                             *self.scaling.running(t, Reason.PodsRunning, v.message))
             t.status.state = "Running"
             if await self._commit(change):
                 t.phase = "running"
@@ -580,14 +581,14 @@ class Dispatcher:
 
     async def _admit(self, now: float) -> int:
         ordered = list(self.m.queue.ordered(now))
-        if not ordered:
+        elastic = self.scaling.any_elastic(self.m.tracked)  # may grow with nothing queued
+        if not ordered and not elastic:
             return 0
         capacity = Capacity.of(self.m.state)
         sharing = self.m.sharing
         forest = sharing.forest()
         admitted = sharing.admitted(self.m.tracked, self.m.state) \
-            if forest is not None or self.policy.preemption != "never" \
-            or self.scaling.any_elastic(self.m.tracked) else []
+            if forest is not None or self.policy.preemption != "never" or elastic else []
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
         scales: list[Scale] = []

@@ -99,6 +99,8 @@ class Scaling:
         self.owed: dict[tuple[str, str], tuple[int, ...]] = {}
         # Scale-ins decided while the wrapper was busy: a preemptor holds room for them.
         self.deferred: dict[tuple[str, str], Scale] = {}
+        # The last change of size, which the Running condition keeps saying.
+        self.last: dict[tuple[str, str], Scale] = {}
 
     @staticmethod
     def any_elastic(tracked: Mapping[tuple[str, str], Tracked]) -> bool:
@@ -116,6 +118,15 @@ class Scaling:
         t.status.elasticPods = []
         self.owed.pop(t.key, None)
         self.deferred.pop(t.key, None)
+        self.last.pop(t.key, None)
+
+    def running(self, t: Tracked, reason: str, message: str) -> tuple[str, str]:
+        """The Running condition's reason and message: after a change of size, its
+        reason (ScaledOut, ScaledIn) and what changed, beside the pod counts."""
+        s = self.last.get(t.key)
+        if s is None or list(s.after) != t.status.elasticPods:
+            return reason, message
+        return s.reason, f"{s.message}; {message}"
 
     def defer(self, t: Tracked, s: Scale, now: float) -> None:
         self.deferred[t.key] = s
@@ -153,6 +164,7 @@ class Scaling:
             return
         follow_size(t)
         self.owed[t.key] = s.after
+        self.last[t.key] = s
         log.info("%s/%s: %s", *t.key, s.message)
         await self.writer.event(t.key[0], event_body(t, s.reason, s.message, False, now))
         await self.patch(t)

@@ -70,7 +70,8 @@ def test_elastic_pytorchjob_grows_when_room_frees_and_shrinks_for_priority(
     aw = aw_of(k, "elastic")
     assert aw["status"]["elasticPods"] == [4]
     assert latest(aw)["reason"] == "ScaledOut"
-    assert latest(aw)["message"].startswith("scaled out to 4 workers (from 2 workers)")
+    # (in one step or two, as the blocker's pods finish)
+    assert latest(aw)["message"].startswith("scaled out to 4 workers (from ")
     assert any(e.get("reason") == "ScaledOut" for e in events(k, "elastic"))
     assert aw["status"]["state"] == "Running"
 
