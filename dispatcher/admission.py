@@ -417,24 +417,22 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
     and, into `scaling`, the admitted ones of `pool` (see dispatcher.elastic)."""
     candidates: list[Candidate] = []
     new: dict[WrapperKey, int] = {}
-    blockers = []
     for i, d in enumerate(decisions):
         w = seen.get(d.key)
-        if w is None:
-            continue
-        if d.decision == "dispatch" and d.elastic:
+        if w is not None and d.decision == "dispatch" and d.elastic:
             new[d.key] = i
             candidates.append(Candidate(d.key, rank(policy, d.effective_priority, w.first_seen),
                                         w.labels, newly_admitted(w)))
-        elif d.decision == "wait" and d.reason not in _NOT_FOR_ROOM:
-            blockers.append((rank(policy, d.effective_priority, w.first_seen),
-                             at_minimum(w).gang))
     for a in pool:
         if a.elastic is not None and a.key not in gone and a.key not in seen:
             candidates.append(Candidate(a.key, rank(policy, a.priority, a.elastic.first_seen),
                                         a.labels, a.elastic))
     if not candidates:
-        return
+        return  # the usual cycle: no elastic gang, nothing more to do
+    blockers = [(rank(policy, d.effective_priority, w.first_seen), at_minimum(w).gang)
+                for d in decisions
+                if d.decision == "wait" and d.reason not in _NOT_FOR_ROOM
+                and (w := seen.get(d.key)) is not None]
     for s in grow(candidates, blockers, capacity, ledger):
         at = new.get(s.key)
         if at is None:

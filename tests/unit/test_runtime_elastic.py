@@ -1,0 +1,82 @@
+"""Elastic gangs in the controller against an in-memory API: the object is created at the
+size admitted, patched when the core grows it, and the status says what changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.api.models import parse_appwrapper
+from dispatcher.controller.scaling import _patch
+from dispatcher.kinds.elastic import ElasticSet
+from dispatcher.lifecycle import PodCounts, judge
+
+from .elastic_world import pytorchjob
+from .fake_kube import FakeKube
+from .test_runtime import Clock, appwrapper, aw_status, job, node, run, started
+
+
+def elastic(name: str, low: int, high: int) -> dict[str, Any]:
+    aw = pytorchjob(name, low=low, high=high, master=False, namespace="team")
+    return appwrapper(name, aw["spec"]["resources"]["GenericItems"][0]["generictemplate"],
+                      created=2)
+
+
+def worker_replicas(kube: FakeKube, name: str) -> int:
+    obj = kube.get("kubeflow.org/v1", "PyTorchJob", "team", name)
+    assert obj is not None, f"PyTorchJob {name} was not created"
+    replicas: int = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"]
+    return replicas
+
+
+def test_created_at_the_size_admitted_then_patched_as_it_grows() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for i in range(4):
+            kube.put(node(f"n{i}"))
+        kube.put(appwrapper("blocker", job("blocker", 2, 8), created=1))
+        kube.put(elastic("train", 1, 4))
+        d = await started(kube, clock)
+        await d.cycle()
+        # 2 nodes left: admitted at 1 worker and grown to 2 in the same cycle.
+        assert worker_replicas(kube, "train") == 2
+        status = aw_status(kube, "train")
+        assert status["elasticPods"] == [2]
+        assert "scaled out to 2 workers (from 1 worker)" in status["conditions"][-1]["message"]
+        # Two more nodes join: the admitted gang grows into them.
+        for i in (4, 5):
+            d.on_node("ADDED", node(f"n{i}"))
+        clock.now += 10
+        await d.cycle()
+        assert worker_replicas(kube, "train") == 4
+        status = aw_status(kube, "train")
+        assert status["elasticPods"] == [4]
+        last = status["conditions"][-1]
+        assert (last["type"], last["reason"]) == ("Dispatched", "ScaledOut")
+        assert last["message"].startswith("scaled out to 4 workers (from 2 workers)")
+        assert any(e.get("reason") == "ScaledOut" and e["message"].startswith(
+            "scaled out to 4 workers") for e in kube.of_kind("Event"))
+        assert d.tracked[("team", "train")].expected_pods == 4
+
+    run(scenario)
+
+
+def test_an_elastic_gang_runs_while_its_minimum_runs() -> None:
+    """4 workers expected after a scale-out, 2 up (the minimum): it stays Running rather
+    than counting as short of pods."""
+    aw = parse_appwrapper(elastic("train", 2, 4))
+    verdict = judge(aw, PodCounts(pending=2, running=2), 4, None, 0.0, True, 1000.0,
+                    below_min_since=None, floor=2)
+    assert verdict.action == "running"
+    short = judge(aw, PodCounts(pending=2, running=2), 4, None, 0.0, True, 1000.0,
+                  below_min_since=0.0)
+    assert short.action == "requeue"  # a rigid gang of 4 with 2 up is short
+
+
+def test_patches_merge_through_maps_and_json_patch_across_lists() -> None:
+    worker = ElasticSet(0, 0, "Worker", 1, 4, ("spec", "pytorchReplicaSpecs", "Worker",
+                                                "replicas"))
+    assert _patch(worker, 3) == ({"spec": {"pytorchReplicaSpecs": {"Worker": {
+        "replicas": 3}}}}, "application/merge-patch+json")
+    group = ElasticSet(1, 0, "worker/gpu", 2, 8, ("spec", "workerGroupSpecs", 0, "replicas"),
+                       2)
+    assert _patch(group, 2) == ([{"op": "add", "path": "/spec/workerGroupSpecs/0/replicas",
+                                  "value": 2}], "application/json-patch+json")
