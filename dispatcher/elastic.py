@@ -77,6 +77,7 @@ class Scale:
     message: str
     placements: tuple[Placement, ...] = ()
     removed: tuple[PlannedPod, ...] = ()
+    removed_names: tuple[tuple[str, ...], ...] = ()  # per set, the pods that go, by name
 
     @property
     def key(self) -> WrapperKey:
@@ -250,6 +251,12 @@ class _Giver:
                 out.extend(self.now.removable[j][:b - a])
         return out
 
+    def names(self, replicas: int) -> tuple[tuple[str, ...], ...]:
+        after = self.counts(replicas)
+        known = self.now.names
+        return tuple(known[j][:b - a] if j < len(known) else ()
+                     for j, (b, a) in enumerate(zip(self.now.counts, after, strict=True)))
+
 
 def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
                   admitted: Sequence[AdmittedWrapper], policy: Policy, now: float,
@@ -293,7 +300,8 @@ def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
         scales.append(Scale(a.namespace, a.name, g.now.sets, g.now.counts, after,
                             f"scaled in to {describe(g.now.sets, after)} (from "
                             f"{describe(g.now.sets, g.now.counts)}) to make room for "
-                            f"{w.namespace}/{w.name}: {why}", removed=tuple(g.pods(n))))
+                            f"{w.namespace}/{w.name}: {why}", removed=tuple(g.pods(n)),
+                            removed_names=g.names(n)))
     return Shrink(tuple(scales), tuple(final))
 
 
@@ -352,7 +360,7 @@ _INDEX = re.compile(r"-(\d+)$")
 
 
 def removal_order(w: QueuedWrapper, pods: Iterable[tuple[str, PlannedPod]]
-                  ) -> tuple[tuple[PlannedPod, ...], ...]:
+                  ) -> tuple[tuple[tuple[str, PlannedPod], ...], ...]:
     """Per elastic set of `w`, its bound pods (name, pod) in the order a scale-in removes
     them: the highest replica index first (the Kubeflow operators name pods
     ``<job>-<type>-<index>`` and delete those at or above the new count). A pod is of the
@@ -368,15 +376,18 @@ def removal_order(w: QueuedWrapper, pods: Iterable[tuple[str, PlannedPod]]
         if fits:
             m = _INDEX.search(name)
             out[fits[0]].append((int(m.group(1)) if m else -1, name, pod))
-    return tuple(tuple(p for _, _, p in sorted(row, key=lambda x: (x[0], x[1]), reverse=True))
+    return tuple(tuple((name, p) for _, name, p in sorted(row, key=lambda x: (x[0], x[1]),
+                                                          reverse=True))
                  for row in out)
 
 
 def admitted_now(w: QueuedWrapper, recorded: Sequence[int], first_seen: float,
                  pods: Iterable[tuple[str, PlannedPod]]) -> ElasticNow:
     """An admitted elastic wrapper's record for the core (see ElasticNow)."""
+    order = removal_order(w, pods)
     return ElasticNow(w.elastic, recorded_counts(w, recorded), w.gang, first_seen,
-                      removal_order(w, pods))
+                      tuple(tuple(p for _, p in row) for row in order),
+                      tuple(tuple(name for name, _ in row) for row in order))
 
 
 def demand_at(gang: Sequence[GangPodSet], sets: Sequence[ElasticSet],

@@ -270,7 +270,9 @@ def to_json(result: PlanResult, policy: Policy, fit: Fit,
 
 def _scale_json(s: Scale) -> dict[str, Any]:
     return {"namespace": s.namespace, "name": s.name, "reason": s.reason,
-            "message": s.message, "before": list(s.before), "after": list(s.after)}
+            "message": s.message, "before": list(s.before), "after": list(s.after),
+            **({"removes": [n for names in s.removed_names for n in names]}
+               if not s.out else {})}
 
 
 def _quota_cell(placements: Sequence[QuotaPlacement]) -> str:

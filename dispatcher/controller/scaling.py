@@ -77,13 +77,19 @@ def _set(obj: dict[str, Any], path: Sequence[str | int], value: int) -> None:
     at[path[-1]] = value
 
 
-def _patch(s: ElasticSet, replicas: int) -> tuple[Any, str]:
+def _patch(s: ElasticSet, replicas: int, removing: Sequence[str] = ()) -> tuple[Any, str]:
     """A patch setting the set's replicas: a merge patch through maps, a JSON patch where
-    the path crosses a list (a Ray worker group)."""
+    the path crosses a list (a Ray worker group, which is also told which pods to remove:
+    KubeRay would otherwise remove any)."""
     if any(isinstance(step, int) for step in s.path):
         pointer = "/" + "/".join(str(step).replace("~", "~0").replace("/", "~1")
                                  for step in s.path)
-        return [{"op": "add", "path": pointer, "value": replicas}], "application/json-patch+json"
+        ops: list[dict[str, Any]] = [{"op": "add", "path": pointer, "value": replicas}]
+        if removing:
+            group = pointer.rsplit("/", 1)[0]
+            ops.append({"op": "add", "path": f"{group}/scaleStrategy",
+                        "value": {"workersToDelete": list(removing)}})
+        return ops, "application/json-patch+json"
     body: Any = replicas
     for step in reversed(s.path):
         body = {step: body}
@@ -101,6 +107,8 @@ class Scaling:
         self.deferred: dict[tuple[str, str], Scale] = {}
         # The last change of size, which the Running condition keeps saying.
         self.last: dict[tuple[str, str], Scale] = {}
+        # Per elastic set, the pods a scale-in owed removes, by name (Ray is told them).
+        self.removing: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
 
     @staticmethod
     def any_elastic(tracked: Mapping[tuple[str, str], Tracked]) -> bool:
@@ -117,6 +125,7 @@ class Scaling:
     def requeued(self, t: Tracked) -> None:
         t.status.elasticPods = []
         self.owed.pop(t.key, None)
+        self.removing.pop(t.key, None)
         self.deferred.pop(t.key, None)
         self.last.pop(t.key, None)
 
@@ -164,6 +173,7 @@ class Scaling:
             return
         follow_size(t)
         self.owed[t.key] = s.after
+        self.removing[t.key] = s.removed_names
         self.last[t.key] = s
         log.info("%s/%s: %s", *t.key, s.message)
         await self.writer.event(t.key[0], event_body(t, s.reason, s.message, False, now))
@@ -176,14 +186,17 @@ class Scaling:
         if counts is None or t.queued is None:
             return
         objs = sized_items(t)
-        for s, pods in zip(t.queued.elastic, counts, strict=True):
+        removing = self.removing.get(t.key, ())
+        for j, (s, pods) in enumerate(zip(t.queued.elastic, counts, strict=True)):
             obj = objs[s.item]
             resource = await self.kube.resource(obj["apiVersion"], obj["kind"])
             if resource is None:
                 continue
-            body, content_type = _patch(s, s.replicas(pods))
+            body, content_type = _patch(s, s.replicas(pods),
+                                        removing[j] if j < len(removing) else ())
             await self.kube.request("PATCH", resource.path(t.key[0], obj["metadata"]["name"]),
                                     body, content_type=content_type)
         if self.owed.get(t.key) == counts:
             del self.owed[t.key]
+            self.removing.pop(t.key, None)
         log.info("%s/%s: %s now", *t.key, describe(t.queued.elastic, counts))

@@ -29,7 +29,8 @@ class ElasticNow:
     the shapes and the other sets' counts are read); first_seen: when it was first
     queued (its place in the queue's order); removable: per set, its pods in the order
     a scale-in removes them (the operator's order: the highest index first), bound ones
-    on their node -- what a scale-in by k pods gives back is the first k.
+    on their node -- what a scale-in by k pods gives back is the first k; names: theirs,
+    for operators told which pods to remove (a Ray group's workersToDelete).
     """
 
     sets: tuple[ElasticSet, ...]
@@ -37,6 +38,7 @@ class ElasticNow:
     gang: tuple[GangPodSet, ...]
     first_seen: float = 0.0
     removable: tuple[tuple[PlannedPod, ...], ...] = ()
+    names: tuple[tuple[str, ...], ...] = ()  # the pods of `removable`, by name (if known)
 
     @property
     def at_minimum(self) -> bool:

@@ -56,3 +56,4 @@ def test_plan_admits_a_queued_elastic_gang_at_its_minimum_and_shrinks_for_priori
     # The operator removes the highest indexes: workers 2 and 1, on n3 and n2.
     assert {p["node"] for p in d["placements"]} == {"n2", "n3"}
     assert d["scalesIn"][0]["after"] == [1]
+    assert d["scalesIn"][0]["removes"] == ["e-worker-2", "e-worker-1"]

@@ -80,3 +80,7 @@ def test_patches_merge_through_maps_and_json_patch_across_lists() -> None:
                        2)
     assert _patch(group, 2) == ([{"op": "add", "path": "/spec/workerGroupSpecs/0/replicas",
                                   "value": 2}], "application/json-patch+json")
+    # A scale-in names the pods to remove: KubeRay would otherwise remove any.
+    ops, _ = _patch(group, 1, ["ray-gpu-worker-x", "ray-gpu-worker-y"])
+    assert ops[1] == {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+                      "value": {"workersToDelete": ["ray-gpu-worker-x", "ray-gpu-worker-y"]}}
