@@ -16,9 +16,11 @@ A wrapper declares a range in one of three ways:
   immutable completions) do not tolerate it: their minAvailable keeps its MCAD meaning,
   the pods that must run for the gang to count as running.
 
-A RayJob's cluster is not elastic here: the RayJob owns it and its spec would not carry
-a new size to it. Items with ``custompodresources`` are never elastic (their pod sets do
-not map to the object's fields).
+A RayCluster with ``enableInTreeAutoscaling`` is not elastic here: the Ray autoscaler owns
+its replicas, and two owners would fight over them. A RayJob's cluster is not elastic
+either: the RayJob owns it and its spec would not carry a new size to it. Items with
+``custompodresources`` are never elastic (their pod sets do not map to the object's
+fields).
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ def _ray_groups(obj: Mapping[str, Any], only_declared: bool) -> list[tuple[int, 
     """(group index, low, high, numOfHosts, replicas path) of each worker group that may
     change size: declared ranges only, or (for minAvailable) every unsuspended group."""
     spec = child_map(obj, "spec", ())
-    out = []
+    out: list[tuple[int, int, int, int, Path]] = []
+    if spec.get("enableInTreeAutoscaling") is True:
+        return out
     for i, raw in enumerate(child_list(spec, "workerGroupSpecs", ("spec",))):
         path: Path = ("spec", "workerGroupSpecs", i)
         group = as_map(raw, path)

@@ -66,6 +66,13 @@ def test_ray_worker_groups_with_both_bounds_are_ranges_of_replicas_times_hosts()
     assert found == [("worker/gpu", 2, 8, ("spec", "workerGroupSpecs", 0, "replicas"))]
 
 
+def test_a_ray_cluster_the_ray_autoscaler_scales_is_left_to_it() -> None:
+    aw = raycluster([{"groupName": "gpu", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}])
+    aw["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"][
+        "enableInTreeAutoscaling"] = True
+    assert ranges(aw) == []
+
+
 def test_min_available_makes_the_only_tolerant_set_elastic() -> None:
     # head 1 + 4 workers; minAvailable 3 leaves the workers 2.
     assert ranges(raycluster([{"groupName": "g", "replicas": 4}],
