@@ -109,6 +109,9 @@ class Scaling:
         self.last: dict[tuple[str, str], Scale] = {}
         # Per elastic set, the pods a scale-in owed removes, by name (Ray is told them).
         self.removing: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
+        # Gangs whose objects this process knows to have the recorded size: the others
+        # (found after a restart) get it patched once, in case a patch was cut short.
+        self.synced: set[tuple[str, str]] = set()
 
     @staticmethod
     def any_elastic(tracked: Mapping[tuple[str, str], Tracked]) -> bool:
@@ -120,12 +123,14 @@ class Scaling:
         """The size admitted goes into the Dispatched write; the items are created at it."""
         if d.elastic:
             t.status.elasticPods = list(d.elastic)
+            self.synced.add(t.key)  # created at that size
         follow_size(t)
 
     def requeued(self, t: Tracked) -> None:
         t.status.elasticPods = []
         self.owed.pop(t.key, None)
         self.removing.pop(t.key, None)
+        self.synced.discard(t.key)
         self.deferred.pop(t.key, None)
         self.last.pop(t.key, None)
 
@@ -142,10 +147,15 @@ class Scaling:
         t.check_at = now  # its next step carries it out
 
     async def catch_up(self, t: Tracked, now: float) -> None:
-        """At a wrapper's step: a deferred scale-in, then a patch still owed."""
+        """At a wrapper's step: a deferred scale-in, then a patch still owed (or, for a
+        gang found after a restart, the size its status records)."""
         s = self.deferred.pop(t.key, None)
         if s is not None:
             await self.scale(t, s, now)
+        if t.key not in self.synced and t.queued is not None and t.queued.elastic \
+                and t.status.elasticPods and not t.needs_items:
+            self.synced.add(t.key)
+            self.owed.setdefault(t.key, recorded_counts(t.queued, t.status.elasticPods))
         if t.key in self.owed:
             await self.patch(t)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.controller.scaling import _patch
+from dispatcher.controller.tracked import items_digest
 from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.lifecycle import PodCounts, judge
 
@@ -84,3 +85,36 @@ def test_patches_merge_through_maps_and_json_patch_across_lists() -> None:
     ops, _ = _patch(group, 1, ["ray-gpu-worker-x", "ray-gpu-worker-y"])
     assert ops[1] == {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
                       "value": {"workersToDelete": ["ray-gpu-worker-x", "ray-gpu-worker-y"]}}
+
+
+def test_after_a_restart_the_object_gets_the_size_the_status_records() -> None:
+    """A restart between the status write and the patch: the object still asks for 4
+    workers, the status says 2. The restarted dispatcher patches it to 2."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for i in range(4):
+            kube.put(node(f"n{i}"))
+        aw = kube.put(elastic("train", 1, 4))
+        obj = dict(aw["spec"]["resources"]["GenericItems"][0]["generictemplate"])
+        obj["metadata"] = {"name": "train", "namespace": "team", "ownerReferences": [{
+            "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "name": "train", "uid": aw["metadata"]["uid"], "controller": True}]}
+        created = kube.put(obj)
+        stamp = "2027-01-15T08:00:05.000000Z"
+        aw["status"] = {
+            "state": "Running", "queuejobstate": "Dispatched", "elasticPods": [2],
+            "admittedDigest": items_digest(parse_appwrapper(aw)),
+            "wrappedItems": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                              "name": "train", "uid": created["metadata"]["uid"]}],
+            "conditions": [{"type": "Dispatched", "status": "True",
+                            "reason": "AppWrapperRunnable", "message": "",
+                            "lastUpdateMicroTime": stamp, "lastTransitionMicroTime": stamp}]}
+        kube.put(aw)
+        assert worker_replicas(kube, "train") == 4
+        d = await started(kube, clock)
+        for _ in range(3):
+            clock.now += 20
+            await d.cycle()
+        assert worker_replicas(kube, "train") == 2
+        assert d.tracked[("team", "train")].expected_pods == 2
+
+    run(scenario)
