@@ -373,6 +373,31 @@ class Cluster:
         if not quiet:
             _say(f"cluster {self.name!r} stopped and its state removed")
 
+    # ------------------------------------------------------------------ faults
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s), the rest of the cluster left
+        running; `start_apiserver` starts it again with the same command line."""
+        pid = self.component_pids().get("kube-apiserver")
+        if pid is None or not _runs_in(pid, self.dir):
+            raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
+        proc = Path(f"/proc/{pid}")
+        saved = {"argv": [a.decode() for a in proc.joinpath("cmdline").read_bytes()
+                          .split(b"\0") if a],
+                 "cwd": os.readlink(proc / "cwd")}
+        (self.dir / "kube-apiserver.stopped.json").write_text(json.dumps(saved))
+        _terminate_all([pid], grace=10)
+
+    def start_apiserver(self, timeout: float = 120) -> None:
+        """Start the kube-apiserver `stop_apiserver` stopped and wait until it is ready."""
+        saved_file = self.dir / "kube-apiserver.stopped.json"
+        saved = json.loads(saved_file.read_text())
+        with (self.logs / "kube-apiserver.log").open("ab") as log:
+            proc = subprocess.Popen(saved["argv"], cwd=saved["cwd"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        (self.dir / "pids" / "kube-apiserver.pid").write_text(f"{proc.pid}\n")
+        saved_file.unlink()
+        wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz after its restart")
+
     # ------------------------------------------------------------------ info
     def env_script(self) -> str:
         kubectl_dir = build.installed("kubernetes")

@@ -115,6 +115,17 @@ class ClusterState:
         for key in sorted(self._pods_of.get(owner, ())):
             self._match(owner, self._pods[key])
 
+    def reserve_more(self, owner: AppWrapperKey, planned: Iterable[PlannedPod]) -> None:
+        """Hold capacity for pods an AppWrapper will get on top of what it holds: the
+        replacements of pods it lost. Only pods bound from now on take them off."""
+        index = self._reservations.setdefault(owner, {})
+        if owner not in self._matched:
+            self._matched[owner] = set(self._pods_of.get(owner, ()))
+        for p in planned:
+            index.setdefault(_shape(p.request), {}).setdefault(p.node, []).append(p)
+            _add_into(self._reserved.setdefault(p.node, {}), p.request)
+            self._changed(p.node, p.request)
+
     def release(self, owner: AppWrapperKey) -> None:
         for p in self.reserved_for(owner):
             _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)

@@ -23,7 +23,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
-from dispatcher.cluster import bound_pod_from_object, node_from_object
+from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
 from dispatcher.kinds.completion import item_outcome
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU
@@ -129,9 +129,12 @@ class Intake:
         if bound is not None:
             # Only a proven member takes a planned pod off its gang's reservation.
             bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
-        changed = self.m.state.pod(key) != bound
+        before = self.m.state.pod(key)
+        changed = before != bound
         if changed:
             self.m.state.upsert_pod(key, bound)
+            if bound is None and before is not None and before.appwrapper is not None:
+                self._lost(before, (obj.get("status") or {}).get("phase"))
         if claimed is not None:
             t = self.m.tracked.get(claimed)
             if t is not None:
@@ -141,6 +144,19 @@ class Intake:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
             self.m.wake.set()
+
+    def _lost(self, pod: BoundPod, phase: str | None) -> None:
+        """A proven member stopped holding its node unfinished: whatever replaces it (the
+        Job's next pod, the operator's restart) is owed the capacity it held, or a wrapper
+        admitted meanwhile would find its promise taken (found by the node-deletion fault
+        test: a lost pod's replacement left a newer gang half-bound)."""
+        if phase == "Succeeded" or pod.appwrapper is None:
+            return
+        t = self.m.tracked.get((pod.namespace, pod.appwrapper))
+        if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
+                or t.key in self.requeues_due):
+            return
+        t.lost.append(dict(pod.request))
 
     def _counts_pods(self, claimed: Key) -> bool:
         """Only a gang that is dispatched, running or being torn down counts its pods

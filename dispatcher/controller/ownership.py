@@ -157,6 +157,16 @@ class Ownership:
                 break  # replaced by another object of that name
             chain.append(current.uid)
             current = controller_ref(obj)
+        # An item may have been learned while this walk awaited the API (adopted after
+        # a restart): what it proves wins over what the walk found before it was known.
+        # Overwriting it left the adopted gang's pods uncounted for good (the
+        # crash-during-a-burst cluster test: gangs stuck Dispatched).
+        # Only what is below that item is proven by it, never what is above it.
+        for i, uid in enumerate(chain):
+            learned = self._root.get(uid)
+            if learned is not None:
+                root, chain = learned, chain[:i]
+                break
         for uid in chain:
             self._root[uid] = root
         return root

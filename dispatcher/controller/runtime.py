@@ -347,11 +347,21 @@ class Dispatcher:
     def _rebuild_reservations(self) -> None:
         """A restarted dispatcher reserves the not-yet-bound part of every dispatched
         gang again, on nodes where it fits now, before admitting anything new."""
-        due = [t for t in self.m.tracked.values() if t.needs_reservation]
+        due = [t for t in self.m.tracked.values() if t.needs_reservation or t.lost]
         if not due:
             return
         capacity = Capacity.of(self.m.state)
         for t in due:
+            lost, t.lost = t.lost, []
+            if not lost or t.phase not in ("dispatched", "running"):
+                continue
+            planned = _roomiest(lost, capacity)
+            self.m.state.reserve_more(t.key, planned)
+            log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is held "
+                     "for their replacements", *t.key, len(planned))
+        for t in due:
+            if not t.needs_reservation:
+                continue
             t.needs_reservation = False
             if t.phase != "dispatched" or t.queued is None:
                 continue
@@ -762,10 +772,22 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
     placed = place(remaining, capacity)
     if not isinstance(placed, Shortfall):
         return [PlannedPod(p.node, p.request) for p in placed if p.node is not None]
-    nodes = sorted(capacity.nodes, key=lambda n: -sum(capacity.free_of(n).values()))
+    return _roomiest([dict(g.pod_set.request) for g in remaining
+                      for _ in range(g.pod_set.count)], capacity)
+
+
+def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity) -> list[PlannedPod]:
+    """Pods charged to nodes where they fit now, else to the nodes with the most room —
+    erring towards holding too much, never too little."""
     out: list[PlannedPod] = []
-    for g in remaining:
-        for i in range(g.pod_set.count):
-            if nodes:
-                out.append(PlannedPod(nodes[i % len(nodes)], g.pod_set.request))
+    nodes = sorted(capacity.nodes, key=lambda n: -sum(capacity.free_of(n).values()))
+    for i, request in enumerate(requests):
+        if not nodes:
+            break
+        fits = [n for n in nodes
+                if all(capacity.free_of(n).get(r, 0) >= v for r, v in request.items())]
+        node = fits[0] if fits else nodes[i % len(nodes)]
+        out.append(PlannedPod(node, request))
+        if fits:
+            capacity.take(node, request)
     return out

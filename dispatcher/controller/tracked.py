@@ -62,6 +62,9 @@ class Tracked:
     items_at: float | None = None  # when every item was known to exist
     # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
     needs_reservation: bool = False
+    # Requests of member pods that went away unfinished (deleted, lost with their node,
+    # failed): their replacements must find the capacity the gang was admitted with.
+    lost: list[dict[str, int]] = field(default_factory=list)
     teardown_due: bool = False  # Failed or requeued, but its objects may still exist
     first_attempt: bool = False  # this process dispatched it: a 409 cannot be ours
     below_min_since: float | None = None  # running, but fewer than minAvailable pods up

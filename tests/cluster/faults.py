@@ -151,7 +151,11 @@ class Sampler:
         capacity = sum(int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
                        for n in nodes
                        if not (n.get("spec") or {}).get("unschedulable"))
-        bound_gpus = sum(_gpus(p) for p in all_pods if (p.get("spec") or {}).get("nodeName")
+        # A pod bound to a node that is gone (until the pod garbage collector deletes
+        # it) holds nothing the remaining nodes offer.
+        names = {n["metadata"]["name"] for n in nodes}
+        bound_gpus = sum(_gpus(p) for p in all_pods
+                         if (p.get("spec") or {}).get("nodeName") in names
                          and (p.get("status") or {}).get("phase") not in ("Succeeded",
                                                                          "Failed"))
         by_aw: dict[str, Counter[str]] = defaultdict(Counter)

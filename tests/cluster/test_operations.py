@@ -252,7 +252,7 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert "; estimated start in about " in big["message"]
     assert 7000 < big["estimatedStartInSeconds"] <= 7200
     small = data["pending"][1]
-    assert small["estimatedStartInSeconds"] - big["estimatedStartInSeconds"] == 3600
+    assert small["estimatedStartInSeconds"] - big["estimatedStartInSeconds"] == pytest.approx(3600)
 
     # As a kubectl plugin: kubectl finds kubectl-appwrapper on the PATH.
     bin_dir = tmp_path / "bin"

@@ -19,6 +19,7 @@ from dispatcher.cluster.state import PlannedPod
 from dispatcher.controller import runtime
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.lease import LeaderElector
+from dispatcher.controller.ownership import OwnerRef, Ownership
 from dispatcher.queue import Policy
 from dispatcher.resources import GPU
 
@@ -534,6 +535,39 @@ def test_a_running_gang_that_loses_pods_is_requeued_after_the_failure_grace() ->
     run(scenario)
 
 
+def test_the_replacement_of_a_lost_pod_keeps_its_capacity_from_a_newer_gang() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for n in ("n1", "n2", "n3"):
+            kube.put(node(n, gpus=1))
+        kube.put(appwrapper("a", job("a", 2, 1), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 1, j))
+        d.on_pod("ADDED", pod("a", "a-1", "n2", "Running", 1, j))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        # n2 goes; its pod is garbage-collected later and the Job makes a replacement,
+        # which fits only on n3. A gang of 1 arriving meanwhile must not take n3.
+        d.on_node("DELETED", node("n2"))
+        d.on_pod("DELETED", pod("a", "a-1", "n2", "Running", 1, j))
+        kube.put(appwrapper("b", job("b", 1, 1), created=2))
+        d.on_appwrapper("ADDED", get_aw(kube, "b"))
+        await d.cycle()
+        assert "Dispatched" not in types(kube, "b")
+        assert kube.get("batch/v1", "Job", "team", "b") is None
+        # The replacement binds: the hold it had is used, nothing more is held.
+        d.on_pod("ADDED", pod("a", "a-2", "n3", "Running", 1, j))
+        await d.cycle()
+        assert d.m.state.reserved_for(("team", "a")) == []
+        # A pod that succeeded is not replaced: when a finishes, b gets its room.
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
+        await d.cycle()
+        assert d.m.state.reserved_for(("team", "a")) == []
+
+    run(scenario)
+
+
 # --- 7. write storms and indexed reservations ---------------------------------------------
 
 def test_an_unrelated_pod_binding_writes_no_status_of_queued_wrappers() -> None:
@@ -742,3 +776,31 @@ def test_a_pod_of_a_replicaset_of_a_wrapped_deployment_counts() -> None:
         assert types(kube, "a")[-1] == "Running"
 
     run(scenario)
+
+
+def test_an_item_adopted_while_its_pods_owner_is_looked_up_proves_its_pods() -> None:
+    """After a restart the gang's Job is adopted by its step while the loop looks up the
+    owner of the Job's pods: the pods count (they were never counted: gangs stayed
+    Dispatched with their pods running)."""
+    ownership = Ownership()
+    gang = ("team", "a")
+    owned = {"metadata": {"name": "a-0", "namespace": "team", "uid": "p", "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "a", "uid": "job",
+         "controller": True}]}}
+    assert ownership.owner_of(owned, gang) is False  # looked up by the next cycle
+
+    async def fetch(ref: OwnerRef) -> dict[str, Any] | None:
+        if ref.uid == "job":
+            ownership.add_item("job", gang)  # the restart's step adopts it meanwhile
+            return {"metadata": {"uid": "job", "ownerReferences": [
+                {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw",
+                 "controller": True}]}}
+        return {"metadata": {"uid": ref.uid}}
+
+    assert asyncio.run(ownership.resolve(fetch)) == {("team", "a-0"): gang}
+    assert ownership.owner_of(owned, gang) == gang
+    # What is above the item proves nothing: a pod made to point at the AppWrapper
+    # itself does not count.
+    forged = {"metadata": {"name": "x", "namespace": "team", "uid": "x", "ownerReferences": [
+        {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw", "controller": True}]}}
+    assert ownership.owner_of(forged, gang) is False
