@@ -30,7 +30,7 @@ from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .memory import Memory
-from .scaling import follow_size
+from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
 
@@ -154,7 +154,7 @@ class Intake:
             return
         t = self.m.tracked.get((pod.namespace, pod.appwrapper))
         if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
-                or t.key in self.requeues_due):
+                or t.key in self.requeues_due or scaled_in(t, self.m.state)):
             return
         t.lost.append(dict(pod.request))
 

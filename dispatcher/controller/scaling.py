@@ -58,6 +58,13 @@ def follow_size(t: Tracked) -> None:
     t.floor = pods_of(lowest(t.queued.elastic), t)
 
 
+def scaled_in(t: Tracked, state: ClusterState) -> bool:
+    """Whether a member pod of `t` that went away was one a scale-in removes: the gang
+    is elastic and still has the pods of its size bound. No replacement is owed then (its
+    room is another wrapper's now)."""
+    return t.floor is not None and len(state.bound_pods_of(t.key)) >= t.expected_pods
+
+
 def sized_items(t: Tracked) -> list[dict[str, Any]]:
     """The objects to create, each elastic pod set at the size recorded for it."""
     assert t.aw is not None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.models import parse_appwrapper
-from dispatcher.controller.scaling import _patch
-from dispatcher.controller.tracked import items_digest
+from dispatcher.cluster import BoundPod, ClusterState
+from dispatcher.controller.scaling import _patch, follow_size, scaled_in
+from dispatcher.controller.tracked import Tracked, items_digest
 from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.lifecycle import PodCounts, judge
 
@@ -118,3 +120,23 @@ def test_after_a_restart_the_object_gets_the_size_the_status_records() -> None:
         assert d.tracked[("team", "train")].expected_pods == 2
 
     run(scenario)
+
+
+def test_a_pod_a_scale_in_removed_is_not_owed_a_replacement() -> None:
+    """After a scale-in to 2 workers, the third worker's pod goes: the gang still has the
+    pods of its size, so no capacity is held for a replacement (the room is the
+    preemptor's). A pod lost below its size is owed one, as for any gang."""
+    aw = parse_appwrapper({**elastic("train", 1, 4), "metadata": {
+        "name": "train", "namespace": "team", "uid": "u"}})
+    t = Tracked(("team", "train"), "u", 1, aw, aw.status, {}, 0.0, phase="running",
+                queued=queued_from_appwrapper(aw, 0.0))
+    t.status.elasticPods = [2]
+    follow_size(t)
+    state = ClusterState()
+    for i in range(2):
+        state.upsert_pod(("team", f"train-worker-{i}"), BoundPod(
+            "team", f"train-worker-{i}", "n0", {"nvidia.com/gpu": 8}, "train"))
+    assert (t.expected_pods, t.floor) == (2, 1)
+    assert scaled_in(t, state)
+    state.remove_pod(("team", "train-worker-1"))
+    assert not scaled_in(t, state)
