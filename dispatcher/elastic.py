@@ -364,15 +364,16 @@ def removal_order(w: QueuedWrapper, pods: Iterable[tuple[str, PlannedPod]]
     """Per elastic set of `w`, its bound pods (name, pod) in the order a scale-in removes
     them: the highest replica index first (the Kubeflow operators name pods
     ``<job>-<type>-<index>`` and delete those at or above the new count). A pod is of the
-    set whose request it has; where sets share a request, of the one whose name (a
-    replica type, a Ray group) its own name contains."""
+    set whose name (a replica type, a Ray group: ``<cluster>-<group>-worker-…``) its own
+    name contains; where that names none or several, of the one whose request it has (an
+    operator may add to a pod's requests: names come first)."""
     out: list[list[tuple[int, str, PlannedPod]]] = [[] for _ in w.elastic]
     shapes = [dict(w.gang[s.position].pod_set.request) for s in w.elastic]
     hints = [f"-{s.name.rsplit('/', 1)[-1].lower()}-" for s in w.elastic]
     for name, pod in pods:
-        fits = [j for j, shape in enumerate(shapes) if shape == dict(pod.request)]
-        if len(fits) > 1:
-            fits = [j for j in fits if hints[j] in name.lower()] or fits
+        fits = [j for j, hint in enumerate(hints) if hint in f"-{name.lower()}-"]
+        if len(fits) != 1:
+            fits = [j for j in (fits or range(len(shapes))) if shapes[j] == dict(pod.request)]
         if fits:
             m = _INDEX.search(name)
             out[fits[0]].append((int(m.group(1)) if m else -1, name, pod))

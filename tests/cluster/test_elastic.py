@@ -16,7 +16,16 @@ from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, events, set_outcome
 
 from .dispatcher_process import DispatcherProcess, install_crd, wait_quiet
-from .test_controller import LABEL, appwrapper, aw_of, job, latest, running_pods, stays
+from .test_controller import (
+    LABEL,
+    appwrapper,
+    aw_of,
+    job,
+    latest,
+    raycluster,
+    running_pods,
+    stays,
+)
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +103,42 @@ def test_elastic_pytorchjob_grows_when_room_frees_and_shrinks_for_priority(
              "urgent-pair to wait")
     stays(lambda: workers(k, "train") == 3 and aw_of(k, "elastic")["status"]["state"]
           == "Running", 10, "the elastic gang keeps 3 workers and runs")
+
+
+def elastic_raycluster(name: str, low: int, high: int) -> dict[str, Any]:
+    """A RayCluster whose 8-GPU worker group may run with `low` to `high` replicas."""
+    rc = raycluster(name, high, 8)
+    rc["spec"]["workerGroupSpecs"][0]["minReplicas"] = low
+    return rc
+
+
+def ray_workers(k: Kubectl, aw: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in k.items("pods", "-l", f"{LABEL}={aw}")
+                  if "worker" in p["metadata"]["name"]
+                  and not p["metadata"].get("deletionTimestamp"))
+
+
+def test_elastic_raycluster_is_told_which_workers_to_remove(
+        dispatcher: DispatcherProcess, k: Kubectl) -> None:
+    k.apply(appwrapper("blocker", job("blocker", 3, 8)))
+    running_pods(k, "blocker", 3)
+    k.apply(appwrapper("ray", elastic_raycluster("ray", 1, 3)))
+    running_pods(k, "ray", 2)  # the head and 1 worker: its minimum, on the free node
+    assert aw_of(k, "ray")["status"]["elasticPods"] == [1]
+    assert k.json("raycluster", "ray")["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+
+    set_outcome(k, "succeed", selector=f"{LABEL}=blocker")
+    running_pods(k, "ray", 4, timeout=90)  # grown to 3 workers
+    wait_for(lambda: aw_of(k, "ray")["status"]["elasticPods"] == [3], 30, "3 workers recorded")
+
+    before = ray_workers(k, "ray")
+    # Ray's 3 workers take 3 nodes (the head, without GPUs, shares one): `urgent` needs 2.
+    k.apply(appwrapper("urgent", job("urgent", 2, 8), priority=10))
+    running_pods(k, "urgent", 2, timeout=90)
+    group = k.json("raycluster", "ray")["spec"]["workerGroupSpecs"][0]
+    assert group["replicas"] == 2
+    # The worker the core planned to take (the last by name: Ray's have no index) is the
+    # one KubeRay removed, not a random one: it was named in workersToDelete.
+    wait_for(lambda: len(ray_workers(k, "ray")) == 2, 60, "2 Ray workers")
+    assert ray_workers(k, "ray") == before[:-1]
+    assert latest(aw_of(k, "ray"))["reason"] == "ScaledIn"

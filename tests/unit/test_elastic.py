@@ -7,6 +7,8 @@ from typing import Any
 
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.models import parse_appwrapper
+from dispatcher.cluster import PlannedPod
+from dispatcher.elastic import removal_order
 from dispatcher.fit import FRAGMENTED, INSUFFICIENT
 from dispatcher.queue import Policy
 
@@ -242,3 +244,20 @@ def test_same_priority_under_fifo_never_shrinks() -> None:
     w.submit(appwrapper("later", gpu=8, pods=1, priority=10))
     last = w.settle()
     assert last[("test", "later")].decision == "wait" and w.workers("elastic") == 3
+
+
+def test_pods_go_to_their_set_by_name_even_when_the_operator_changed_their_requests() -> None:
+    """KubeRay adds to its pods' requests: a worker is known by its group in its name, and
+    Kubeflow workers go highest index first."""
+    w = queued_from_appwrapper(parse_appwrapper(raycluster([
+        {"groupName": "gpu", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}])), 0.0)
+    other = {"nvidia.com/gpu": 1, "cpu": 1500, "memory": 2**31, "pods": 1}
+    order = removal_order(w, [("ray-head-x1", PlannedPod("n0", {"cpu": 1000})),
+                              ("ray-gpu-worker-abcde", PlannedPod("n1", other)),
+                              ("ray-gpu-worker-zzzzz", PlannedPod("n2", other))])
+    assert [n for n, _ in order[0]] == ["ray-gpu-worker-zzzzz", "ray-gpu-worker-abcde"]
+    job = queued_from_appwrapper(parse_appwrapper(pytorchjob("t", low=1, high=12)), 0.0)
+    pods = [(f"t-worker-{i}", PlannedPod("n0", {})) for i in (2, 10, 1)] + [
+        ("t-master-0", PlannedPod("n0", {}))]
+    assert [n for n, _ in removal_order(job, pods)[0]] == ["t-worker-10", "t-worker-2",
+                                                         "t-worker-1"]
