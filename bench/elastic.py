@@ -6,8 +6,13 @@ pod stay rigid), and its work scales linearly with its pods
 (``dispatcher.simulate.elastic``). Cluster per trace as in bench/simulate.py: the fewest
 8-GPU nodes that hold its largest job and keep its offered load at or below --load.
 
+--high-priority F gives the fraction F of the jobs (by a hash of their id) priority 10,
+as `dispatcher simulate --high-priority` does: with --policy priority or
+priority-preemption, elastic jobs are then shrunk for them (rigid ones wait, or are
+preempted whole).
+
 Usage: python bench/elastic.py [--traces DIR] [--load 0.85] [--policy fifo,backfill]
-                               [--only cluster01,cluster10] [--limit N]
+                               [--only cluster01,cluster10] [--limit N] [--high-priority F]
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from simulate import DEFAULT_TRACES, GPUS_PER_NODE, nodes_for, trace_paths
 from dispatcher.policy_files import load_policy
 from dispatcher.simulate import read_trace
 from dispatcher.simulate.elastic import ASSUMPTION, compare, rows
+from dispatcher.simulate.teams import TeamRule, assign
 
 HEADER = ("trace", "jobs", "elastic", "nodes", "policy", "run", "mean wait", "median",
-          "p95", "max wait", "util", "makespan", "outs/ins", "wall s")
+          "p95", "max wait", "util", "makespan", "preempted", "lost GPUh", "outs/ins",
+          "wall s")
 
 
 def main() -> None:
@@ -37,6 +44,7 @@ def main() -> None:
     ap.add_argument("--policy", default="fifo,backfill")
     ap.add_argument("--only", help="comma-separated trace names (without .csv)")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--high-priority", type=float, default=0.0)
     args = ap.parse_args()
     print(ASSUMPTION)
     print("cluster per trace: the fewest 8-GPU nodes that hold its largest job and keep its "
@@ -44,16 +52,16 @@ def main() -> None:
     table: list[tuple[str, ...]] = [HEADER]
     for path in trace_paths(args.traces, args.only):
         trace = read_trace(path, GPUS_PER_NODE, args.limit)
+        if args.high_priority:
+            trace = assign(trace, TeamRule((("all", 1),), args.high_priority), ())
         nodes = nodes_for(trace, args.load)
         for name in args.policy.split(","):
             t0 = time.perf_counter()
             c = compare(trace, nodes, GPUS_PER_NODE, load_policy(name))
             wall = f"{time.perf_counter() - t0:.1f}"
             for k, r in enumerate(rows(c)):
-                label, mean, median, p95, most, util, makespan = r
                 table.append((path.stem, f"{len(trace.jobs):,}", str(c.elastic_jobs),
-                              str(nodes), name, label, mean, median, p95, most, util,
-                              makespan, f"{c.scale_outs}/{c.scale_ins}" if k else "",
+                              str(nodes), name, *r, f"{c.scale_outs}/{c.scale_ins}" if k else "",
                               wall if k else ""))
             print(f"  {path.stem} {name}: {wall} s", file=sys.stderr)
     widths = [max(len(r[c]) for r in table) for c in range(len(HEADER))]

@@ -309,6 +309,13 @@ def admit(
             if not in_quota.fits:
                 if mine is not None:
                     ledger.add(mine, force=True)
+                shrunk = None if own_hold is not None or in_quota.unknown else _try_shrink(
+                    w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search,
+                    stats)
+                if shrunk is not None:  # a borrower gives back quota (and room) it owes
+                    decisions.append(shrunk)
+                    quota_failed.clear()
+                    continue
                 if search is not None and own_hold is None and not in_quota.unknown:
                     found = search.search(w, capacity)
                     if found is not None:
@@ -373,14 +380,12 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "wait", hopeless.reason,
                                       hopeless.message, effective_priority=prio))
             continue
-        if own_hold is None and elastic_pool:
-            shrink = shrink_search(w, prio, capacity, elastic_pool, policy, now, ledger,
-                                   gone=shrinking | (search.gone if search else set()))
-            if shrink is not None:
-                decisions.append(_shrink(w, shrink, capacity, ledger, elastic_pool, prio,
-                                         now, stats))
-                shrinking.update(s.key for s in shrink.scales)
-                continue
+        shrunk = None if own_hold is not None else _try_shrink(
+            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats)
+        if shrunk is not None:
+            decisions.append(shrunk)
+            quota_failed.clear()
+            continue
         if own_hold is None and search is not None:
             found = search.search(w, capacity)
             if found is not None:
@@ -450,6 +455,21 @@ def _minimum_message(w: QueuedWrapper) -> str:
     if not w.elastic:
         return ""
     return f"admitted at its minimum, {describe(w.elastic, lowest(w.elastic))}"
+
+
+def _try_shrink(w: QueuedWrapper, prio: float, capacity: Capacity,
+                pool: Sequence[AdmittedWrapper], policy: Policy, now: float,
+                ledger: QuotaLedger | None, shrinking: set[WrapperKey],
+                search: PreemptionSearch | None, stats: CycleStats) -> Decision | None:
+    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit."""
+    if not pool:
+        return None
+    found = shrink_search(w, prio, capacity, pool, policy, now, ledger,
+                          gone=shrinking | (search.gone if search is not None else set()))
+    if found is None:
+        return None
+    shrinking.update(s.key for s in found.scales)
+    return _shrink(w, found, capacity, ledger, pool, prio, now, stats)
 
 
 def _shrink(w: QueuedWrapper, found: Shrink, capacity: Capacity, ledger: QuotaLedger | None,

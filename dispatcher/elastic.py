@@ -268,9 +268,10 @@ def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
         return None
     amounts: list[int] = []
     placed: list[Placement] | None = None
+    active = ledger if ledger is not None and ledger.active else None
     for g in givers:
         amounts.append(g.most)
-        placed = _fits(w, cap, givers[:len(amounts)], amounts)
+        placed = _fits(w, cap, givers[:len(amounts)], amounts, active)
         if placed is not None:
             break
     if placed is None:
@@ -282,12 +283,12 @@ def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = [*amounts[:i], mid, *amounts[i + 1:]]
-            if _fits(w, cap, chosen, trial) is not None:
+            if _fits(w, cap, chosen, trial, active) is not None:
                 hi = mid
             else:
                 lo = mid
         amounts[i] = hi
-    final = _fits(w, cap, chosen, amounts)
+    final = _fits(w, cap, chosen, amounts, active)
     assert final is not None
     scales = []
     for g, n in zip(chosen, amounts, strict=True):
@@ -334,8 +335,18 @@ def _givers(w: QueuedWrapper, priority: float, admitted: Sequence[AdmittedWrappe
     return out
 
 
-def _fits(w: QueuedWrapper, cap: Capacity, givers: Sequence[_Giver],
-          amounts: Sequence[int]) -> list[Placement] | None:
+def _fits(w: QueuedWrapper, cap: Capacity, givers: Sequence[_Giver], amounts: Sequence[int],
+          ledger: QuotaLedger | None) -> list[Placement] | None:
+    """W's placement once `givers` gave back `amounts` replicas: its quota (with what
+    they stop counting) and its pods on nodes."""
+    if ledger is not None:
+        less: dict[str, dict[int, list[int]]] = {}
+        for g, n in zip(givers, amounts, strict=True):
+            if n:  # it counts against its quota at its declared requests
+                gone = added(g.now.gang, g.now.sets, g.counts(n), g.now.counts)
+                ledger.shift_part(less, g.wrapper.key, demand(gone))
+        if not ledger.check(w.labels, w.demand, less=less).fits:
+            return None
     trial = cap.copy()
     for g, n in zip(givers, amounts, strict=True):
         for p in g.pods(n):

@@ -69,14 +69,16 @@ def compare(trace: Trace, nodes: int, gpus_per_node: int, policy: Policy,
                       sum(r.scale_outs for r in run.jobs), sum(r.scale_ins for r in run.jobs))
 
 
-HEADER = ("", "mean wait", "median wait", "p95 wait", "max wait", "utilisation", "makespan")
+HEADER = ("", "mean wait", "median wait", "p95 wait", "max wait", "utilisation", "makespan",
+          "preemptions", "lost GPU-h")
 
 
 def rows(c: Comparison) -> list[tuple[str, ...]]:
     def row(label: str, s: Summary) -> tuple[str, ...]:
         d = s.delays
         return (label, duration_text(d.mean), duration_text(d.median), duration_text(d.p95),
-                duration_text(d.max), f"{s.utilisation:.1%}", duration_text(s.makespan))
+                duration_text(d.max), f"{s.utilisation:.1%}", duration_text(s.makespan),
+                str(s.preemptions), f"{s.lost_gpu_hours:,.0f}")
     return [row("rigid", c.rigid), row("elastic", c.elastic)]
 
 
@@ -88,7 +90,8 @@ def to_dict(c: Comparison) -> dict[str, Any]:
 
 def _figures(s: Summary) -> dict[str, Any]:
     return {"delays": s.delays.as_dict(), "utilisation": s.utilisation,
-            "makespanSeconds": s.makespan}
+            "makespanSeconds": s.makespan, "preemptions": s.preemptions,
+            "lostGpuHours": s.lost_gpu_hours}
 
 
 def table(c: Comparison, title: str) -> str:

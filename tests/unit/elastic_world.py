@@ -26,7 +26,7 @@ GPU = "nvidia.com/gpu"
 
 def pytorchjob(name: str, *, low: int, high: int, gpu: int = 8, priority: int = 0,
                replicas: int | None = None, master: bool = True,
-               namespace: str = "test") -> dict[str, Any]:
+               namespace: str = "test", labels: dict[str, str] | None = None) -> dict[str, Any]:
     """An AppWrapper of an elastic PyTorchJob: a Master (unless not) and low..high Workers
     of `gpu` GPUs each."""
     def spec(n: int) -> dict[str, Any]:
@@ -40,7 +40,8 @@ def pytorchjob(name: str, *, low: int, high: int, gpu: int = 8, priority: int = 
            "spec": {"elasticPolicy": {"minReplicas": low, "maxReplicas": high},
                     "pytorchReplicaSpecs": specs}}
     return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         "labels": dict(labels or {})},
             "spec": {"priority": priority, "resources": {"GenericItems": [
                 {"generictemplate": job}]}}}
 

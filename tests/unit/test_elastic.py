@@ -12,9 +12,9 @@ from dispatcher.elastic import removal_order
 from dispatcher.fit import FRAGMENTED, INSUFFICIENT
 from dispatcher.queue import Policy
 
-from .builders import node
+from .builders import GPU, node
 from .elastic_world import ElasticWorld, pytorchjob
-from .quota_world import appwrapper
+from .quota_world import appwrapper, subtree
 
 PRIORITY = Policy("priority", order="priority")
 FIFO = Policy("fifo", order="arrival")
@@ -261,3 +261,19 @@ def test_pods_go_to_their_set_by_name_even_when_the_operator_changed_their_reque
         ("t-master-0", PlannedPod("n0", {}))]
     assert [n for n, _ in removal_order(job, pods)[0]] == ["t-worker-10", "t-worker-2",
                                                          "t-worker-1"]
+
+
+def test_a_borrower_shrinks_for_a_team_within_its_quota_under_fifo() -> None:
+    """team-b's elastic job grew to the whole cluster, borrowing team-a's half; team-a's job,
+    within its quota, takes that half back by scaling it in -- no priority involved."""
+    trees = [subtree("root", "gpu", [("root", {GPU: 32}, False)]),
+             subtree("teams", "gpu", [("team-a", {GPU: 16}, False),
+                                      ("team-b", {GPU: 16}, False)], parent="root")]
+    w = ElasticWorld(nodes(4), FIFO, trees)
+    w.submit(pytorchjob("elastic", low=1, high=4, master=False, labels={"gpu": "team-b"}))
+    w.settle()
+    assert w.workers("elastic") == 4  # 32 GPUs: 16 of them borrowed
+    w.submit(appwrapper("owed", {"gpu": "team-a"}, gpu=8, pods=2))
+    w.settle()
+    assert w.is_running("owed") and w.workers("elastic") == 2
+    assert "it borrows quota that test/owed is owed" in w.scales[-1].message
