@@ -5,7 +5,9 @@
 - never a partial minimum: a dispatch places every pod of the gang's minimum (and every
   pod of its other sets) -- never fewer;
 - never more than a node has: on every node the requests of the bound pods stay within
-  its allocatable, resource by resource.
+  its allocatable, resource by resource;
+- never more than the quota allows: growth and shrinking keep every quota node within its
+  quota, and nobody borrows past a hard limit.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatcher.preemption import quota_ledger
 from dispatcher.queue import Policy
 
 from .builders import node
 from .elastic_world import ElasticWorld, pytorchjob
 from .quota_world import appwrapper
+from .test_preemption_properties import TEAMS, trees
 
 POLICIES = (Policy("priority", order="priority"), Policy("fifo", order="arrival"),
             Policy("preempt", order="priority", preemption="lowerPriority"),
@@ -82,3 +86,33 @@ def test_elastic_gangs_stay_in_range_whole_and_on_their_nodes(
             w.cycle()
             check(w)
             check_dispatches(w)
+
+
+def check_quota_held(w: ElasticWorld) -> None:
+    """The quota usage of the admitted wrappers, at their current sizes, rebuilt from
+    scratch: no node above its quota, nobody borrowing past a hard node."""
+    ledger = quota_ledger(w.forest, w.admitted())
+    assert not ledger.over_quota(), ledger.over_quota()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 24), min_size=5, max_size=5),
+       st.lists(st.booleans(), min_size=4, max_size=4),
+       st.sampled_from(POLICIES[:3]),
+       st.lists(st.tuples(st.sampled_from(TEAMS), st.booleans(), st.integers(1, 3),
+                          st.integers(0, 2)), min_size=1, max_size=8))
+def test_elastic_gangs_grow_and_shrink_within_quota(
+        quota: list[int], hard: list[bool], policy: Policy,
+        jobs: list[tuple[str, bool, int, int]]) -> None:
+    w = ElasticWorld([node(f"n{i}", gpu=8) for i in range(3)], policy, trees(quota, hard))
+    for i, (team, elastic, size, prio) in enumerate(jobs):
+        labels = {"gpu": team}
+        if elastic:
+            w.submit(pytorchjob(f"e{i}", low=1, high=1 + size, gpu=4, priority=prio,
+                                master=False, labels=labels))
+        else:
+            w.submit(appwrapper(f"p{i}", labels, gpu=4, pods=size, priority=prio))
+        for _ in range(2):
+            w.cycle()
+            check(w)
+            check_quota_held(w)
