@@ -305,7 +305,9 @@ def admit(
         if ledger is not None:
             # A held wrapper is counted already, for its hold: not twice.
             mine = ledger.remove(w.key) if own_hold is not None else None
-            in_quota = _quota_check(ledger, w, quota_failed)
+            # Without its hold counted, the quota answers of others are not its answer.
+            in_quota = (ledger.check(w.labels, w.demand) if mine is not None
+                        else _quota_check(ledger, w, quota_failed))
             if not in_quota.fits:
                 if mine is not None:
                     ledger.add(mine, force=True)

@@ -39,6 +39,7 @@ TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
 # Deployment the Secret is mounted there); we play the kubelet and write the Secret's files.
 TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 READY_FILE = "dispatcher-ready.json"
+STOPPED_FILE = "stopped-components.json"
 
 
 class ClusterError(RuntimeError):
@@ -377,26 +378,41 @@ class Cluster:
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s), the rest of the cluster left
         running; `start_apiserver` starts it again with the same command line."""
-        pid = self.component_pids().get("kube-apiserver")
-        if pid is None or not _runs_in(pid, self.dir):
+        pids = self.component_pids()
+        if not _runs_in(pids.get("kube-apiserver", 0), self.dir):
             raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
-        proc = Path(f"/proc/{pid}")
-        saved = {"argv": [a.decode() for a in proc.joinpath("cmdline").read_bytes()
-                          .split(b"\0") if a],
-                 "cwd": os.readlink(proc / "cwd")}
-        (self.dir / "kube-apiserver.stopped.json").write_text(json.dumps(saved))
-        _terminate_all([pid], grace=10)
+        # Every component's command line: kube-controller-manager and kube-scheduler exit
+        # when they lose their leader lease with the API server away, and a kubelet would
+        # start them again; here `start_apiserver` does.
+        saved = {}
+        for name, pid in pids.items():
+            proc = Path(f"/proc/{pid}")
+            with contextlib.suppress(OSError):
+                saved[name] = {"argv": [a.decode() for a in (proc / "cmdline").read_bytes()
+                                        .split(b"\0") if a],
+                               "cwd": os.readlink(proc / "cwd")}
+        (self.dir / STOPPED_FILE).write_text(json.dumps(saved))
+        _terminate_all([pids["kube-apiserver"]], grace=10)
 
     def start_apiserver(self, timeout: float = 120) -> None:
-        """Start the kube-apiserver `stop_apiserver` stopped and wait until it is ready."""
-        saved_file = self.dir / "kube-apiserver.stopped.json"
+        """Start the kube-apiserver `stop_apiserver` stopped, wait until it is ready, and
+        start again whatever component exited meanwhile."""
+        saved_file = self.dir / STOPPED_FILE
         saved = json.loads(saved_file.read_text())
-        with (self.logs / "kube-apiserver.log").open("ab") as log:
-            proc = subprocess.Popen(saved["argv"], cwd=saved["cwd"], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
-        (self.dir / "pids" / "kube-apiserver.pid").write_text(f"{proc.pid}\n")
-        saved_file.unlink()
+        self._respawn("kube-apiserver", saved["kube-apiserver"])
         wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz after its restart")
+        pids = self.component_pids()
+        for name, how in saved.items():
+            if name != "kube-apiserver" and not _runs_in(pids.get(name, 0), self.dir):
+                _say(f"{name} exited while kube-apiserver was away: starting it again")
+                self._respawn(name, how)
+        saved_file.unlink()
+
+    def _respawn(self, name: str, how: dict[str, Any]) -> None:
+        with (self.logs / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(how["argv"], cwd=how["cwd"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        (self.dir / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
 
     # ------------------------------------------------------------------ info
     def env_script(self) -> str:

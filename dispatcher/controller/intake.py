@@ -93,6 +93,12 @@ class Intake:
             if name not in state.nodes:
                 return
             state.remove_node(name)
+            # Capacity held on a node that is gone holds nothing: those gangs' pods will
+            # be placed elsewhere, so their hold must move there too.
+            for owner, planned in state.reservations().items():
+                t = self.m.tracked.get(owner)
+                if t is not None and any(p.node == name for p in planned):
+                    t.needs_reservation = True
         else:
             node = node_from_object(obj)
             if state.nodes.get(name) == node:

@@ -142,6 +142,7 @@ class Dispatcher:
         # Set by the operator: why the dispatcher cannot trust its memory right now
         # (a watch is down), or None.
         self.blind: Callable[[], str | None] = lambda: None
+        self._blind_since: float | None = None
 
     # --- what the rest of the controller reads -----------------------------------------
 
@@ -244,7 +245,12 @@ class Dispatcher:
         blind = self.blind()
         if blind is not None:
             log.debug("not deciding anything while blind: %s", blind)
+            if self._blind_since is None:
+                self._blind_since = self.clock()
             return
+        if self._blind_since is not None:
+            self._pause_clocks(self.clock() - self._blind_since)
+            self._blind_since = None
         self.cycles += 1
         now = self.clock()
         started = time.perf_counter()
@@ -342,35 +348,61 @@ class Dispatcher:
             self.m.unwritten.add(t.key)  # tried again next cycle
             log.info("status of %s/%s not written (%s); will retry", *t.key, e)
 
+    def _pause_clocks(self, seconds: float) -> None:
+        """What a gang was given time for (pods to appear, to run again) did not run out
+        while the dispatcher could not see the cluster — nor, mostly, could the
+        controllers that make the pods: grace periods resume where they stopped. (Not
+        the dispatch time: deadlines the user set run on the wall clock.)"""
+        for t in self.m.tracked.values():
+            if t.phase not in ("dispatched", "running"):
+                continue
+            if t.items_at is not None:
+                t.items_at += seconds
+            if t.below_min_since is not None:
+                t.below_min_since += seconds
+            if t.check_at is not None:
+                t.check_at += seconds
+        log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
+                 seconds)
+
     # --- after a restart ----------------------------------------------------------------
 
     def _rebuild_reservations(self) -> None:
-        """A restarted dispatcher reserves the not-yet-bound part of every dispatched
-        gang again, on nodes where it fits now, before admitting anything new."""
+        """Capacity held again, before anything new is admitted: by every dispatched gang
+        after a restart (its pods not bound yet), by a gang whose hold was on a node that
+        went away, and for the replacements of pods a gang lost unfinished."""
         due = [t for t in self.m.tracked.values() if t.needs_reservation or t.lost]
         if not due:
             return
+        held = {}
+        for t in due:
+            if t.needs_reservation:
+                # Held again from scratch: what it holds now is not room for its new plan.
+                held[t.key] = [p.request for p in self.m.state.reserved_for(t.key)]
+                self.m.state.release(t.key)
         capacity = Capacity.of(self.m.state)
         for t in due:
+            active = t.phase in ("dispatched", "running")
             lost, t.lost = t.lost, []
-            if not lost or t.phase not in ("dispatched", "running"):
-                continue
-            planned = _roomiest(lost, capacity)
-            self.m.state.reserve_more(t.key, planned)
-            log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is held "
-                     "for their replacements", *t.key, len(planned))
-        for t in due:
-            if not t.needs_reservation:
-                continue
-            t.needs_reservation = False
-            if t.phase != "dispatched" or t.queued is None:
-                continue
-            planned = _unbound_plan(t.queued.gang, self.m.state, t.key, capacity)
-            self.m.state.reserve(t.key, planned)
-            for p in planned:
-                capacity.take(p.node, p.request)
-            log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
-                     len(planned))
+            if t.needs_reservation:
+                t.needs_reservation = False
+                planned: list[PlannedPod] = []
+                if t.phase == "dispatched" and t.queued is not None:
+                    # Its pods not bound yet, the lost ones among them.
+                    planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
+                                                  capacity), []
+                elif active:
+                    planned = _roomiest(held.get(t.key, []), capacity)
+                self.m.state.reserve(t.key, planned)
+                _take(capacity, planned)
+                log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
+                         len(planned))
+            if lost and active:
+                planned = _roomiest(lost, capacity)
+                self.m.state.reserve_more(t.key, planned)
+                _take(capacity, planned)
+                log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
+                         "held for their replacements", *t.key, len(planned))
 
     # --- dispatched wrappers ------------------------------------------------------------
 
@@ -780,14 +812,21 @@ def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity) -> list
     """Pods charged to nodes where they fit now, else to the nodes with the most room —
     erring towards holding too much, never too little."""
     out: list[PlannedPod] = []
-    nodes = sorted(capacity.nodes, key=lambda n: -sum(capacity.free_of(n).values()))
+    left = capacity.copy()
+    nodes = sorted(left.nodes, key=lambda n: -sum(left.free_of(n).values()))
     for i, request in enumerate(requests):
         if not nodes:
             break
         fits = [n for n in nodes
-                if all(capacity.free_of(n).get(r, 0) >= v for r, v in request.items())]
+                if all(left.free_of(n).get(r, 0) >= v for r, v in request.items())]
         node = fits[0] if fits else nodes[i % len(nodes)]
         out.append(PlannedPod(node, request))
         if fits:
-            capacity.take(node, request)
+            left.take(node, request)
     return out
+
+
+def _take(capacity: Capacity, planned: Sequence[PlannedPod]) -> None:
+    for p in planned:
+        if p.node in capacity.nodes:
+            capacity.take(p.node, p.request)

@@ -15,9 +15,15 @@ first), so that counting them again -- every cycle, from what the API says is ad
 finds each the room it was admitted into: it is the later wrappers of a full leaf that
 borrow. (Placing higher priorities first, as MCAD's slide-up does, can leave no room for an
 earlier, lower-priority wrapper under a hard limit and overfill a node; priority acts
-through preemption instead.) A wrapper admitted before its quota existed (or before the
-quota was lowered) may not fit at all: it is then placed as high as it may rise and its
-usage is counted anyway, so the node shows as over its quota and the wrapper as borrowing.
+through preemption instead.) Admission order is not always the order the quota was taken
+in (a preemptor's quota is counted from its hold, a borrower may be admitted around it
+before it dispatches, wrappers admitted in one cycle tie, and a borrower counted again
+after others have gone sits lower than it did): a wrapper that no longer fits when
+counted again is counted before the wrappers that use the nodes of its path, and they
+are placed again after it -- when then every one of them fits. A wrapper admitted before
+its quota existed (or before the quota was lowered) may not fit at all: it is then placed
+as high as it may rise and its usage is counted anyway, so the node shows as over its
+quota and the wrapper as borrowing.
 """
 
 from __future__ import annotations
@@ -147,9 +153,53 @@ class QuotaLedger:
     def of(cls, forest: QuotaForest, consumers: Iterable[QuotaConsumer]) -> QuotaLedger:
         """The usage of `consumers`, placed in the order they were admitted."""
         ledger = cls(forest)
+        hopeless: set[tuple[Labels, tuple[tuple[str, int], ...]]] = set()
         for c in sorted(consumers, key=admission_order):
-            ledger.add(c, force=True)
+            if ledger.add(c).fits:
+                continue
+            shape = (c.labels, tuple(sorted(c.demand.items())))
+            # Not tried again for the same shape in this count: that bounds the work when
+            # a lowered quota leaves many wrappers over it.
+            if shape in hopeless or not ledger._make_way(c):
+                hopeless.add(shape)
+                ledger.add(c, force=True)
         return ledger
+
+    def _make_way(self, consumer: QuotaConsumer) -> bool:
+        """Count `consumer` before the wrappers counted so far that use a node of its path
+        below the root, if then every one of them fits again after it.
+
+        Admission order is not always the order the quota was taken in: a preemptor's
+        quota is counted from its hold, but it is admitted (and counted again) only when
+        it dispatches; wrappers admitted in one cycle tie; and a borrower admitted before
+        a wrapper was, counted again once others have gone, sits lower than it did then.
+        Such a wrapper counted first takes room below where it sat when the consumer was
+        admitted, and the consumer, under a hard limit, has nowhere to go. Placed again
+        after it, they rise to where they were. (What counts against the root does not
+        depend on the order, so only the nodes below it are worth the trouble.)
+        """
+        res = self.forest.resolve(consumer.labels)
+        below_root = {(tree, x) for tree, leaf in res.leaves
+                      for x in self.path(tree, leaf)[:-1]}
+        if res.problems or not below_root:
+            return False
+        ahead = sorted((e.consumer for e in self._entries.values()
+                        if any((t.name, x) in below_root
+                               for t, at, path, _ in e.spots for x in path[path.index(at):])),
+                       key=admission_order)
+        if not ahead:
+            return False
+        before = [self._entries[c.key] for c in ahead]
+        for c in ahead:
+            self.remove(c.key)
+        if self.add(consumer).fits and all(self.add(c).fits for c in ahead):
+            return True
+        for key in (consumer.key, *(c.key for c in ahead)):
+            self.remove(key)
+        for entry in before:
+            self._apply(entry, 1)
+            self._entries[entry.consumer.key] = entry
+        return False
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries

@@ -143,3 +143,30 @@ def test_preemption_under_the_aggregate_rule_holds_the_totals() -> None:
     out = admit([high, small], cap, policy, 100, "aggregate", admitted=[low])
     assert [(d.name, d.decision) for d in out] == [("high", "preempt"), ("small", "wait")]
     assert out[0].preempts == (("default", "low"),)
+
+
+def test_a_borrower_counted_again_keeps_rising_past_the_room_a_later_wrapper_took() -> None:
+    """root 4 GPUs > dept 2 (soft) > team-a 2 (hard), team-b 2. `a1` of team-a runs;
+    `b` of team-b (2) borrows past the full dept from the root; `a2` of team-a (1) fits
+    dept's last GPU. When `a1` completes, `b`, admitted before `a2`, fits its own leaf
+    again if counted first, which would leave `a2` nowhere under its hard limit and show
+    dept at 3 of 2; counted after `a2`, it stays at the root, and a third team-a wrapper
+    fits the room `a1` left."""
+    trees = [subtree("root", "gpu", [("root", {GPU: 4}, False)]),
+             subtree("depts", "gpu", [("dept", {GPU: 2}, False)], parent="root"),
+             subtree("teams", "gpu", [("team-a", {GPU: 2}, True), ("team-b", {GPU: 2}, False)],
+                     parent="dept")]
+    w = World([node("n0", gpu=8)], BACKFILL, trees)
+    for name, team, gpus in (("a1", "team-a", 1), ("b", "team-b", 2), ("a2", "team-a", 1)):
+        w.submit(appwrapper(name, {"gpu": team}, gpu=gpus))
+        w.settle()
+    w.complete("a1")
+    w.submit(appwrapper("a3", {"gpu": "team-a"}, gpu=1))
+    last = w.settle()
+    assert (last[("test", "a3")].decision, last[("test", "a3")].message) == (
+        "dispatch", "all 1 pods fit: on n0; quota team-a (tree gpu)")
+    w.cycle()
+    assert w.ledger is not None and w.ledger.over_quota() == []
+    assert [p.describe() for p in w.ledger.placements(("test", "b"))] == [
+        "team-b (tree gpu) borrowing from root"]
+    assert sorted(k[1] for k in w.running) == ["a2", "a3", "b"]

@@ -215,3 +215,66 @@ def test_the_victim_is_the_one_that_loses_the_least_work() -> None:
     w.submit(appwrapper("four", gpu=4, priority=5))
     d = next(x for x in w.cycle() if x.name == "four")
     assert d.preempts == (("test", "narrow"),)
+
+
+def test_a_reclaimed_borrower_that_returns_in_the_preemptors_cycle_leaves_it_its_room() -> None:
+    """root 7 GPUs over dept 6 (soft: team-a 0, team-b 6 hard) and team-c 0. Two team-a
+    wrappers of 1 GPU borrow at dept; `train` of team-b asks for 2 x 3 GPUs within its
+    own quota and reclaims both (its name sorts after theirs: see the ledger test of the
+    same case). Requeued, `r0` comes back in the cycle `train` dispatches, borrowing from
+    the root past the full dept, and `r1` waits: the root is full. Counted again every
+    cycle, `train` keeps dept's 6 GPUs and `r0` stays at the root: dept never holds 7
+    (found by test_quota_is_never_exceeded_across_cycles)."""
+    trees = [subtree("root", "gpu", [("root", {GPU: 7}, False)]),
+             subtree("depts", "gpu", [("dept", {GPU: 6}, False), ("team-c", {GPU: 0}, False)],
+                     parent="root"),
+             subtree("teams", "gpu", [("team-a", {GPU: 0}, False), ("team-b", {GPU: 6}, True)],
+                     parent="dept")]
+    w = World([node("n0", gpu=2), node("n1", gpu=6)],  # type: ignore[list-item]
+              Policy("p", order="priority", backfill=True, preemption="lowerPriority"), trees)
+    for name in ("r0", "r1"):
+        w.submit(appwrapper(name, {"gpu": "team-a"}, gpu=1))
+        w.settle()
+    w.submit(appwrapper("train", {"gpu": "team-b"}, gpu=3, pods=2))
+    d = next(x for x in w.cycle() if x.name == "train")
+    assert (d.decision, d.preempts) == ("preempt", (("test", "r1"), ("test", "r0")))
+    assert d.message == ("dispatch after preempting test/r1, test/r0 (reclaiming the quota "
+                         "they borrow); then all 2 pods fit: on n1; quota team-b (tree gpu)")
+    w.settle()
+    for _ in range(3):  # the same answer however often it is counted again
+        last = {x.name: x for x in w.cycle()}
+        assert w.ledger is not None and w.ledger.over_quota() == []
+        assert w.ledger.node_usage("gpu", "dept") == {GPU: 6}
+        assert [p.describe() for p in w.ledger.placements(("test", "r0"))] == [
+            "team-a (tree gpu) borrowing from root"]
+        assert [p.describe() for p in w.ledger.placements(("test", "train"))] == [
+            "team-b (tree gpu)"]
+        assert sorted(w.running) == [("test", "r0"), ("test", "train")]
+        assert (last["r1"].decision, last["r1"].reason) == ("wait", QUOTA_EXCEEDED)
+        assert last["r1"].message == ("team-a (tree gpu) would use 1 of its 0 nvidia.com/gpu "
+                                      "and cannot borrow: root would use 8 of its 7 "
+                                      "nvidia.com/gpu")
+
+
+def test_a_held_preemptor_behind_a_wrapper_of_its_shape_short_of_quota_dispatches() -> None:
+    """team-a is hard at 1 GPU. Under arrival order, `high` (priority 1) preempts `low`
+    (priority 0), which is requeued ahead of it. Next cycle `low` is short of quota, for
+    `high`'s hold counts; `high`, its hold taken out, fits and dispatches -- it is not
+    given `low`'s answer for the same labels and shape, which dropped its hold, let `low`
+    back in, and made it preempt again, for ever."""
+    trees = [subtree("root", "gpu", [("root", {GPU: 4}, False)]),
+             subtree("teams", "gpu", [("team-a", {GPU: 1}, True), ("team-b", {GPU: 3}, False)],
+                     parent="root")]
+    w = World(gpu_nodes(1), Policy("fifo", order="arrival", preemption="lowerPriority"),
+              trees)  # type: ignore[arg-type]
+    w.submit(appwrapper("low", {"gpu": "team-a"}, gpu=1))
+    w.settle()
+    w.submit(appwrapper("high", {"gpu": "team-a"}, gpu=1, priority=1))
+    w.settle(cycles=6)
+    assert w.is_running("high") and not w.is_running("low")
+    preemptions = [(d.name, d.preempts) for cycle in w.history for d in cycle
+                   if d.decision == "preempt"]
+    assert preemptions == [("high", (("test", "low"),))]
+    low = next(d for d in w.history[-1] if d.name == "low")
+    assert (low.reason, low.message) == (QUOTA_EXCEEDED, "team-a (tree gpu) would use 2 of its "
+                                         "1 nvidia.com/gpu and cannot borrow: hardLimit")

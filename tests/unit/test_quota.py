@@ -25,6 +25,16 @@ def gpu_tree(hard_a: bool = False, hard_dept: bool = False) -> QuotaForest:
     ])
 
 
+def dept_tree(root: int, dept: int, a: tuple[int, bool], b: tuple[int, bool]) -> QuotaForest:
+    """gpu: root > dept (soft) > team-a, team-b: GPUs, and (quota, hardLimit) per team."""
+    return QuotaForest.from_objects([
+        subtree("root", "gpu", [("root", {GPU: root}, False)]),
+        subtree("depts", "gpu", [("dept", {GPU: dept}, False)], parent="root"),
+        subtree("teams", "gpu", [("team-a", {GPU: a[0]}, a[1]), ("team-b", {GPU: b[0]}, b[1])],
+                parent="dept"),
+    ])
+
+
 def team(name: str) -> tuple[tuple[str, str], ...]:
     return (("gpu", name),)
 
@@ -231,13 +241,7 @@ def test_counting_again_in_admission_order_never_overfills_a_node() -> None:
     then a higher-priority one of team-b borrows past the department from the root.
     Counted higher priority first, team-b's would take the department and team-a's would
     have nowhere to go; in admission order both fit, as they did when admitted."""
-    forest = QuotaForest.from_objects([
-        subtree("root", "gpu", [("root", {GPU: 2}, False)]),
-        subtree("depts", "gpu", [("dept", {GPU: 1}, False)], parent="root"),
-        subtree("teams", "gpu", [("team-a", {GPU: 1}, True), ("team-b", {GPU: 0}, False)],
-                parent="dept"),
-    ])
-    ledger = QuotaLedger.of(forest, [
+    ledger = QuotaLedger.of(dept_tree(2, 1, (1, True), (0, False)), [
         QuotaConsumer(("ns", "b"), team("team-b"), {GPU: 1}, 1, 20),
         QuotaConsumer(("ns", "a"), team("team-a"), {GPU: 1}, 0, 10),
     ])
@@ -266,3 +270,19 @@ def test_usage_rows_show_used_nominal_and_borrowed() -> None:
     assert rows["root"].used == {GPU: 10}
     assert [u.name for u in ledger.usage()] == ["root", "default", "dept", "team-a", "team-b",
                                                 "team-c"]
+
+
+def test_counted_again_a_wrapper_takes_back_its_room_from_an_earlier_borrower() -> None:
+    """team-b (hard, 6) was counted first and fills dept; `a` of team-a (0) was admitted
+    after it, borrowing from the root past the full dept. Both carry the same admission
+    time, and `a` sorts first: counted first, it would take a GPU of dept and team-b's
+    wrapper, unable to rise past its hard leaf, would put dept at 7 of 6. The borrower
+    gives the room back and rises again, as it was when admitted."""
+    ledger = QuotaLedger.of(dept_tree(7, 6, (0, False), (6, True)), [
+        QuotaConsumer(("ns", "b"), team("team-b"), {GPU: 6}, 0, 10),
+        QuotaConsumer(("ns", "a"), team("team-a"), {GPU: 1}, 0, 10),
+    ])
+    assert ledger.over_quota() == []
+    assert [p.node for p in ledger.placements(("ns", "a"))] == ["root"]
+    assert [p.node for p in ledger.placements(("ns", "b"))] == ["team-b"]
+    assert ledger.node_usage("gpu", "dept") == {GPU: 6}
