@@ -29,6 +29,7 @@ from dispatcher.elastic import (
     Candidate,
     Scale,
     Shrink,
+    ShrinkRound,
     admitted_now,
     at_minimum,
     demand_at,
@@ -269,7 +270,7 @@ def admit(
     decisions: list[Decision] = []
     seen: dict[WrapperKey, QueuedWrapper] = {}
     elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
-    shrinking: set[WrapperKey] = set()  # scaled in this cycle: neither grown nor shrunk again
+    shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
     for w in ordered:
         stats.considered += 1
         seen[w.key] = w
@@ -407,7 +408,7 @@ def admit(
             blocking = w
             stats.blocked_by = w.key
     if fit == "per-node":
-        gone = shrinking | (search.gone if search is not None else set())
+        gone = shrinking.scaled | (search.gone if search is not None else set())
         _grow(decisions, seen, elastic_pool if scaling is not None else [], gone, capacity,
               policy, ledger, scaling)
     return decisions
@@ -461,16 +462,17 @@ def _minimum_message(w: QueuedWrapper) -> str:
 
 def _try_shrink(w: QueuedWrapper, prio: float, capacity: Capacity,
                 pool: Sequence[AdmittedWrapper], policy: Policy, now: float,
-                ledger: QuotaLedger | None, shrinking: set[WrapperKey],
+                ledger: QuotaLedger | None, shrinking: ShrinkRound,
                 search: PreemptionSearch | None, stats: CycleStats) -> Decision | None:
     """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit."""
-    if not pool:
+    if not pool or not shrinking.may_search(w, prio):
         return None
     found = shrink_search(w, prio, capacity, pool, policy, now, ledger,
-                          gone=shrinking | (search.gone if search is not None else set()))
+                          gone=shrinking.scaled | (search.gone if search is not None else set()))
     if found is None:
+        shrinking.failed(w, prio)
         return None
-    shrinking.update(s.key for s in found.scales)
+    shrinking.scaled.update(s.key for s in found.scales)
     return _shrink(w, found, capacity, ledger, pool, prio, now, stats)
 
 

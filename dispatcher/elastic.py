@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity
@@ -103,6 +103,31 @@ class Shrink:
         names = "; ".join(f"{s.namespace}/{s.name} to {describe(s.sets, s.after)}"
                           for s in self.scales)
         return f"dispatch after scaling in {names}; then {placed}"
+
+
+MAX_SHRINK_SEARCHES = 8  # per cycle, as for preemption: the work of a cycle stays bounded
+
+
+@dataclass
+class ShrinkRound:
+    """One cycle's scale-in searches: the gangs scaled in (not grown, nor shrunk again,
+    in the same cycle), and a bound on the work -- at most MAX_SHRINK_SEARCHES searches,
+    none twice for a shape, labels and priority that found nothing (capacity only shrinks
+    during a cycle)."""
+
+    scaled: set[WrapperKey] = field(default_factory=set)
+    searches: int = 0
+    _failed: set[tuple[object, ...]] = field(default_factory=set)
+
+    def may_search(self, w: QueuedWrapper, priority: float) -> bool:
+        if self.searches >= MAX_SHRINK_SEARCHES or \
+                (w.gang_key, w.labels, priority) in self._failed:
+            return False
+        self.searches += 1
+        return True
+
+    def failed(self, w: QueuedWrapper, priority: float) -> None:
+        self._failed.add((w.gang_key, w.labels, priority))
 
 
 @dataclass(frozen=True)
