@@ -164,25 +164,33 @@ def grow(candidates: Iterable[Candidate], blockers: Sequence[tuple[Rank, Sequenc
     """Grow each candidate, in rank order, by what `cap` holds on nodes no blocker ahead
     of it may use; the growth is taken from `cap` (and added to `ledger`)."""
     ahead = sorted(blockers, key=lambda b: b[0])
-    masked_rows: set[int] = set()
+    masked: set[int] = set()
     used = 0
+    # What the candidates see: `cap` with the nodes of the blockers ahead emptied. The
+    # blockers ahead only add up along the order, so one view serves them all.
+    view = cap
     out: list[Scale] = []
     for c in sorted(candidates, key=lambda c: (c.rank, c.key)):
         e = c.now
         room = room_to_grow(e.sets, e.counts)
         if not room:
             continue
+        new: set[int] = set()
         while used < len(ahead) and ahead[used][0] < c.rank:
             for g in ahead[used][1]:
-                masked_rows.update(cap.eligible_rows(g.pod_set.constraints).tolist())
+                new.update(cap.eligible_rows(g.pod_set.constraints).tolist())
             used += 1
-        view = _masked(cap, masked_rows)
+        if new - masked:
+            view = _masked(cap.copy() if view is cap else view, new - masked)
+            masked |= new
         counts, placements = _largest_growth(c, e, room, view, ledger)
         if not placements:
             continue
         for p in placements:
             assert p.node is not None
             cap.take(p.node, p.request)
+            if view is not cap:
+                view.take(p.node, p.request)
         if ledger is not None:
             _resize_quota(ledger, c.key, sized(e.gang, e.sets, counts))
         out.append(Scale(c.key[0], c.key[1], e.sets, e.counts, counts,
@@ -192,11 +200,8 @@ def grow(candidates: Iterable[Candidate], blockers: Sequence[tuple[Rank, Sequenc
     return out
 
 
-def _masked(cap: Capacity, rows: set[int]) -> Capacity:
-    """`cap` with nothing free on `rows` (the same object when there are none)."""
-    if not rows:
-        return cap
-    view = cap.copy()
+def _masked(view: Capacity, rows: set[int]) -> Capacity:
+    """`view` (a copy) with nothing free left on `rows`."""
     for row in sorted(rows):
         node = view.names[row]
         free = {r: v for r, v in view.free_of(node).items() if v > 0}
