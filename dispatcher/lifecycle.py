@@ -105,9 +105,12 @@ class Verdict:
     check_at: float | None = None  # look again then, even if nothing else happens
 
 
-def min_available(aw: AppWrapper, expected_pods: int) -> int:
-    """Pods that must run for the gang to count as running (None: all of them)."""
+def min_available(aw: AppWrapper, expected_pods: int, floor: int | None = None) -> int:
+    """Pods that must run for the gang to count as running (None: all of them; for an
+    elastic gang, `floor`: the pods of its minimum, whatever size it has now)."""
     declared = aw.spec.schedulingSpec.minAvailable
+    if declared is None:
+        declared = floor
     return expected_pods if declared is None else min(declared, expected_pods)
 
 
@@ -139,13 +142,15 @@ def judge(
     below_min_since: float | None = None,
     items: str = "its objects",
     created_at: float | None = None,
+    floor: int | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running, when `running`) AppWrapper.
 
     `below_min_since`: since when a running gang has had fewer than minAvailable pods
     up (None: it has enough). `items` names what was created, for messages;
     `created_at`: when the last of them was created (the admission grace counts from
-    then: pods cannot appear before their object; None: not all created yet)."""
+    then: pods cannot appear before their object; None: not all created yet); `floor`:
+    an elastic gang's pods at its minimum (see min_available)."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
@@ -170,7 +175,7 @@ def judge(
                        f"still not finished {limit} s after dispatch "
                        "(spec.schedulingSpec.dispatchDuration.limit)")
 
-    need = min_available(aw, expected_pods)
+    need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
     if up >= need:
         return Verdict("running", "PodsRunning",

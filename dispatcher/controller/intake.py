@@ -30,6 +30,7 @@ from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .memory import Memory
+from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
 
@@ -159,7 +160,7 @@ class Intake:
             return
         t = self.m.tracked.get((pod.namespace, pod.appwrapper))
         if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
-                or t.key in self.requeues_due):
+                or t.key in self.requeues_due or scaled_in(t, self.m.state)):
             return
         t.lost.append(dict(pod.request))
 
@@ -305,6 +306,7 @@ class Intake:
             self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
+        follow_size(t)  # an elastic gang's pods follow its size
         t.completable = deciding_items(
             [(item.generictemplate, item.completionstatus)
              for item in aw.spec.resources.GenericItems])

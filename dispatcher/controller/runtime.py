@@ -40,6 +40,7 @@ from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing, WrappedItem
 from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import Scale
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import GangPodSet, Shortfall, place
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
@@ -65,6 +66,7 @@ from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
+from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter
 from .tracked import Key, Tracked, items_digest, pod_bucket
 
@@ -127,6 +129,7 @@ class Dispatcher:
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership)
+        self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
         self._task: asyncio.Task[None] | None = None
@@ -454,6 +457,7 @@ class Dispatcher:
                 t, ITEMS_CHANGED, "spec.resources.GenericItems changed after dispatch: torn "
                 "down and queued again with the new items", now, self.timing, counted=False)
             return
+        await self.scaling.catch_up(t, now)
         if t.needs_items:
             result = await self.items.create(t)
             if isinstance(result, Refused):
@@ -472,15 +476,15 @@ class Dispatcher:
             t.outcome = await self.items.outcome(t)
         counts = t.counts()
         running = t.phase == "running"
-        if running and counts.running + counts.succeeded < min_available(t.aw,
-                                                                          t.expected_pods):
+        if running and counts.running + counts.succeeded < min_available(
+                t.aw, t.expected_pods, t.floor):
             t.below_min_since = t.below_min_since or now
         else:
             t.below_min_since = None
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t), t.items_at)
+                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor)
         await self._apply(t, verdict, now, timing)
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
@@ -489,7 +493,8 @@ class Dispatcher:
         t.check_at = v.check_at
         if v.action in ("running", "holding"):
             if v.action == "running":
-                change.condition(ConditionType.Running, Reason.PodsRunning, v.message)
+                change.condition(ConditionType.Running,
+                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
                 t.status.state = "Running"
             else:
                 change.condition(ConditionType.RunningHoldCompletion,
@@ -530,7 +535,7 @@ class Dispatcher:
             disagree = bool(pods)
         else:
             up = sum(1 for p in pods if pod_bucket(p) in ("running", "succeeded"))
-            disagree = up >= min_available(t.aw, t.expected_pods)
+            disagree = up >= min_available(t.aw, t.expected_pods, t.floor)
         if disagree:
             log.info("%s/%s: the API server lists pods the watch has not shown yet; "
                      "not requeued (%s)", *t.key, v.reason)
@@ -598,6 +603,7 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         t.status.state = "Pending"
         t.status.admittedDigest = ""
+        self.scaling.requeued(t)
         t.pods.clear()
         self._set_counts(t)
         change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
@@ -622,19 +628,21 @@ class Dispatcher:
 
     async def _admit(self, now: float) -> int:
         ordered = list(self.m.queue.ordered(now))
-        if not ordered:
+        elastic = self.scaling.any_elastic(self.m.tracked)  # may grow with nothing queued
+        if not ordered and not elastic:
             return 0
         capacity = Capacity.of(self.m.state)
         sharing = self.m.sharing
         forest = sharing.forest()
         admitted = sharing.admitted(self.m.tracked, self.m.state) \
-            if forest is not None or self.policy.preemption != "never" else []
+            if forest is not None or self.policy.preemption != "never" or elastic else []
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
+        scales: list[Scale] = []
         decisions = await loop.run_in_executor(None, functools.partial(
             admit, ordered, capacity, self.policy, now, self.fit,
             empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
-            holds=dict(sharing.holds)))
+            holds=dict(sharing.holds), scaling=scales))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         for d in decisions:
@@ -658,13 +666,23 @@ class Dispatcher:
                 if d.reason != AWAITING_PREEMPTION:
                     sharing.release(key)  # the room it held is everyone's again
                 self._waiting(t, d, now)
+        self._scale(scales, now)
         return len(decisions)
+
+    def _scale(self, scales: Sequence[Scale], now: float) -> None:
+        """Scale-outs and scale-ins decided for admitted elastic gangs (scaling.py)."""
+        for s in scales:
+            t = self.m.tracked.get(s.key)
+            if t is not None and t.phase in ("dispatched", "running") \
+                    and not self._spawn(t, self.scaling.scale(t, s, now)) and not s.out:
+                self.scaling.defer(t, s, now)  # a preemptor's room waits for it
 
     def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
         """Room is held for `t` at once; its victims are torn down (whole gangs) and
         requeued with `Preempted`; it dispatches once their pods are gone."""
         self.m.sharing.hold(t, d, now)
         self._waiting(t, d, now)
+        self._scale(d.shrinks, now)
         for k in d.preempts:
             victim = self.m.tracked.get(k)
             if victim is not None:
@@ -747,6 +765,7 @@ class Dispatcher:
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
         self.estimates.dispatching(t)  # no estimate for a wrapper that starts
+        self.scaling.dispatching(t, d)  # an elastic gang's size admitted
         if not await self._commit(change):
             return
         # Durable: now memory follows.
