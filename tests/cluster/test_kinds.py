@@ -50,9 +50,9 @@ def template(name: str, annotations: Annotations, **spec: Any) -> dict[str, Any]
             "spec": {"containers": [container(name=name, gpus=1)], **spec}}
 
 
-# --- one builder per kind: (name, annotations of the pods that end the run, annotations of
-# --- the other pods) -> the object. "succeed": every pod succeeds. "fail": one replica
-# --- type fails with exit code 1 while the others keep running.
+# --- one builder per kind: (name, fail?) -> the object. Not fail: every pod succeeds after
+# --- RUN_FOR. Fail: the pods of one replica type fail with exit code 1 after RUN_FOR, the
+# --- others keep running, so only that failure can end it.
 
 @dataclass(frozen=True)
 class Kind:
