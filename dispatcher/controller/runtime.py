@@ -81,6 +81,7 @@ DEBOUNCE_SECONDS = 0.05
 TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
+OUTCOME_SETTLE_SECONDS = 2.0
 PODS = Resource("v1", "Pod", "pods", True)
 # While a watch is down nothing is decided; the loop looks again this often.
 BLIND_RETRY_SECONDS = 0.2
@@ -474,6 +475,13 @@ class Dispatcher:
             t.outcome_stale = False
             t.outcome_read_at = now
             t.outcome = await self.items.outcome(t)
+            done = t.counts().succeeded + t.counts().failed
+            if done > t.outcome_pods_done and t.outcome not in ("succeeded", "failed"):
+                # A pod just ended and its object has not said so yet (an operator writes
+                # its status after the pod's last change): read it again shortly rather
+                # than at the next refresh, once per pod ending.
+                t.outcome_read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
+            t.outcome_pods_done = done
         counts = t.counts()
         running = t.phase == "running"
         if running and counts.running + counts.succeeded < min_available(

@@ -57,6 +57,7 @@ class Tracked:
     completable: tuple[int, ...] = ()  # items whose kind reports an outcome
     outcome_stale: bool = True
     outcome_read_at: float = 0.0
+    outcome_pods_done: int = 0  # pods ended when the outcome was last read
     check_at: float | None = None
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
     items_at: float | None = None  # when every item was known to exist

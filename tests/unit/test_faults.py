@@ -851,3 +851,24 @@ def test_a_gang_planned_on_a_node_that_goes_keeps_its_hold_elsewhere() -> None:
         assert moved.node != planned.node
 
     run(scenario)
+
+
+def test_a_job_that_completes_just_after_its_last_pod_completes_its_wrapper_soon() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
+        await d.cycle()
+        clock.now += 5
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
+        await d.cycle()  # the Job does not say Complete yet
+        assert aw_status(kube, "a")["state"] == "Running"
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 2.5  # not the 15 s of the regular refresh
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
