@@ -155,7 +155,8 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     )
 
 
-ADMITTED_STATES = frozenset({"Dispatched", "Running"})  # queuejobstate of an admitted one
+# queuejobstate of an admitted one
+ADMITTED_STATES = frozenset({"Dispatched", "Running", "RunningHoldCompletion"})
 FINISHED_STATES = frozenset({"Completed", "Failed", "Deleted"})
 
 
@@ -163,7 +164,8 @@ def is_admitted(aw: AppWrapper) -> bool:
     """Dispatched and not finished: it holds capacity and counts against its quota."""
     if aw.status.state in FINISHED_STATES or aw.status.queuejobstate in FINISHED_STATES:
         return False
-    return aw.status.state == "Running" or aw.status.queuejobstate in ADMITTED_STATES
+    return (aw.status.state in ("Running", "RunningHoldCompletion")
+            or aw.status.queuejobstate in ADMITTED_STATES)
 
 
 def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,

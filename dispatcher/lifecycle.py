@@ -20,7 +20,9 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
   fails and is torn down.
 - It completes when its wrapped objects report success (or, if none of them can
   finish on its own, when every pod of the gang has succeeded), and fails when one of
-  them reports failure.
+  them reports failure. When items declare `completionstatus`, those decide (MCAD): once
+  they are done while pods of the others still run or wait, it is MCAD's
+  `RunningHoldCompletion` ("holding"), and `Completed` when no pod is left.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Literal
 from dispatcher.api.models import AppWrapper, Requeuing
 from dispatcher.kinds.completion import Outcome
 
-Action = Literal["wait", "running", "completed", "failed", "requeue"]
+Action = Literal["wait", "running", "holding", "completed", "failed", "requeue"]
 
 # Reasons beyond dispatcher.api.conditions.Reason that only the lifecycle produces.
 WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
@@ -153,6 +155,13 @@ def judge(
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
     if outcome == "succeeded":
+        declared = any(i.completionstatus for i in aw.spec.resources.GenericItems)
+        if declared and pods.active:
+            # MCAD's RunningHoldCompletion: done as far as completionstatus says, but
+            # pods of its other items still run (or wait): they hold what they hold.
+            return Verdict("holding", "SomeItemsCompleted",
+                           "the items with completionstatus have completed; "
+                           f"{pods.running} pods still running, {pods.pending} pending")
         return Verdict("completed", "PodsCompleted", "every wrapped object has finished")
     if outcome is None and expected_pods and pods.succeeded >= expected_pods \
             and not pods.active:

@@ -4,8 +4,9 @@ kwokctl (``--runtime binary``) runs etcd, kube-apiserver (TLS, RBAC, admission),
 kube-controller-manager, kube-scheduler and the kwok controller from the binaries built by
 ``localcluster.build``; it writes the certificates, the kubeconfig and one log file per
 component into the cluster directory. On top of that this module installs the pod/node
-Stage resources, the fake nodes of a profile, the upstream CRDs, and runs the KubeRay and
-Kubeflow training operators as local processes.
+Stage resources, the fake nodes of a profile, the upstream CRDs, and runs the KubeRay
+operator, the Kubeflow training operator (v1.9, and v1.8's for MXJob) and the JobSet
+controller as local processes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from . import build, config, profiles, users, versions
+from . import build, config, jobset, profiles, users, versions
 from .kube import Kubectl, KubectlError, wait_for
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
@@ -71,6 +72,8 @@ class Operator:
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     probe_port: int = 0
+    #: Started only once the training operators' shared Secret holds certificates.
+    after_training_certs: bool = False
 
 
 @dataclass
@@ -102,7 +105,8 @@ class Cluster:
     def log_hint(self) -> str:
         return (f"component logs: {self.logs}/ (kwokctl.log, etcd.log, kube-apiserver.log, "
                 f"kube-controller-manager.log, kube-scheduler.log, kwok-controller.log, "
-                f"crds.log, kuberay-operator.log, training-operator.log)")
+                f"crds.log, kuberay-operator.log, training-operator.log, "
+                f"mxjob-operator.log, jobset-controller.log)")
 
     # ------------------------------------------------------------------ state
     def ready_info(self) -> dict[str, Any] | None:
@@ -267,7 +271,8 @@ class Cluster:
     # ------------------------------------------------------------------ operators
     def _operators(self) -> list[Operator]:
         kc = str(self.kubeconfig)
-        kuberay_probe, training_probe = _free_port(), _free_port()
+        kuberay_probe, training_probe, mxjob_probe, jobset_probe = (
+            _free_port() for _ in range(4))
         return [
             Operator(
                 "kuberay-operator", "kuberay", "ray-operator",
@@ -278,11 +283,22 @@ class Cluster:
             ),
             Operator(
                 "training-operator", "training-operator", "training-operator.v1",
-                ["--kubeconfig", kc, "--metrics-bind-address", "0",
-                 "--health-probe-bind-address", f"127.0.0.1:{training_probe}",
-                 "--webhook-server-port", str(_free_port()), "--leader-elect=false"],
-                env={"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"},
+                _training_args(kc, training_probe), env=_TRAINING_ENV,
                 probe_port=training_probe,
+            ),
+            # v1.9 dropped MXJob; v1.8.1 runs it, and only it. It shares v1.9's webhook
+            # Secret and certificate directory (same service name, CA name and hard-coded
+            # directory), so it starts once they hold v1.9's certificates, finds them valid,
+            # and keeps them rather than rotating them under v1.9's feet.
+            Operator(
+                "mxjob-operator", "mxjob-operator", "training-operator.v1",
+                [*_training_args(kc, mxjob_probe), "--enable-scheme=mxjob"],
+                env=_TRAINING_ENV, probe_port=mxjob_probe, after_training_certs=True,
+            ),
+            Operator(
+                jobset.NAME, "jobset", "jobset",
+                jobset.arguments(self.dir, self.kubeconfig, jobset_probe, _free_port()),
+                probe_port=jobset_probe,
             ),
         ]
 
@@ -300,10 +316,15 @@ class Cluster:
         self.pids.mkdir(parents=True, exist_ok=True)
         ops = self._operators()
         for op in ops:
-            self._spawn(op)
+            if not op.after_training_certs:
+                self._spawn(op)
         self._mount_training_certs(kubectl, timeout)
         for op in ops:
+            if op.after_training_certs:
+                self._spawn(op)
+        for op in ops:
             self._wait_operator(op, timeout)
+        jobset.register_webhooks(kubectl, self.dir)
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
 
@@ -444,6 +465,14 @@ class Cluster:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+_TRAINING_ENV = {"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"}
+
+
+def _training_args(kubeconfig: str, probe_port: int) -> list[str]:
+    return ["--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
+            "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
+            "--webhook-server-port", str(_free_port()), "--leader-elect=false"]
 
 
 def _binaries(required: bool = True) -> dict[str, Path]:

@@ -272,6 +272,9 @@ class State(StrEnum):
 
     Pending = "Pending"
     Running = "Running"
+    # MCAD's: the items that decide completion (`completionstatus`) are done, and pods of
+    # the others still run or wait.
+    RunningHoldCompletion = "RunningHoldCompletion"
     Completed = "Completed"
     Failed = "Failed"
     Deleted = "Deleted"

@@ -24,7 +24,7 @@ from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
-from dispatcher.kinds.completion import item_outcome
+from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU
 from dispatcher.review import review
@@ -307,10 +307,9 @@ class Intake:
         t.queued = queued
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
         follow_size(t)  # an elastic gang's pods follow its size
-        t.completable = tuple(
-            i for i, item in enumerate(aw.spec.resources.GenericItems)
-            if item_outcome(item.generictemplate, item.completionstatus) is not None
-        )
+        t.completable = deciding_items(
+            [(item.generictemplate, item.completionstatus)
+             for item in aw.spec.resources.GenericItems])
         if requeue_failed:
             status.state = "Pending"
             status.numberOfRequeueings = 0
@@ -332,11 +331,12 @@ class Intake:
             self.m.ownership.add_item(uid, key)
         last = latest(status.conditions)
         kind = last.type if last is not None else ""
-        if kind in (ConditionType.Dispatched, ConditionType.Running):
+        if kind in (ConditionType.Dispatched, ConditionType.Running,
+                    ConditionType.RunningHoldCompletion):
             since = next((c.lastTransitionMicroTime for c in reversed(status.conditions)
                           if c.type == ConditionType.Dispatched), None)
             t.dispatched_at = since.timestamp() if since is not None else now
-            t.phase = "running" if kind == ConditionType.Running else "dispatched"
+            t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
             t.needs_items = True
             t.needs_reservation = t.phase == "dispatched"
             if status.admittedDigest and status.admittedDigest != items_digest(aw):

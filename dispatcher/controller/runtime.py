@@ -491,10 +491,15 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         self._set_counts(t)
         t.check_at = v.check_at
-        if v.action == "running":
-            change.condition(ConditionType.Running,
-                             *self.scaling.running(t, Reason.PodsRunning, v.message))
-            t.status.state = "Running"
+        if v.action in ("running", "holding"):
+            if v.action == "running":
+                change.condition(ConditionType.Running,
+                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
+                t.status.state = "Running"
+            else:
+                change.condition(ConditionType.RunningHoldCompletion,
+                                 Reason.SomeItemsCompleted, v.message)
+                t.status.state = "RunningHoldCompletion"
             if await self._commit(change):
                 t.phase = "running"
                 self.m.state.release(t.key)  # its pods hold the capacity now
