@@ -35,7 +35,7 @@ from dispatcher.fit.elastic import describe, lowest, sized
 from dispatcher.kinds.elastic import ElasticSet
 
 from .items import prepared_items
-from .kube import Kube
+from .kube import ApiError, Kube
 from .status import StatusWriter, event_body
 from .tracked import Tracked
 
@@ -198,9 +198,10 @@ class Scaling:
 
     async def patch(self, t: Tracked) -> None:
         """Set the replicas of the live objects to the size owed (transient failures
-        raise: the step is tried again)."""
+        raise: the step is tried again). Objects not created yet are left alone: they
+        are created at the size recorded."""
         counts = self.owed.get(t.key)
-        if counts is None or t.queued is None:
+        if counts is None or t.queued is None or t.needs_items:
             return
         objs = sized_items(t)
         removing = self.removing.get(t.key, ())
@@ -211,8 +212,17 @@ class Scaling:
                 continue
             body, content_type = _patch(s, s.replicas(pods),
                                         removing[j] if j < len(removing) else ())
-            await self.kube.request("PATCH", resource.path(t.key[0], obj["metadata"]["name"]),
-                                    body, content_type=content_type)
+            try:
+                await self.kube.request("PATCH", resource.path(t.key[0],
+                                                               obj["metadata"]["name"]),
+                                        body, content_type=content_type)
+            except ApiError as e:
+                if e.transient:
+                    raise
+                # Gone (its wrapper is being torn down) or refused: nothing to retry; the
+                # gang's lifecycle says what happens to it.
+                log.warning("%s/%s: %s %s not resized: %s", *t.key, obj["kind"],
+                            obj["metadata"]["name"], e)
         if self.owed.get(t.key) == counts:
             del self.owed[t.key]
             self.removing.pop(t.key, None)

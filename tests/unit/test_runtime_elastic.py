@@ -140,3 +140,26 @@ def test_a_pod_a_scale_in_removed_is_not_owed_a_replacement() -> None:
     assert scaled_in(t, state)
     state.remove_pod(("team", "train-worker-1"))
     assert not scaled_in(t, state)
+
+
+def test_an_object_gone_when_it_is_resized_stops_nothing() -> None:
+    """The PyTorchJob was deleted behind the dispatcher's back: the scale-out is recorded,
+    the patch refused (404) is not retried for ever, and the loop goes on."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for i in range(2):
+            kube.put(node(f"n{i}"))
+        kube.put(elastic("train", 1, 4))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert worker_replicas(kube, "train") == 2
+        del kube.objects[next(p for p, o in kube.objects.items()
+                              if o.get("kind") == "PyTorchJob")]
+        d.on_node("ADDED", node("n2"))
+        clock.now += 10
+        await d.cycle()
+        assert aw_status(kube, "train")["elasticPods"] == [3]
+        assert ("team", "train") not in d.scaling.owed
+        clock.now += 10
+        await d.cycle()  # nothing owed, nothing raised
+
+    run(scenario)
