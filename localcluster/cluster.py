@@ -389,9 +389,8 @@ class Cluster:
             _say("stopped " + ", ".join(sorted(ours)))
         shutil.rmtree(self.dir, ignore_errors=True)
         (config.state_root() / f"{self.name}-kwokctl.yaml").unlink(missing_ok=True)
-        if "training-operator" in ours:
-            # The certificates we wrote for it (the training operator hard-codes the path).
-            shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
+        # The training operator's certificates (a path it hard-codes) stay: another local
+        # cluster's operators may be reading them, and the next `up` writes its own.
         if not quiet:
             _say(f"cluster {self.name!r} stopped and its state removed")
 
