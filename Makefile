@@ -1,14 +1,14 @@
 # The two commands a newcomer needs (see README):
 #   make demo   set up, start the local cluster, run the dispatcher on examples/
 #   make test   set up, lint, type-check, unit tests, the installed wheel, then cluster tests
-#               on a local control plane
+#               and MCAD's own kuttl suites on a local control plane
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test test demo bench clean
+.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,12 @@ cluster-down: setup
 cluster-test: cluster-build
 	$(VENV)/bin/pytest -q tests/cluster
 
-test: lint unit packaging cluster-test
+# MCAD's own kuttl suites (../shared/conformance/mcad-kuttl) against `dispatcher run`;
+# fails when a suite's result differs from tests/conformance/expected.yaml.
+conformance: cluster-build
+	$(PY) -m tests.conformance.mcad_kuttl
+
+test: lint unit packaging cluster-test conformance
 
 demo: cluster-up
 	$(PY) -m dispatcher.demo

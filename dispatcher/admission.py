@@ -16,6 +16,7 @@ whole gangs to tear down first (see dispatcher.preemption).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +25,23 @@ from typing import Literal
 from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
 from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import (
+    Candidate,
+    Scale,
+    Shrink,
+    ShrinkRound,
+    admitted_now,
+    at_minimum,
+    demand_at,
+    grow,
+    newly_admitted,
+    rank,
+    shrink_search,
+)
 from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.elastic import describe, lowest
 from dispatcher.fit.gang import (
+    NEVER_FITS,
     GangPodSet,
     Placement,
     Shortfall,
@@ -35,6 +51,12 @@ from dispatcher.fit.gang import (
     place_aggregate,
 )
 from dispatcher.kinds import InvalidItem, item_pod_sets
+from dispatcher.kinds.elastic import (
+    ElasticSet,
+    declared_sets,
+    from_min_available,
+    tolerant_sets,
+)
 from dispatcher.preemption import (
     AdmittedWrapper,
     Hold,
@@ -75,6 +97,11 @@ class Decision:
     reclaims: tuple[WrapperKey, ...] = ()  # those of them taken for the quota they borrow
     # Where it sits (or would) in each quota tree, and whether it borrows there.
     quota: tuple[QuotaPlacement, ...] = ()
+    # An elastic gang's dispatch: its pods per elastic set (its minimum, and what it
+    # grew by in the same cycle); `placements` hold them all.
+    elastic: tuple[int, ...] = ()
+    # `preempt` by scaling in: the elastic wrappers to shrink first (dispatcher.elastic).
+    shrinks: tuple[Scale, ...] = ()
 
     @property
     def key(self) -> WrapperKey:
@@ -97,14 +124,23 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     """The queue entry of an AppWrapper; invalid items make it invalid, not an error."""
     gang: list[GangPodSet] = []
     problems: list[str] = []
+    declared: list[ElasticSet] = []
+    tolerant: list[ElasticSet] = []
     for i, item in enumerate(aw.spec.resources.GenericItems):
         custom = [c.model_dump() for c in item.custompodresources]
         try:
             sets = item_pod_sets(item.generictemplate, custom or None, index=i)
+            if not custom:
+                declared += declared_sets(item.generictemplate, sets, i, len(gang))
+                tolerant += tolerant_sets(item.generictemplate, sets, i, len(gang))
         except InvalidItem as e:
             problems.append(f"spec.resources.GenericItems[{i}]: {e}")
             continue
         gang.extend(GangPodSet(i, ps) for ps in sets)
+    minimum = aw.spec.schedulingSpec.minAvailable
+    if not declared and minimum is not None:
+        ranged = from_min_available(tolerant, [g.pod_set.count for g in gang], minimum)
+        declared = [ranged] if ranged is not None else []
     return QueuedWrapper(
         namespace=aw.metadata.namespace,
         name=aw.metadata.name,
@@ -115,10 +151,12 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
         priority_slope=aw.spec.priorityslope,
         invalid=problems_message(problems) or None,
         labels=tuple(sorted(aw.metadata.labels.items())),
+        elastic=tuple(declared) if not problems else (),
     )
 
 
-ADMITTED_STATES = frozenset({"Dispatched", "Running"})  # queuejobstate of an admitted one
+# queuejobstate of an admitted one
+ADMITTED_STATES = frozenset({"Dispatched", "Running", "RunningHoldCompletion"})
 FINISHED_STATES = frozenset({"Completed", "Failed", "Deleted"})
 
 
@@ -126,27 +164,41 @@ def is_admitted(aw: AppWrapper) -> bool:
     """Dispatched and not finished: it holds capacity and counts against its quota."""
     if aw.status.state in FINISHED_STATES or aw.status.queuejobstate in FINISHED_STATES:
         return False
-    return aw.status.state == "Running" or aw.status.queuejobstate in ADMITTED_STATES
+    return (aw.status.state in ("Running", "RunningHoldCompletion")
+            or aw.status.queuejobstate in ADMITTED_STATES)
 
 
 def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,
-                             preempted: Iterable[WrapperKey] = ()) -> AdmittedWrapper:
+                             preempted: Iterable[WrapperKey] = (),
+                             pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
     """The record `admit` needs of a dispatched or running AppWrapper.
 
     holdings: ``ClusterState.holdings(key)``; preempted: the victims of the Hold it was
     dispatched from, if any. Its priority is the effective priority it was dispatched
     with (status.systempriority), else spec.priority; dispatched_at the time of its
-    Dispatched condition, else `now`.
+    Dispatched condition, else `now`. An elastic one runs at the size its status records
+    (status.elasticPods); `pods`, its bound pods by name, say which a scale-in removes.
     """
     queued = queued_from_appwrapper(aw, first_seen_of(aw, now))
     dispatched = next((c for c in reversed(aw.status.conditions) if c.type == "Dispatched"),
                       None)
     stamp = dispatched.lastTransitionMicroTime if dispatched is not None else None
-    return AdmittedWrapper(
-        queued.namespace, queued.name, queued.uid,
-        aw.status.systempriority or float(aw.spec.priority), queued.demand,
-        tuple(holdings), stamp.timestamp() if stamp is not None else now, queued.labels,
-        tuple(preempted))
+    return admitted_record(queued, aw.status.systempriority or float(aw.spec.priority),
+                           holdings, stamp.timestamp() if stamp is not None else now,
+                           preempted, aw.status.elasticPods, pods)
+
+
+def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[PlannedPod],
+                    dispatched_at: float, preempted: Iterable[WrapperKey] = (),
+                    recorded: Sequence[int] = (),
+                    pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
+    """An admitted wrapper's record from its queue entry (see admitted_from_appwrapper)."""
+    elastic = (admitted_now(queued, recorded, queued.first_seen, pods) if queued.elastic
+               else None)
+    need = demand_at(queued.gang, elastic.sets, elastic.counts) if elastic else queued.demand
+    return AdmittedWrapper(queued.namespace, queued.name, queued.uid, priority, need,
+                           tuple(holdings), dispatched_at, queued.labels, tuple(preempted),
+                           elastic)
 
 
 def first_seen_of(aw: AppWrapper, default: float) -> float:
@@ -179,6 +231,7 @@ def admit(
     quota: QuotaLedger | None = None,
     admitted: Sequence[AdmittedWrapper] = (),
     holds: Mapping[WrapperKey, Hold] | None = None,
+    scaling: list[Scale] | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -191,6 +244,10 @@ def admit(
     are placed, and each dispatch adds to the usage, so the caller sees it afterwards.
     `admitted` are the dispatched and running wrappers, which a policy with preemption
     may tear down. `holds` is the room kept for preemptors until they dispatch.
+
+    Elastic gangs (dispatcher.elastic) are admitted at their minimum and grown in the
+    same cycle by what is left; pass `scaling` to have the admitted ones grown too (their
+    scale-outs are appended to it). Scale-ins come as `preempt` decisions' `shrinks`.
     """
     stats = stats if stats is not None else CycleStats()
     fit_gang, hopeless_gang = (
@@ -214,8 +271,13 @@ def admit(
     head_seen = False
     said: tuple[QueuedWrapper, str] | None = None  # the blocking head, and what waits say
     decisions: list[Decision] = []
+    seen: dict[WrapperKey, QueuedWrapper] = {}
+    elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
+    shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
     for w in ordered:
         stats.considered += 1
+        seen[w.key] = w
+        w = at_minimum(w)
         prio = w.effective_priority(now)
         if w.invalid is not None:
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
@@ -253,6 +315,13 @@ def admit(
             if not in_quota.fits:
                 if mine is not None:
                     ledger.add(mine, force=True)
+                shrunk = None if own_hold is not None or in_quota.unknown else _try_shrink(
+                    w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search,
+                    stats)
+                if shrunk is not None:  # a borrower gives back quota (and room) it owes
+                    decisions.append(shrunk)
+                    quota_failed.clear()
+                    continue
                 if search is not None and own_hold is None and not in_quota.unknown:
                     found = search.search(w, capacity)
                     if found is not None:
@@ -290,11 +359,13 @@ def admit(
                 if ledger is not None and in_quota is not None:
                     ledger.add(_consumer(w, prio, now))
                     quota_text = in_quota.describe()
-                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text)))
+                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text,
+                                                  _minimum_message(w))))
                 decisions.append(Decision(
                     w.namespace, w.name, "dispatch", DISPATCH, _with_notes(message, in_quota),
                     tuple(result), effective_priority=prio,
-                    quota=in_quota.placements if in_quota is not None else ()))
+                    quota=in_quota.placements if in_quota is not None else (),
+                    elastic=lowest(w.elastic)))
                 continue
             if own_hold is not None:
                 for node, part in own_hold:
@@ -315,6 +386,12 @@ def admit(
             decisions.append(Decision(w.namespace, w.name, "wait", hopeless.reason,
                                       hopeless.message, effective_priority=prio))
             continue
+        shrunk = None if own_hold is not None else _try_shrink(
+            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats)
+        if shrunk is not None:
+            decisions.append(shrunk)
+            quota_failed.clear()
+            continue
         if own_hold is None and search is not None:
             found = search.search(w, capacity)
             if found is not None:
@@ -333,7 +410,98 @@ def admit(
         if blocks(policy, w, now):
             blocking = w
             stats.blocked_by = w.key
+    if fit == "per-node":
+        gone = shrinking.scaled | (search.gone if search is not None else set())
+        _grow(decisions, seen, elastic_pool if scaling is not None else [], gone, capacity,
+              policy, ledger, scaling)
     return decisions
+
+
+# Waits that room on a node would not end: they never keep an elastic gang from growing.
+_NOT_FOR_ROOM = frozenset({NEVER_FITS, UNKNOWN_QUOTA, AWAITING_PREEMPTION, INVALID})
+
+
+def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
+          pool: Sequence[AdmittedWrapper], gone: set[WrapperKey], capacity: Capacity,
+          policy: Policy, ledger: QuotaLedger | None, scaling: list[Scale] | None) -> None:
+    """Grow the elastic gangs dispatched in this cycle (their decisions are rewritten)
+    and, into `scaling`, the admitted ones of `pool` (see dispatcher.elastic)."""
+    candidates: list[Candidate] = []
+    new: dict[WrapperKey, int] = {}
+    for i, d in enumerate(decisions):
+        w = seen.get(d.key)
+        if w is not None and d.decision == "dispatch" and d.elastic:
+            new[d.key] = i
+            candidates.append(Candidate(d.key, rank(policy, d.effective_priority, w.first_seen),
+                                        w.labels, newly_admitted(w)))
+    for a in pool:
+        if a.elastic is not None and a.key not in gone and a.key not in seen:
+            candidates.append(Candidate(a.key, rank(policy, a.priority, a.elastic.first_seen),
+                                        a.labels, a.elastic))
+    if not candidates:
+        return  # the usual cycle: no elastic gang, nothing more to do
+    blockers = [(rank(policy, d.effective_priority, w.first_seen), at_minimum(w).gang)
+                for d in decisions
+                if d.decision == "wait" and d.reason not in _NOT_FOR_ROOM
+                and (w := seen.get(d.key)) is not None]
+    for s in grow(candidates, blockers, capacity, ledger):
+        at = new.get(s.key)
+        if at is None:
+            if scaling is not None:
+                scaling.append(s)
+            continue
+        d = decisions[at]
+        decisions[at] = dataclasses.replace(
+            d, elastic=s.after, placements=tuple(sorted(
+                (*d.placements, *s.placements), key=lambda p: (p.item, p.pod_set, p.pod))),
+            message=f"{d.message}; {s.message}")
+
+
+def _minimum_message(w: QueuedWrapper) -> str:
+    if not w.elastic:
+        return ""
+    return f"admitted at its minimum, {describe(w.elastic, lowest(w.elastic))}"
+
+
+def _try_shrink(w: QueuedWrapper, prio: float, capacity: Capacity,
+                pool: Sequence[AdmittedWrapper], policy: Policy, now: float,
+                ledger: QuotaLedger | None, shrinking: ShrinkRound,
+                search: PreemptionSearch | None, stats: CycleStats) -> Decision | None:
+    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit."""
+    if not pool or not shrinking.may_search(w, prio):
+        return None
+    found = shrink_search(w, prio, capacity, pool, policy, now, ledger,
+                          gone=shrinking.scaled | (search.gone if search is not None else set()))
+    if found is None:
+        shrinking.failed(w, prio)
+        return None
+    shrinking.scaled.update(s.key for s in found.scales)
+    return _shrink(w, found, capacity, ledger, pool, prio, now, stats)
+
+
+def _shrink(w: QueuedWrapper, found: Shrink, capacity: Capacity, ledger: QuotaLedger | None,
+            pool: Sequence[AdmittedWrapper], prio: float, now: float,
+            stats: CycleStats) -> Decision:
+    """Record a scale-in for `w`: its room is held as it will be until it dispatches,
+    and the wrappers scaled in count at their new size."""
+    take_hold(capacity, [PlannedPod(p.node, p.request) for p in found.placements
+                         if p.node is not None])
+    placed = QuotaCheck()
+    if ledger is not None:
+        by_key = {a.key: a for a in pool}
+        for s in found.scales:
+            old = ledger.remove(s.key)
+            e = by_key[s.key].elastic
+            if old is not None and e is not None:
+                ledger.add(dataclasses.replace(old, demand=demand_at(e.gang, e.sets, s.after)),
+                           force=True)
+        placed = ledger.add(_consumer(w, prio, now), force=True)
+    stats.preemptions += 1
+    message = found.message(_placed_message(found.placements, "per-node"))
+    if placed.placements:
+        message += "; " + placed.describe()
+    return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, found.placements,
+                    effective_priority=prio, quota=placed.placements, shrinks=found.scales)
 
 
 def _behind_quota(ledger: QuotaLedger, w: QueuedWrapper,

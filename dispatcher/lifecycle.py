@@ -20,7 +20,9 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
   fails and is torn down.
 - It completes when its wrapped objects report success (or, if none of them can
   finish on its own, when every pod of the gang has succeeded), and fails when one of
-  them reports failure.
+  them reports failure. When items declare `completionstatus`, those decide (MCAD): once
+  they are done while pods of the others still run or wait, it is MCAD's
+  `RunningHoldCompletion` ("holding"), and `Completed` when no pod is left.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Literal
 from dispatcher.api.models import AppWrapper, Requeuing
 from dispatcher.kinds.completion import Outcome
 
-Action = Literal["wait", "running", "completed", "failed", "requeue"]
+Action = Literal["wait", "running", "holding", "completed", "failed", "requeue"]
 
 # Reasons beyond dispatcher.api.conditions.Reason that only the lifecycle produces.
 WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
@@ -103,9 +105,12 @@ class Verdict:
     check_at: float | None = None  # look again then, even if nothing else happens
 
 
-def min_available(aw: AppWrapper, expected_pods: int) -> int:
-    """Pods that must run for the gang to count as running (None: all of them)."""
+def min_available(aw: AppWrapper, expected_pods: int, floor: int | None = None) -> int:
+    """Pods that must run for the gang to count as running (None: all of them; for an
+    elastic gang, `floor`: the pods of its minimum, whatever size it has now)."""
     declared = aw.spec.schedulingSpec.minAvailable
+    if declared is None:
+        declared = floor
     return expected_pods if declared is None else min(declared, expected_pods)
 
 
@@ -137,17 +142,26 @@ def judge(
     below_min_since: float | None = None,
     items: str = "its objects",
     created_at: float | None = None,
+    floor: int | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running, when `running`) AppWrapper.
 
     `below_min_since`: since when a running gang has had fewer than minAvailable pods
     up (None: it has enough). `items` names what was created, for messages;
     `created_at`: when the last of them was created (the admission grace counts from
-    then: pods cannot appear before their object; None: not all created yet)."""
+    then: pods cannot appear before their object; None: not all created yet); `floor`:
+    an elastic gang's pods at its minimum (see min_available)."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
     if outcome == "succeeded":
+        declared = any(i.completionstatus for i in aw.spec.resources.GenericItems)
+        if declared and pods.active:
+            # MCAD's RunningHoldCompletion: done as far as completionstatus says, but
+            # pods of its other items still run (or wait): they hold what they hold.
+            return Verdict("holding", "SomeItemsCompleted",
+                           "the items with completionstatus have completed; "
+                           f"{pods.running} pods still running, {pods.pending} pending")
         return Verdict("completed", "PodsCompleted", "every wrapped object has finished")
     if outcome is None and expected_pods and pods.succeeded >= expected_pods \
             and not pods.active:
@@ -161,7 +175,7 @@ def judge(
                        f"still not finished {limit} s after dispatch "
                        "(spec.schedulingSpec.dispatchDuration.limit)")
 
-    need = min_available(aw, expected_pods)
+    need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
     if up >= need:
         return Verdict("running", "PodsRunning",

@@ -30,7 +30,8 @@ from dispatcher.admission import (
     is_admitted,
 )
 from dispatcher.api.models import AppWrapper
-from dispatcher.cluster import ClusterState, bound_pod_from_object, node_from_object
+from dispatcher.cluster import ClusterState, PlannedPod, bound_pod_from_object, node_from_object
+from dispatcher.elastic import Scale
 from dispatcher.fit.capacity import Capacity
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.preemption import AdmittedWrapper, quota_ledger
@@ -187,6 +188,8 @@ class PlanResult:
     problems: list[str]  # QuotaSubtrees that could not be used, one line each
     # Where each admitted wrapper sat in the quota trees before the decisions.
     admitted_quota: dict[WrapperKey, tuple[QuotaPlacement, ...]] = field(default_factory=dict)
+    # Elastic gangs admitted before, grown (or, in `preempt` decisions, shrunk) now.
+    scaling: list[Scale] = field(default_factory=list)
 
     @property
     def preempted(self) -> set[WrapperKey]:
@@ -203,15 +206,18 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
             duplicates.append(w)
         else:
             queue.put(w)
-    records = [admitted_from_appwrapper(aw, state.holdings((aw.metadata.namespace,
-                                                             aw.metadata.name)), now)
-               for aw in admitted]
+    records = []
+    for aw in admitted:
+        key = (aw.metadata.namespace, aw.metadata.name)
+        pods = [(p.name, PlannedPod(p.node, p.request)) for p in state.bound_pods_of(key)]
+        records.append(admitted_from_appwrapper(aw, state.holdings(key), now, pods=pods))
     forest = QuotaForest.from_objects(subtrees)
     ledger = quota_ledger(forest, records) if forest else None
     before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}
+    scaling: list[Scale] = []
     decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
-                      quota=ledger, admitted=records)
-    return PlanResult(decisions, records, ledger, list(forest.problems), before)
+                      quota=ledger, admitted=records, scaling=scaling)
+    return PlanResult(decisions, records, ledger, list(forest.problems), before, scaling)
 
 
 def _quota_json(placements: Sequence[QuotaPlacement]) -> list[dict[str, Any]]:
@@ -239,10 +245,16 @@ def to_json(result: PlanResult, policy: Policy, fit: Fit,
         if d.decision == "preempt":
             entry["preempts"] = [f"{ns}/{n}" for ns, n in d.preempts]
             entry["reclaims"] = [f"{ns}/{n}" for ns, n in d.reclaims]
+            if d.shrinks:
+                entry["scalesIn"] = [_scale_json(x) for x in d.shrinks]
+        if d.elastic:
+            entry["elasticPods"] = list(d.elastic)
         if result.ledger is not None:
             entry["quota"] = _quota_json(d.quota)
         out.append(entry)
     doc: dict[str, Any] = {"policy": policy.name, "fit": fit, "decisions": out}
+    if result.scaling:
+        doc["scaling"] = [_scale_json(x) for x in result.scaling]
     ledger = result.ledger
     if ledger is not None or result.problems:
         doc["admitted"] = [
@@ -254,6 +266,13 @@ def to_json(result: PlanResult, policy: Policy, fit: Fit,
              "nominal": u.nominal, "used": u.used, "borrowed": u.borrowed}
             for u in (ledger.usage() if ledger is not None else [])]}
     return json.dumps(doc, indent=2)
+
+
+def _scale_json(s: Scale) -> dict[str, Any]:
+    return {"namespace": s.namespace, "name": s.name, "reason": s.reason,
+            "message": s.message, "before": list(s.before), "after": list(s.after),
+            **({"removes": [n for names in s.removed_names for n in names]}
+               if not s.out else {})}
 
 
 def _quota_cell(placements: Sequence[QuotaPlacement]) -> str:
@@ -294,6 +313,10 @@ def to_table(result: PlanResult, policy: Policy, fit: Fit,
               f"{sum(d.decision == 'invalid' for d in decisions)} invalid"]
     lines = [f"policy {policy.name}, {fit} fit: " + ", ".join(counts), *_columns(rows)]
     lines.extend(f"quota problem: {p}" for p in result.problems)
+    shrinks = [x for d in decisions for x in d.shrinks]
+    if result.scaling or shrinks:
+        lines += ["", "elastic gangs admitted before this cycle:"]
+        lines += [f"  {x.namespace}/{x.name}: {x.message}" for x in [*shrinks, *result.scaling]]
     if result.ledger is not None:
         lines.extend(_admitted_lines(result))
         lines.extend(_usage_lines(result.ledger))

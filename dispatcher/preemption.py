@@ -51,6 +51,7 @@ import numpy as np
 
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity, IndexArray, IntArray
+from dispatcher.fit.elastic import ElasticNow
 from dispatcher.fit.gang import GangPodSet, Placement, Shortfall
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
@@ -75,7 +76,8 @@ class AdmittedWrapper:
     now, one entry per pod -- bound pods on their node and reserved pods not bound yet
     (``ClusterState.holdings``); dispatched_at: when it was dispatched (seconds since
     the epoch); preempted: the wrappers it preempted to be admitted (from the Hold it was
-    dispatched from), which may never preempt it back.
+    dispatched from), which may never preempt it back; elastic: its size and range, if
+    its gang is elastic (then `demand` is the gang at that size).
     """
 
     namespace: str
@@ -87,6 +89,7 @@ class AdmittedWrapper:
     dispatched_at: float = 0.0
     labels: Labels = ()
     preempted: tuple[WrapperKey, ...] = ()
+    elastic: ElasticNow | None = field(default=None, hash=False)
 
     @property
     def key(self) -> WrapperKey:
@@ -180,6 +183,31 @@ def apply_holds(cap: Capacity, holds: Mapping[WrapperKey, Hold]) -> dict[Wrapper
 # --- the search -----------------------------------------------------------------------------
 
 
+def quota_scope(ledger: QuotaLedger | None, w: QueuedWrapper, reclaim: bool
+                ) -> tuple[dict[str, tuple[int, ...]], bool] | None:
+    """A waiting wrapper's path in each quota tree (none without a ledger), and whether
+    it is within its quota (asked only when it may `reclaim`); None when its labels name
+    no usable quota leaf: it takes room from nobody."""
+    if ledger is None:
+        return {}, False
+    res = ledger.forest.resolve(w.labels)
+    if res.problems:
+        return None
+    paths = {tree: ledger.path(tree, leaf) for tree, leaf in res.leaves}
+    return paths, reclaim and ledger.within_quota(w.labels, w.demand)
+
+
+def on_path(ledger: QuotaLedger | None, paths: Mapping[str, tuple[int, ...]],
+            key: WrapperKey) -> tuple[bool, bool]:
+    """Whether admitted `key` sits on the quota paths `paths` (tree -> a waiting
+    wrapper's path) in every tree it counts in, and whether it borrows from a node on
+    them. Without quota trees every wrapper is on every path."""
+    spots = ledger.spots(key) if ledger is not None else {}
+    inside = all(at in paths[t] for t, (at, _) in spots.items() if t in paths)
+    borrows = any(at != path[0] and at in paths.get(t, ()) for t, (at, path) in spots.items())
+    return inside, borrows
+
+
 @dataclass(frozen=True)
 class Preemption:
     victims: tuple[AdmittedWrapper, ...]
@@ -264,15 +292,10 @@ class PreemptionSearch:
 
     def _eligible(self, w: QueuedWrapper, prio: float, cap: Capacity) -> list[_Victim]:
         ledger = self.ledger if self.ledger is not None and self.ledger.active else None
-        paths: dict[str, tuple[int, ...]] = {}
-        within = False
-        if ledger is not None:
-            res = ledger.forest.resolve(w.labels)
-            if res.problems:
-                return []
-            paths = {tree: ledger.path(tree, leaf) for tree, leaf in res.leaves}
-            if self.policy.preemption in ("reclaim", "lowerPriority"):
-                within = ledger.within_quota(w.labels, w.demand)
+        scope = quota_scope(ledger, w, self.policy.preemption in ("reclaim", "lowerPriority"))
+        if scope is None:
+            return []
+        paths, within = scope
         by_priority = self.policy.preemption == "lowerPriority"
         if not within and not (by_priority and prio > self.lowest):
             return []  # nothing to reclaim, and no one of lower priority: no one may go
@@ -289,11 +312,9 @@ class PreemptionSearch:
             if key == mine or key in self.gone or mine in a.preempted:
                 continue
             spots = ledger.spots(key) if ledger is not None else {}
-            on_path = all(at in paths[t] for t, (at, _) in spots.items() if t in paths)
-            borrows_on_path = any(at != path[0] and at in paths.get(t, ())
-                                  for t, (at, path) in spots.items())
+            inside, borrows_on_path = on_path(ledger, paths, key)
             reclaim = within and borrows_on_path
-            if not (reclaim or (by_priority and a.priority < prio and on_path)):
+            if not (reclaim or (by_priority and a.priority < prio and inside)):
                 continue
             freed = self._freed.get(key)
             if freed is None:

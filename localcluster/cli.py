@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--profile", default=config.DEFAULT_PROFILE,
                    help=f"node profile ({', '.join(profiles.available())}) or a YAML path")
     u.add_argument("--no-operators", action="store_true",
-                   help="do not run the KubeRay and training operators")
+                   help="do not run the operators (KubeRay, training, MXJob, JobSet)")
     u.add_argument("--fresh", action="store_true", help="recreate even if running")
     u.add_argument("--timeout", type=float, default=180)
     sub.add_parser("down", help="stop the cluster and remove its state")

@@ -4,8 +4,9 @@ kwokctl (``--runtime binary``) runs etcd, kube-apiserver (TLS, RBAC, admission),
 kube-controller-manager, kube-scheduler and the kwok controller from the binaries built by
 ``localcluster.build``; it writes the certificates, the kubeconfig and one log file per
 component into the cluster directory. On top of that this module installs the pod/node
-Stage resources, the fake nodes of a profile, the upstream CRDs, and runs the KubeRay and
-Kubeflow training operators as local processes.
+Stage resources, the fake nodes of a profile, the upstream CRDs, and runs the KubeRay
+operator, the Kubeflow training operator (v1.9, and v1.8's for MXJob) and the JobSet
+controller as local processes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from . import build, config, profiles, users, versions
+from . import build, config, jobset, profiles, users, versions
 from .kube import Kubectl, KubectlError, wait_for
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
@@ -39,6 +40,7 @@ TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
 # Deployment the Secret is mounted there); we play the kubelet and write the Secret's files.
 TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 READY_FILE = "dispatcher-ready.json"
+STOPPED_FILE = "stopped-components.json"
 
 
 class ClusterError(RuntimeError):
@@ -70,6 +72,8 @@ class Operator:
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     probe_port: int = 0
+    #: Started only once the training operators' shared Secret holds certificates.
+    after_training_certs: bool = False
 
 
 @dataclass
@@ -101,7 +105,8 @@ class Cluster:
     def log_hint(self) -> str:
         return (f"component logs: {self.logs}/ (kwokctl.log, etcd.log, kube-apiserver.log, "
                 f"kube-controller-manager.log, kube-scheduler.log, kwok-controller.log, "
-                f"crds.log, kuberay-operator.log, training-operator.log)")
+                f"crds.log, kuberay-operator.log, training-operator.log, "
+                f"mxjob-operator.log, jobset-controller.log)")
 
     # ------------------------------------------------------------------ state
     def ready_info(self) -> dict[str, Any] | None:
@@ -266,7 +271,8 @@ class Cluster:
     # ------------------------------------------------------------------ operators
     def _operators(self) -> list[Operator]:
         kc = str(self.kubeconfig)
-        kuberay_probe, training_probe = _free_port(), _free_port()
+        kuberay_probe, training_probe, mxjob_probe, jobset_probe = (
+            _free_port() for _ in range(4))
         return [
             Operator(
                 "kuberay-operator", "kuberay", "ray-operator",
@@ -277,11 +283,22 @@ class Cluster:
             ),
             Operator(
                 "training-operator", "training-operator", "training-operator.v1",
-                ["--kubeconfig", kc, "--metrics-bind-address", "0",
-                 "--health-probe-bind-address", f"127.0.0.1:{training_probe}",
-                 "--webhook-server-port", str(_free_port()), "--leader-elect=false"],
-                env={"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"},
+                _training_args(kc, training_probe), env=_TRAINING_ENV,
                 probe_port=training_probe,
+            ),
+            # v1.9 dropped MXJob; v1.8.1 runs it, and only it. It shares v1.9's webhook
+            # Secret and certificate directory (same service name, CA name and hard-coded
+            # directory), so it starts once they hold v1.9's certificates, finds them valid,
+            # and keeps them rather than rotating them under v1.9's feet.
+            Operator(
+                "mxjob-operator", "mxjob-operator", "training-operator.v1",
+                [*_training_args(kc, mxjob_probe), "--enable-scheme=mxjob"],
+                env=_TRAINING_ENV, probe_port=mxjob_probe, after_training_certs=True,
+            ),
+            Operator(
+                jobset.NAME, "jobset", "jobset",
+                jobset.arguments(self.dir, self.kubeconfig, jobset_probe, _free_port()),
+                probe_port=jobset_probe,
             ),
         ]
 
@@ -299,10 +316,15 @@ class Cluster:
         self.pids.mkdir(parents=True, exist_ok=True)
         ops = self._operators()
         for op in ops:
-            self._spawn(op)
+            if not op.after_training_certs:
+                self._spawn(op)
         self._mount_training_certs(kubectl, timeout)
         for op in ops:
+            if op.after_training_certs:
+                self._spawn(op)
+        for op in ops:
             self._wait_operator(op, timeout)
+        jobset.register_webhooks(kubectl, self.dir)
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
 
@@ -367,9 +389,8 @@ class Cluster:
             _say("stopped " + ", ".join(sorted(ours)))
         shutil.rmtree(self.dir, ignore_errors=True)
         (config.state_root() / f"{self.name}-kwokctl.yaml").unlink(missing_ok=True)
-        if "training-operator" in ours:
-            # The certificates we wrote for it (the training operator hard-codes the path).
-            shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
+        # The training operator's certificates (a path it hard-codes) stay: another local
+        # cluster's operators may be reading them, and the next `up` writes its own.
         if not quiet:
             _say(f"cluster {self.name!r} stopped and its state removed")
 
@@ -377,26 +398,41 @@ class Cluster:
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s), the rest of the cluster left
         running; `start_apiserver` starts it again with the same command line."""
-        pid = self.component_pids().get("kube-apiserver")
-        if pid is None or not _runs_in(pid, self.dir):
+        pids = self.component_pids()
+        if not _runs_in(pids.get("kube-apiserver", 0), self.dir):
             raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
-        proc = Path(f"/proc/{pid}")
-        saved = {"argv": [a.decode() for a in proc.joinpath("cmdline").read_bytes()
-                          .split(b"\0") if a],
-                 "cwd": os.readlink(proc / "cwd")}
-        (self.dir / "kube-apiserver.stopped.json").write_text(json.dumps(saved))
-        _terminate_all([pid], grace=10)
+        # Every component's command line: kube-controller-manager and kube-scheduler exit
+        # when they lose their leader lease with the API server away, and a kubelet would
+        # start them again; here `start_apiserver` does.
+        saved = {}
+        for name, pid in pids.items():
+            proc = Path(f"/proc/{pid}")
+            with contextlib.suppress(OSError):
+                saved[name] = {"argv": [a.decode() for a in (proc / "cmdline").read_bytes()
+                                        .split(b"\0") if a],
+                               "cwd": os.readlink(proc / "cwd")}
+        (self.dir / STOPPED_FILE).write_text(json.dumps(saved))
+        _terminate_all([pids["kube-apiserver"]], grace=10)
 
     def start_apiserver(self, timeout: float = 120) -> None:
-        """Start the kube-apiserver `stop_apiserver` stopped and wait until it is ready."""
-        saved_file = self.dir / "kube-apiserver.stopped.json"
+        """Start the kube-apiserver `stop_apiserver` stopped, wait until it is ready, and
+        start again whatever component exited meanwhile."""
+        saved_file = self.dir / STOPPED_FILE
         saved = json.loads(saved_file.read_text())
-        with (self.logs / "kube-apiserver.log").open("ab") as log:
-            proc = subprocess.Popen(saved["argv"], cwd=saved["cwd"], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
-        (self.dir / "pids" / "kube-apiserver.pid").write_text(f"{proc.pid}\n")
-        saved_file.unlink()
+        self._respawn("kube-apiserver", saved["kube-apiserver"])
         wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz after its restart")
+        pids = self.component_pids()
+        for name, how in saved.items():
+            if name != "kube-apiserver" and not _runs_in(pids.get(name, 0), self.dir):
+                _say(f"{name} exited while kube-apiserver was away: starting it again")
+                self._respawn(name, how)
+        saved_file.unlink()
+
+    def _respawn(self, name: str, how: dict[str, Any]) -> None:
+        with (self.logs / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(how["argv"], cwd=how["cwd"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        (self.dir / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
 
     # ------------------------------------------------------------------ info
     def env_script(self) -> str:
@@ -428,6 +464,14 @@ class Cluster:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+_TRAINING_ENV = {"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"}
+
+
+def _training_args(kubeconfig: str, probe_port: int) -> list[str]:
+    return ["--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
+            "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
+            "--webhook-server-port", str(_free_port()), "--leader-elect=false"]
 
 
 def _binaries(required: bool = True) -> dict[str, Path]:

@@ -1,12 +1,13 @@
 """Node profiles: YAML files in ``localcluster/profiles`` that describe the fake nodes.
 
-A profile is ``{description, nodes: [{name, count, capacity, labels?, taints?}]}``; each
-group makes ``count`` nodes named ``<profile>-<name>-<i>``. kwok plays the kubelet of
-every node (heartbeats, Ready condition, and the pods bound to it): kwokctl runs it with
-``--manage-all-nodes``. The nodes also carry kwok's ``kwok.x-k8s.io/node: fake`` annotation
-so the same nodes work with a kwok that only manages annotated nodes (e.g. one installed in
-a user's kind cluster). All profile nodes are labelled ``dispatcher.local/profile=<profile>``
-so applying another profile replaces them.
+A profile is ``{description, nodes: [{name, count, capacity, labels?, taints?, names?}]}``;
+each group makes ``count`` nodes named ``<profile>-<name>-<i>``, or, with ``names``, one node
+per name given (for suites that assert a node by name, as MCAD's do: ``test-worker``). kwok
+plays the kubelet of every node (heartbeats, Ready condition, and the pods bound to it):
+kwokctl runs it with ``--manage-all-nodes``. The nodes also carry kwok's
+``kwok.x-k8s.io/node: fake`` annotation so the same nodes work with a kwok that only
+manages annotated nodes (e.g. one installed in a user's kind cluster). All profile nodes
+are labelled ``dispatcher.local/profile=<profile>`` so applying another profile replaces them.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def nodes(name_or_path: str) -> list[dict[str, Any]]:
     for group in prof["nodes"]:
         capacity = {str(k): str(v) for k, v in group["capacity"].items()}
         capacity.setdefault("pods", "110")
-        for i in range(int(group.get("count", 1))):
-            name = f"{pname}-{group['name']}-{i}"
+        given = [str(n) for n in group.get("names") or []]
+        count = len(given) if given else int(group.get("count", 1))
+        for i in range(count):
+            name = given[i] if given else f"{pname}-{group['name']}-{i}"
             labels = {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",

@@ -16,21 +16,15 @@ name, its organisations the groups. Each user gets a kubeconfig of their own in
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.utils import CryptographyDeprecationWarning
-from cryptography.x509.oid import NameOID
 
+from . import pki
 from .kube import Kubectl
 
 # Every user is in system:authenticated anyway; this group only makes the test users easy
@@ -41,7 +35,6 @@ ROLE_LABEL = "dispatcher.local/test-user-role"
 VERBS = ("create", "get", "list", "watch", "update", "patch", "delete")
 APPWRAPPERS = "appwrappers.workload.codeflare.dev"
 JOBS = "jobs.batch"
-CERT_DAYS = 365
 
 
 @dataclass(frozen=True)
@@ -102,32 +95,7 @@ def ensure(cluster_dir: Path, kubectl: Kubectl) -> None:
 def write_kubeconfig(cluster_dir: Path, kubectl: Kubectl, user: User) -> Path:
     """A client certificate for ``user`` signed by the cluster's CA, in a kubeconfig that
     points at the same API server as the admin's."""
-    pki = cluster_dir / "pki"
-    with warnings.catch_warnings():
-        # kwokctl's CA has a serial number that is not positive, which RFC 5280 forbids
-        # and cryptography warns about; only its subject is used here.
-        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
-        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([
-        *(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in user.groups),
-        x509.NameAttribute(NameOID.COMMON_NAME, user.name),
-    ])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
-                       critical=False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
+    cert_pem, key_pem = pki.issue(cluster_dir, user.name, organizations=user.groups)
     admin = yaml.safe_load(Path(kubectl.kubeconfig).read_text())
     context = next(c for c in admin["contexts"]
                    if c["name"] == admin["current-context"])["context"]
@@ -136,10 +104,8 @@ def write_kubeconfig(cluster_dir: Path, kubectl: Kubectl, user: User) -> Path:
         "apiVersion": "v1", "kind": "Config", "current-context": user.name,
         "clusters": [cluster],
         "users": [{"name": user.name, "user": {
-            "client-certificate-data": _b64(cert.public_bytes(serialization.Encoding.PEM)),
-            "client-key-data": _b64(key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption())),
+            "client-certificate-data": _b64(cert_pem),
+            "client-key-data": _b64(key_pem),
         }}],
         "contexts": [{"name": user.name, "context": {
             "cluster": cluster["name"], "user": user.name,

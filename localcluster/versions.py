@@ -21,12 +21,19 @@ KWOK = "v0.7.0"
 KUBERAY = "v1.5.1"
 #: Kubeflow training operator v1 and its CRDs (``github.com/kubeflow/training-operator``).
 TRAINING_OPERATOR = "v1.9.3"
-#: The last training-operator release that ships the MXJob CRD (CRD only).
+#: The last training-operator release with MXJob: its CRD, and its operator run with only the
+#: MXJob controller enabled beside TRAINING_OPERATOR.
 TRAINING_OPERATOR_MXJOB = "v1.8.1"
-#: JobSet CRD (``sigs.k8s.io/jobset``), CRD only.
+#: JobSet controller and CRD (``sigs.k8s.io/jobset``).
 JOBSET = "v0.10.1"
+#: kuttl, the test tool MCAD's end-to-end suites are written for (``github.com/kudobuilder/kuttl``).
+KUTTL = "v0.24.0"
+#: kuttl up to v0.24.0 does not compile with Go 1.26 (``testing.MainStart``'s deps interface
+#: grew a method): it is built with this toolchain, which ``go`` fetches through the module
+#: proxy (``GOTOOLCHAIN``), so its wrapper's ``go`` directive must not be newer.
+KUTTL_TOOLCHAIN = "go1.25.4"
 #: ``go`` directive written into the wrapper modules.
-GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0"}
+GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0"}
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -69,6 +76,8 @@ class Wrapper:
     #: True when ``k8s.io/*`` staging modules must be replaced by their releases.
     replace_staging: bool = False
     go: str = field(default=GO_DIRECTIVE["default"])
+    #: extra environment for ``go`` (e.g. another ``GOTOOLCHAIN``).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def version(self) -> str:
@@ -116,6 +125,28 @@ WRAPPERS: dict[str, Wrapper] = {
             binaries=("training-operator.v1",),
         ),
         Wrapper(
+            name="mxjob-operator",
+            requires={"github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB},
+            packages=("github.com/kubeflow/training-operator/cmd/training-operator.v1",),
+            binaries=("training-operator.v1",),
+        ),
+        Wrapper(
+            name="jobset",
+            requires={"sigs.k8s.io/jobset": JOBSET},
+            packages=("sigs.k8s.io/jobset",),
+            binaries=("jobset",),
+        ),
+        Wrapper(
+            name="kuttl",
+            requires={"github.com/kudobuilder/kuttl": KUTTL},
+            packages=("github.com/kudobuilder/kuttl/cmd/kubectl-kuttl",),
+            binaries=("kubectl-kuttl",),
+            go=GO_DIRECTIVE["kuttl"],
+            # sum.golang.org answers 404 for this module here; the committed go.sum pins
+            # its hash (and every other download's) all the same.
+            env={"GOTOOLCHAIN": KUTTL_TOOLCHAIN, "GONOSUMDB": "github.com/kudobuilder/kuttl"},
+        ),
+        Wrapper(
             name="crds",
             requires={
                 "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
@@ -125,9 +156,10 @@ WRAPPERS: dict[str, Wrapper] = {
     )
 }
 
-#: Build order: the slow Kubernetes build last, so a quick failure elsewhere shows early.
+#: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
-    "etcd", "kwok", "kuberay", "training-operator", "crds", "kubernetes"
+    "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
+    "mxjob-operator", "jobset",
 )
 
 

@@ -4,11 +4,13 @@ MCAD keeps ``status.conditions`` as a history: a new condition is appended when 
 type changes, and ``status.queuejobstate`` names the type of the latest one. A happy life
 reads ``Init → Queueing → HeadOfLine → Dispatched → Running → Completed``.
 
-MCAD also defines the condition types ``Preempted``, ``Deleted`` and
-``RunningHoldCompletion``, and no ``Requeued``; the dispatcher records a requeue as
-``PreemptCandidate`` with a reason (MinPodsNotRunning, DispatchDeadlineExceeded,
-Preempted) and never writes those three. :class:`~dispatcher.api.models.Condition` keeps
-``type`` a plain string, so statuses written by MCAD still parse.
+MCAD also defines the condition types ``Preempted`` and ``Deleted``, and no
+``Requeued``; the dispatcher records a requeue as ``PreemptCandidate`` with a reason
+(MinPodsNotRunning, DispatchDeadlineExceeded, Preempted) and never writes those two.
+``RunningHoldCompletion`` (reason ``SomeItemsCompleted``) is MCAD's: the items that decide
+completion (``completionstatus``) are done while pods of the others still run.
+:class:`~dispatcher.api.models.Condition` keeps ``type`` a plain string, so statuses written
+by MCAD still parse.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class ConditionType(StrEnum):
     HeadOfLine = "HeadOfLine"
     Dispatched = "Dispatched"
     Running = "Running"
+    RunningHoldCompletion = "RunningHoldCompletion"
     Completed = "Completed"
     Backoff = "Backoff"
     PreemptCandidate = "PreemptCandidate"
@@ -42,6 +45,7 @@ class Reason(StrEnum):
     AppWrapperRunnable = "AppWrapperRunnable"  # Dispatched
     PodsRunning = "PodsRunning"  # Running
     PodsCompleted = "PodsCompleted"  # Completed
+    SomeItemsCompleted = "SomeItemsCompleted"  # RunningHoldCompletion
     AppWrapperNotRunnable = "AppWrapperNotRunnable"  # Backoff
     MinPodsNotRunning = "MinPodsNotRunning"  # PreemptCandidate (requeue)
     DispatchDeadlineExceeded = "DispatchDeadlineExceeded"  # PreemptCandidate (requeue)

@@ -272,6 +272,9 @@ class State(StrEnum):
 
     Pending = "Pending"
     Running = "Running"
+    # MCAD's: the items that decide completion (`completionstatus`) are done, and pods of
+    # the others still run or wait.
+    RunningHoldCompletion = "RunningHoldCompletion"
     Completed = "Completed"
     Failed = "Failed"
     Deleted = "Deleted"
@@ -325,6 +328,9 @@ class AppWrapperStatus(_Model):
     # admitted (an edit of the items after dispatch is noticed, even across restarts).
     wrappedItems: list[WrappedItem] = Field(default_factory=list)
     admittedDigest: str = ""
+    # An elastic gang's size: pods per elastic pod set, in the gang's order, as last
+    # admitted or scaled (dispatcher.elastic); empty for a rigid one or before dispatch.
+    elasticPods: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
     # While it waits: when the dispatcher estimates it will start (dispatcher.eta).
     estimatedStart: Time | None = None
 

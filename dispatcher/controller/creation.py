@@ -26,6 +26,7 @@ from dispatcher.kinds.completion import Outcome, item_outcome, wrapper_outcome
 from .items import owned_by, prepared_items
 from .kube import ApiError, Kube, Resource
 from .ownership import OwnerRef, Ownership
+from .scaling import sized_items
 from .tracked import Tracked
 
 log = logging.getLogger("dispatcher")
@@ -99,7 +100,7 @@ class Items:
         created = 0
         waiting = False
         recorded = t.item_uids()
-        for obj in prepared_items(t.aw):
+        for obj in sized_items(t):
             if (obj["kind"], obj["metadata"]["name"]) in recorded:
                 continue  # created by an earlier run: its uid is in the status
             where = f"{obj['kind']} {obj['metadata']['name']!r}"

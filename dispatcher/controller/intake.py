@@ -24,12 +24,13 @@ from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
-from dispatcher.kinds.completion import item_outcome
+from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .memory import Memory
+from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
 
@@ -92,6 +93,12 @@ class Intake:
             if name not in state.nodes:
                 return
             state.remove_node(name)
+            # Capacity held on a node that is gone holds nothing: those gangs' pods will
+            # be placed elsewhere, so their hold must move there too.
+            for owner, planned in state.reservations().items():
+                t = self.m.tracked.get(owner)
+                if t is not None and any(p.node == name for p in planned):
+                    t.needs_reservation = True
         else:
             node = node_from_object(obj)
             if state.nodes.get(name) == node:
@@ -153,7 +160,7 @@ class Intake:
             return
         t = self.m.tracked.get((pod.namespace, pod.appwrapper))
         if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
-                or t.key in self.requeues_due):
+                or t.key in self.requeues_due or scaled_in(t, self.m.state)):
             return
         t.lost.append(dict(pod.request))
 
@@ -299,10 +306,10 @@ class Intake:
             self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
-        t.completable = tuple(
-            i for i, item in enumerate(aw.spec.resources.GenericItems)
-            if item_outcome(item.generictemplate, item.completionstatus) is not None
-        )
+        follow_size(t)  # an elastic gang's pods follow its size
+        t.completable = deciding_items(
+            [(item.generictemplate, item.completionstatus)
+             for item in aw.spec.resources.GenericItems])
         if requeue_failed:
             status.state = "Pending"
             status.numberOfRequeueings = 0
@@ -324,11 +331,12 @@ class Intake:
             self.m.ownership.add_item(uid, key)
         last = latest(status.conditions)
         kind = last.type if last is not None else ""
-        if kind in (ConditionType.Dispatched, ConditionType.Running):
+        if kind in (ConditionType.Dispatched, ConditionType.Running,
+                    ConditionType.RunningHoldCompletion):
             since = next((c.lastTransitionMicroTime for c in reversed(status.conditions)
                           if c.type == ConditionType.Dispatched), None)
             t.dispatched_at = since.timestamp() if since is not None else now
-            t.phase = "running" if kind == ConditionType.Running else "dispatched"
+            t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
             t.needs_items = True
             t.needs_reservation = t.phase == "dispatched"
             if status.admittedDigest and status.admittedDigest != items_digest(aw):

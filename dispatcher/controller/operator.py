@@ -100,9 +100,14 @@ class Operator:
         s = self.settings
         observer = await self._serve_metrics()
         kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst)
+        lease_kube: Kube | None = None
         try:
             if s.leader_election:
-                self.elector = LeaderElector(kube, s.lease_namespace, s.lease_name)
+                # Its own connections, not paced: a renewal queued behind a burst of item
+                # creations (the client's token bucket, a pool of busy connections) missed
+                # its deadline and a new leader stepped down 15 s after taking over.
+                lease_kube = await Kube.connect(s.kubeconfig)
+                self.elector = LeaderElector(lease_kube, s.lease_namespace, s.lease_name)
                 if self.metrics_server is not None:
                     self.metrics_server.standby = (
                         f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
@@ -144,6 +149,8 @@ class Operator:
             for task in self._tasks:
                 task.cancel()
             await kube.close()
+            if lease_kube is not None:
+                await lease_kube.close()
             if self.metrics_server is not None:
                 await self.metrics_server.stop()
 

@@ -40,6 +40,7 @@ from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import Requeuing, WrappedItem
 from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import Scale
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import GangPodSet, Shortfall, place
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
@@ -65,6 +66,7 @@ from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
+from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter
 from .tracked import Key, Tracked, items_digest, pod_bucket
 
@@ -79,6 +81,7 @@ DEBOUNCE_SECONDS = 0.05
 TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
+OUTCOME_SETTLE_SECONDS = 2.0
 PODS = Resource("v1", "Pod", "pods", True)
 # While a watch is down nothing is decided; the loop looks again this often.
 BLIND_RETRY_SECONDS = 0.2
@@ -127,6 +130,7 @@ class Dispatcher:
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership)
+        self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
         self._task: asyncio.Task[None] | None = None
@@ -139,6 +143,7 @@ class Dispatcher:
         # Set by the operator: why the dispatcher cannot trust its memory right now
         # (a watch is down), or None.
         self.blind: Callable[[], str | None] = lambda: None
+        self._blind_since: float | None = None
 
     # --- what the rest of the controller reads -----------------------------------------
 
@@ -241,7 +246,12 @@ class Dispatcher:
         blind = self.blind()
         if blind is not None:
             log.debug("not deciding anything while blind: %s", blind)
+            if self._blind_since is None:
+                self._blind_since = self.clock()
             return
+        if self._blind_since is not None:
+            self._pause_clocks(self.clock() - self._blind_since)
+            self._blind_since = None
         self.cycles += 1
         now = self.clock()
         started = time.perf_counter()
@@ -339,35 +349,61 @@ class Dispatcher:
             self.m.unwritten.add(t.key)  # tried again next cycle
             log.info("status of %s/%s not written (%s); will retry", *t.key, e)
 
+    def _pause_clocks(self, seconds: float) -> None:
+        """What a gang was given time for (pods to appear, to run again) did not run out
+        while the dispatcher could not see the cluster — nor, mostly, could the
+        controllers that make the pods: grace periods resume where they stopped. (Not
+        the dispatch time: deadlines the user set run on the wall clock.)"""
+        for t in self.m.tracked.values():
+            if t.phase not in ("dispatched", "running"):
+                continue
+            if t.items_at is not None:
+                t.items_at += seconds
+            if t.below_min_since is not None:
+                t.below_min_since += seconds
+            if t.check_at is not None:
+                t.check_at += seconds
+        log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
+                 seconds)
+
     # --- after a restart ----------------------------------------------------------------
 
     def _rebuild_reservations(self) -> None:
-        """A restarted dispatcher reserves the not-yet-bound part of every dispatched
-        gang again, on nodes where it fits now, before admitting anything new."""
+        """Capacity held again, before anything new is admitted: by every dispatched gang
+        after a restart (its pods not bound yet), by a gang whose hold was on a node that
+        went away, and for the replacements of pods a gang lost unfinished."""
         due = [t for t in self.m.tracked.values() if t.needs_reservation or t.lost]
         if not due:
             return
+        held = {}
+        for t in due:
+            if t.needs_reservation:
+                # Held again from scratch: what it holds now is not room for its new plan.
+                held[t.key] = [p.request for p in self.m.state.reserved_for(t.key)]
+                self.m.state.release(t.key)
         capacity = Capacity.of(self.m.state)
         for t in due:
+            active = t.phase in ("dispatched", "running")
             lost, t.lost = t.lost, []
-            if not lost or t.phase not in ("dispatched", "running"):
-                continue
-            planned = _roomiest(lost, capacity)
-            self.m.state.reserve_more(t.key, planned)
-            log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is held "
-                     "for their replacements", *t.key, len(planned))
-        for t in due:
-            if not t.needs_reservation:
-                continue
-            t.needs_reservation = False
-            if t.phase != "dispatched" or t.queued is None:
-                continue
-            planned = _unbound_plan(t.queued.gang, self.m.state, t.key, capacity)
-            self.m.state.reserve(t.key, planned)
-            for p in planned:
-                capacity.take(p.node, p.request)
-            log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
-                     len(planned))
+            if t.needs_reservation:
+                t.needs_reservation = False
+                planned: list[PlannedPod] = []
+                if t.phase == "dispatched" and t.queued is not None:
+                    # Its pods not bound yet, the lost ones among them.
+                    planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
+                                                  capacity), []
+                elif active:
+                    planned = _roomiest(held.get(t.key, []), capacity)
+                self.m.state.reserve(t.key, planned)
+                _take(capacity, planned)
+                log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
+                         len(planned))
+            if lost and active:
+                planned = _roomiest(lost, capacity)
+                self.m.state.reserve_more(t.key, planned)
+                _take(capacity, planned)
+                log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
+                         "held for their replacements", *t.key, len(planned))
 
     # --- dispatched wrappers ------------------------------------------------------------
 
@@ -422,6 +458,7 @@ class Dispatcher:
                 t, ITEMS_CHANGED, "spec.resources.GenericItems changed after dispatch: torn "
                 "down and queued again with the new items", now, self.timing, counted=False)
             return
+        await self.scaling.catch_up(t, now)
         if t.needs_items:
             result = await self.items.create(t)
             if isinstance(result, Refused):
@@ -438,26 +475,39 @@ class Dispatcher:
             t.outcome_stale = False
             t.outcome_read_at = now
             t.outcome = await self.items.outcome(t)
+            done = t.counts().succeeded + t.counts().failed
+            if done > t.outcome_pods_done and t.outcome not in ("succeeded", "failed"):
+                # A pod just ended and its object has not said so yet (an operator writes
+                # its status after the pod's last change): read it again shortly rather
+                # than at the next refresh, once per pod ending.
+                t.outcome_read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
+            t.outcome_pods_done = done
         counts = t.counts()
         running = t.phase == "running"
-        if running and counts.running + counts.succeeded < min_available(t.aw,
-                                                                          t.expected_pods):
+        if running and counts.running + counts.succeeded < min_available(
+                t.aw, t.expected_pods, t.floor):
             t.below_min_since = t.below_min_since or now
         else:
             t.below_min_since = None
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t), t.items_at)
+                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor)
         await self._apply(t, verdict, now, timing)
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
         change = self.writer.begin(t, now)
         self._set_counts(t)
         t.check_at = v.check_at
-        if v.action == "running":
-            change.condition(ConditionType.Running, Reason.PodsRunning, v.message)
-            t.status.state = "Running"
+        if v.action in ("running", "holding"):
+            if v.action == "running":
+                change.condition(ConditionType.Running,
+                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
+                t.status.state = "Running"
+            else:
+                change.condition(ConditionType.RunningHoldCompletion,
+                                 Reason.SomeItemsCompleted, v.message)
+                t.status.state = "RunningHoldCompletion"
             if await self._commit(change):
                 t.phase = "running"
                 self.m.state.release(t.key)  # its pods hold the capacity now
@@ -493,7 +543,7 @@ class Dispatcher:
             disagree = bool(pods)
         else:
             up = sum(1 for p in pods if pod_bucket(p) in ("running", "succeeded"))
-            disagree = up >= min_available(t.aw, t.expected_pods)
+            disagree = up >= min_available(t.aw, t.expected_pods, t.floor)
         if disagree:
             log.info("%s/%s: the API server lists pods the watch has not shown yet; "
                      "not requeued (%s)", *t.key, v.reason)
@@ -561,6 +611,7 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         t.status.state = "Pending"
         t.status.admittedDigest = ""
+        self.scaling.requeued(t)
         t.pods.clear()
         self._set_counts(t)
         change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
@@ -585,19 +636,21 @@ class Dispatcher:
 
     async def _admit(self, now: float) -> int:
         ordered = list(self.m.queue.ordered(now))
-        if not ordered:
+        elastic = self.scaling.any_elastic(self.m.tracked)  # may grow with nothing queued
+        if not ordered and not elastic:
             return 0
         capacity = Capacity.of(self.m.state)
         sharing = self.m.sharing
         forest = sharing.forest()
         admitted = sharing.admitted(self.m.tracked, self.m.state) \
-            if forest is not None or self.policy.preemption != "never" else []
+            if forest is not None or self.policy.preemption != "never" or elastic else []
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
+        scales: list[Scale] = []
         decisions = await loop.run_in_executor(None, functools.partial(
             admit, ordered, capacity, self.policy, now, self.fit,
             empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
-            holds=dict(sharing.holds)))
+            holds=dict(sharing.holds), scaling=scales))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         for d in decisions:
@@ -621,13 +674,23 @@ class Dispatcher:
                 if d.reason != AWAITING_PREEMPTION:
                     sharing.release(key)  # the room it held is everyone's again
                 self._waiting(t, d, now)
+        self._scale(scales, now)
         return len(decisions)
+
+    def _scale(self, scales: Sequence[Scale], now: float) -> None:
+        """Scale-outs and scale-ins decided for admitted elastic gangs (scaling.py)."""
+        for s in scales:
+            t = self.m.tracked.get(s.key)
+            if t is not None and t.phase in ("dispatched", "running") \
+                    and not self._spawn(t, self.scaling.scale(t, s, now)) and not s.out:
+                self.scaling.defer(t, s, now)  # a preemptor's room waits for it
 
     def _preempt(self, t: Tracked, d: Decision, now: float) -> None:
         """Room is held for `t` at once; its victims are torn down (whole gangs) and
         requeued with `Preempted`; it dispatches once their pods are gone."""
         self.m.sharing.hold(t, d, now)
         self._waiting(t, d, now)
+        self._scale(d.shrinks, now)
         for k in d.preempts:
             victim = self.m.tracked.get(k)
             if victim is not None:
@@ -710,6 +773,7 @@ class Dispatcher:
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
         self.estimates.dispatching(t)  # no estimate for a wrapper that starts
+        self.scaling.dispatching(t, d)  # an elastic gang's size admitted
         if not await self._commit(change):
             return
         # Durable: now memory follows.
@@ -761,14 +825,21 @@ def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity) -> list
     """Pods charged to nodes where they fit now, else to the nodes with the most room —
     erring towards holding too much, never too little."""
     out: list[PlannedPod] = []
-    nodes = sorted(capacity.nodes, key=lambda n: -sum(capacity.free_of(n).values()))
+    left = capacity.copy()
+    nodes = sorted(left.nodes, key=lambda n: -sum(left.free_of(n).values()))
     for i, request in enumerate(requests):
         if not nodes:
             break
         fits = [n for n in nodes
-                if all(capacity.free_of(n).get(r, 0) >= v for r, v in request.items())]
+                if all(left.free_of(n).get(r, 0) >= v for r, v in request.items())]
         node = fits[0] if fits else nodes[i % len(nodes)]
         out.append(PlannedPod(node, request))
         if fits:
-            capacity.take(node, request)
+            left.take(node, request)
     return out
+
+
+def _take(capacity: Capacity, planned: Sequence[PlannedPod]) -> None:
+    for p in planned:
+        if p.node in capacity.nodes:
+            capacity.take(p.node, p.request)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dispatcher.admission import Decision
+from dispatcher.admission import Decision, admitted_record
 from dispatcher.cluster import ClusterState, PlannedPod
 from dispatcher.preemption import AdmittedWrapper, Hold, quota_ledger
 from dispatcher.quota import QuotaForest, QuotaLedger
@@ -86,10 +86,11 @@ class Sharing:
             if t.phase not in ("dispatching", "dispatched", "running") or t.queued is None:
                 continue
             q = t.queued
-            out.append(AdmittedWrapper(
-                t.key[0], t.key[1], t.uid, t.status.systempriority or float(q.priority),
-                q.demand, tuple(state.holdings(t.key)), t.dispatched_at, q.labels,
-                t.preempted))
+            pods = [(p.name, PlannedPod(p.node, p.request)) for p in state.bound_pods_of(t.key)
+                    ] if q.elastic else []
+            out.append(admitted_record(
+                q, t.status.systempriority or float(q.priority), state.holdings(t.key),
+                t.dispatched_at, t.preempted, t.status.elasticPods, pods))
         return out
 
     def ledger_for(self, forest: QuotaForest | None,

@@ -57,6 +57,7 @@ class Tracked:
     completable: tuple[int, ...] = ()  # items whose kind reports an outcome
     outcome_stale: bool = True
     outcome_read_at: float = 0.0
+    outcome_pods_done: int = 0  # pods ended when the outcome was last read
     check_at: float | None = None
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
     items_at: float | None = None  # when every item was known to exist
@@ -68,6 +69,8 @@ class Tracked:
     teardown_due: bool = False  # Failed or requeued, but its objects may still exist
     first_attempt: bool = False  # this process dispatched it: a 409 cannot be ours
     below_min_since: float | None = None  # running, but fewer than minAvailable pods up
+    # An elastic gang's pods at its minimum: what must run when minAvailable is not given.
+    floor: int | None = None
     message_dirty_at: float | None = None  # a message-only change waits to be written
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
     last_write_at: float = 0.0

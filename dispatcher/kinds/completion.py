@@ -69,6 +69,17 @@ def item_outcome(obj: Mapping[str, Any], completionstatus: str | None = None) ->
     return "running"
 
 
+def deciding_items(items: Sequence[tuple[Mapping[str, Any], str | None]]) -> tuple[int, ...]:
+    """The items whose outcome completes their AppWrapper, given (template, completionstatus)
+    per item. As in MCAD, when any item declares `completionstatus`, those items decide and
+    the others (a server beside a job) do not; otherwise every item whose kind can finish."""
+    declared = tuple(i for i, (_, status) in enumerate(items) if status)
+    if declared:
+        return declared
+    return tuple(i for i, (template, status) in enumerate(items)
+                 if item_outcome(template, status) is not None)
+
+
 def wrapper_outcome(outcomes: Sequence[Outcome | None]) -> Outcome | None:
     """The AppWrapper's: failed if any item failed, succeeded when every item that can
     finish has succeeded, None when none of its items can finish."""

@@ -9,6 +9,7 @@ from functools import cached_property
 from sortedcontainers import SortedKeyList
 
 from dispatcher.fit.gang import GangPodSet, demand
+from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.queue.policy import Policy
 
 WrapperKey = tuple[str, str]  # (namespace, name)
@@ -26,6 +27,9 @@ class QueuedWrapper:
     invalid: str | None = None  # why the spec cannot be admitted, if it cannot
     # metadata.labels, sorted: a label whose key is a quota tree's name names its leaf.
     labels: tuple[tuple[str, str], ...] = ()
+    # Pod sets that may run with fewer pods (dispatcher.elastic); `gang` has them at
+    # their declared count.
+    elastic: tuple[ElasticSet, ...] = ()
 
     @property
     def key(self) -> WrapperKey:

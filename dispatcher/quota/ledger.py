@@ -291,6 +291,20 @@ class QuotaLedger:
                 for j, v in enumerate(d):
                     row[j] += sign * v
 
+    def shift_part(self, less: Usage, key: WrapperKey, demand: Mapping[str, int]) -> None:
+        """Add to `less` part of the usage of `key`: `demand`, where `key` is counted (what
+        it gives back when it shrinks; dispatcher.elastic)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        for tree, at, path, _ in entry.spots:
+            d = _vector(tree, demand)
+            nodes = less.setdefault(tree.name, {})
+            for x in path[path.index(at):]:
+                row = nodes.setdefault(x, [0] * len(d))
+                for j, v in enumerate(d):
+                    row[j] += v
+
     def _place(self, tree: QuotaTree, path: tuple[int, ...], d: tuple[int, ...],
                less: Mapping[int, list[int]] | None = None
                ) -> tuple[int | None, str | None, int | None]:

@@ -14,6 +14,7 @@ import yaml
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
 from dispatcher.quota import QuotaForest, is_quota_subtree
+from dispatcher.simulate import elastic
 from dispatcher.simulate.accuracy import (
     ACCURACY_HEADER,
     MODES,
@@ -52,6 +53,12 @@ Teams, quotas and preemption:
   --high-priority F  CSV traces: give the fraction F of the jobs (by hash) priority 10
   --policy priority-preemption  lets high-priority jobs preempt (per-node fit)
 
+Elastic gangs:
+  --elastic          replay the trace twice, rigid and elastic (a job of N GPUs may run on
+                     ceil(N/2) of them, in whole pods; work scales linearly with its pods),
+                     and print waits and utilisation side by side (per-node fit). YAML
+                     traces' elastic AppWrappers are elastic in every run.
+
 Start estimates:
   --eta N            at N moments spread over the submissions, estimate every queued
                      job's start as the controller does (durations known exactly, and
@@ -86,6 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CSV traces: the fraction of jobs (0-1) given priority 10")
     p.add_argument("--eta", type=int, metavar="N",
                    help="measure start estimates at N moments (see above)")
+    p.add_argument("--elastic", action="store_true",
+                   help="compare the trace rigid and elastic (see above)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -103,6 +112,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--eta must be at least 1 moment, got {args.eta}"
     if args.eta is not None and args.fit != "per-node":
         return "--eta measures start estimates with --fit per-node only"
+    if args.elastic and (args.fit != "per-node" or args.eta is not None or args.plot):
+        return "--elastic compares with --fit per-node, without --eta or --plot"
     return None
 
 
@@ -158,6 +169,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             check_available()
     except (PolicyError, TraceError, PlotError) as e:
         return fail(str(e))
+    if args.elastic:
+        c = elastic.compare(trace, args.nodes, args.gpus_per_node, policy, forest)
+        if args.output == "json":
+            print(json.dumps(elastic.to_dict(c), indent=2), file=out)
+        else:
+            print(elastic.table(c, f"{Path(trace.source).name}: {args.nodes} x "
+                                   f"{args.gpus_per_node} GPUs, {policy.name}"), file=out)
+        return 0
     show = err.isatty() if args.progress is None else args.progress
     bar = ProgressBar(err) if show else None
     probe = None

@@ -33,6 +33,12 @@ once -- their GPUs free, the work they did is lost (counted as preempted GPU-hou
 they requeue where they were -- and the preemptor's room is held for it; another cycle
 runs at the same instant, in which it dispatches.
 
+Elastic gangs (per-node fit): a job whose wrapper has elastic pod sets is admitted at its
+minimum, grown and shrunk by the core's decisions (``dispatcher.elastic``); a scale-out's
+pods bind at once, a scale-in's go at once. Its work is its duration at its declared
+size, done at a speed proportional to its pods (linear scaling: half the pods, half the
+speed), so every change of size moves its completion.
+
 Fragmentation (per-node fit): a job that waits for capacity while the cluster's total
 free capacity, after the dispatches before it in the same cycle, covers its whole
 demand — the aggregate rule would have admitted it — is delayed by fragmentation for
@@ -59,7 +65,9 @@ from dispatcher.admission import (
 )
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
 from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import Scale
 from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.elastic import ElasticNow, lowest, room_to_grow, sized
 from dispatcher.fit.gang import (
     NEVER_FITS,
     GangPodSet,
@@ -131,6 +139,15 @@ class JobRun:
     gpu_seconds: float = 0.0  # GPU-seconds it ran, lost work included
     borrowing: bool = False  # its current run borrows quota
     borrowed_gpu_seconds: float = 0.0
+    # Elastic jobs: pods per elastic set now, and what is left of the work, in seconds at
+    # the declared size, as of `segment_since` (when its GPUs last changed).
+    counts: tuple[int, ...] = ()
+    now_gpus: int = 0  # GPUs of its bound pods while it runs
+    segment_since: float = 0.0
+    work_left: float = 0.0
+    scale_outs: int = 0
+    scale_ins: int = 0
+    bound_pods_before: int = 0  # its pods during the segment that ends at the next change
 
     @property
     def wait(self) -> float | None:
@@ -216,7 +233,11 @@ class Simulation:
                 self._free_total[r] = self._free_total.get(r, 0) + v
         self.queue = AdmissionQueue(policy)
         self.runs = [JobRun(j, j.gpus) for j in jobs]
-        self._demand = [demand(j.wrapper.gang) for j in jobs]
+        # What each job holds (or asks for, queued): elastic ones at their current size.
+        self._demand = [demand(sized(j.wrapper.gang, j.wrapper.elastic,
+                                     lowest(j.wrapper.elastic))) for j in jobs]
+        self.elastic = fit == "per-node" and any(j.wrapper.elastic for j in jobs)
+        self._stretchy: set[int] = set()  # running elastic jobs
         self._index: dict[WrapperKey, int] = {j.wrapper.key: i for i, j in enumerate(jobs)}
         self._completions: list[tuple[float, int, int]] = []  # time, job, its run number
         self._run_number = [0] * len(jobs)
@@ -272,7 +293,7 @@ class Simulation:
                 arrived += 1
                 result.events += 1
             tick = bool(self.cycle_interval) and t >= last_cycle + (self.cycle_interval or 0)
-            if (changed or tick) and len(self.queue):
+            if (changed or tick) and (len(self.queue) or (changed and self._may_grow())):
                 # After a preemption the victims are gone at once: cycle again now, and the
                 # preemptor dispatches into the room held for it.
                 for _ in range(4):
@@ -337,10 +358,12 @@ class Simulation:
         # Held room and a preemptor's new hold are taken for one cycle only: with either,
         # the cycle works on a copy and only its dispatches are taken from the cluster.
         preempting = self.policy.preemption != "never"
-        cap = self.view.copy() if preempting or self.holds else self.view
+        cap = self.view.copy() if preempting or self.holds or self.elastic else self.view
+        scaling: list[Scale] | None = [] if self.elastic else None
         decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
-                          admitted=self.admitted() if preempting else (), holds=self.holds)
+                          admitted=self.admitted() if preempting or self.elastic else (),
+                          holds=self.holds, scaling=scaling)
         if cap is not self.view:
             for d in decisions:
                 if d.decision == "dispatch":
@@ -367,6 +390,8 @@ class Simulation:
                     and d.reason not in NOT_FRAGMENTATION
                     and _fits_total(self._demand[i], free)):
                 fragmented.add(i)
+        for s in scaling or ():
+            self._scale(s, t)
         for i in list(self._fragmented):
             if i not in fragmented:
                 self.runs[i].fragmented_seconds += t - self._fragmented.pop(i)
@@ -385,8 +410,51 @@ class Simulation:
                              for _ in range(b.count))
             out.append(AdmittedWrapper(
                 w.namespace, w.name, w.uid, float(w.priority), self._demand[i], holdings,
-                run.running_since, w.labels, self._preempted_for.get(i, ())))
+                run.running_since, w.labels, self._preempted_for.get(i, ()),
+                self._elastic_now(run) if w.elastic else None))
         return out
+
+    def _may_grow(self) -> bool:
+        """Whether a running elastic job is below its maximum: freed capacity may be
+        its to grow into, even with nothing queued."""
+        return any(room_to_grow(self.runs[i].job.wrapper.elastic, self.runs[i].counts)
+                   for i in self._stretchy)
+
+    @staticmethod
+    def _elastic_now(run: JobRun) -> ElasticNow:
+        """A running elastic job as the core sees it; the pods bound last go first."""
+        w = run.job.wrapper
+        pods = [PlannedPod(b.node, b.request) for b in reversed(run.bound)
+                for _ in range(b.count)]
+        removable = tuple(tuple(p for p in pods if p.request == w.gang[s.position].pod_set.request)
+                          for s in w.elastic)
+        return ElasticNow(w.elastic, run.counts, w.gang, w.first_seen, removable)
+
+    def _scale(self, s: Scale, t: float) -> None:
+        """An elastic job grows (its new pods bind at once) or shrinks (the pods named go
+        at once); its completion moves with its speed."""
+        i = self._index[s.key]
+        run = self.runs[i]
+        if run.running_since is None:
+            return
+        if s.out:
+            run.scale_outs += 1
+            for p in s.placements:
+                assert p.node is not None
+                self.view.take(p.node, p.request)
+            run.bound.extend(_group(s.placements))
+        else:
+            run.scale_ins += 1
+            for pod in s.removed:
+                _unbind(run.bound, pod)
+                self.cluster.give(pod.node, pod.request)
+        run.counts = s.after
+        for r, v in self._demand[i].items():
+            self._free_total[r] = self._free_total.get(r, 0) + v
+        self._demand[i] = demand(sized(run.job.wrapper.gang, run.job.wrapper.elastic, s.after))
+        for r, v in self._demand[i].items():
+            self._free_total[r] = self._free_total.get(r, 0) - v
+        self._resize(i, t)
 
     def _preempt(self, i: int, d: Decision, t: float) -> None:
         """Tear the victims down (their pods go at once) and hold the room for job i."""
@@ -402,6 +470,8 @@ class Simulation:
             for r, v in self._demand[j].items():
                 self._free_total[r] = self._free_total.get(r, 0) + v
             self.queue.put(run.job.wrapper)
+        for s in d.shrinks:
+            self._scale(s, t)
         w = self.runs[i].job.wrapper
         self.holds[w.key] = Hold(
             tuple(PlannedPod(p.node, p.request) for p in d.placements if p.node is not None),
@@ -417,6 +487,9 @@ class Simulation:
         run.borrowing = any(q.borrows for q in d.quota)
         if run.dispatched is None:
             run.dispatched = t
+        if d.elastic:
+            run.counts = d.elastic
+            self._demand[i] = demand(sized(w.gang, w.elastic, d.elastic))
         for r, v in self._demand[i].items():
             self._free_total[r] = self._free_total.get(r, 0) - v
         if self.fit == "per-node":
@@ -438,20 +511,51 @@ class Simulation:
         run = self.runs[i]
         if run.started is None:
             run.started = t
-        run.running_since = t
-        self._busy += run.gpus
-        heapq.heappush(self._completions, (t + run.job.duration, i, self._run_number[i]))
+        run.running_since = run.segment_since = t
+        if not run.job.wrapper.elastic:
+            run.now_gpus = run.gpus
+            self._busy += run.gpus
+            heapq.heappush(self._completions, (t + run.job.duration, i, self._run_number[i]))
+            return
+        run.work_left = run.job.duration  # a preempted job starts over
+        self._stretchy.add(i)
+        run.now_gpus = 0
+        self._resize(i, t)
+
+    def _resize(self, i: int, t: float) -> None:
+        """An elastic job's GPUs changed at `t` (or it started): account the work done
+        at the old size and schedule its completion at the new one."""
+        run = self.runs[i]
+        full = sum(g.pod_set.count for g in run.job.wrapper.gang)
+        if run.now_gpus:
+            run.work_left -= (t - run.segment_since) * run.bound_pods_before / full
+            self._account(run, t)
+        gpus = sum(b.request.get(GPU, 0) * b.count for b in run.bound)
+        self._busy += gpus - run.now_gpus
+        run.now_gpus = gpus
+        run.bound_pods_before = run.bound_pods
+        run.segment_since = t
+        self._run_number[i] += 1  # the completion scheduled at the old speed is void
+        speed = run.bound_pods / full
+        heapq.heappush(self._completions, (t + max(run.work_left, 0.0) / speed, i,
+                                           self._run_number[i]))
+
+    @staticmethod
+    def _account(run: JobRun, t: float) -> None:
+        ran = run.now_gpus * (t - run.segment_since)
+        run.gpu_seconds += ran
+        if run.borrowing:
+            run.borrowed_gpu_seconds += ran
 
     def _stop(self, i: int, t: float) -> None:
         """Job i stops running (completed or preempted): its GPUs go back."""
         run = self.runs[i]
         assert run.running_since is not None
-        ran = run.gpus * (t - run.running_since)
-        run.gpu_seconds += ran
-        if run.borrowing:
-            run.borrowed_gpu_seconds += ran
+        self._account(run, t)
         run.running_since = None
-        self._busy -= run.gpus
+        self._busy -= run.now_gpus
+        run.now_gpus = 0
+        self._stretchy.discard(i)
         for b in run.bound:
             self.cluster.give(b.node, b.request, b.count)
         self._preempted_for.pop(i, None)
@@ -532,6 +636,18 @@ def _group(placements: Sequence[Placement]) -> list[Bound]:
         else:
             out.append(Bound(p.node, p.request, 1))
     return out
+
+
+def _unbind(bound: list[Bound], pod: PlannedPod) -> None:
+    """One pod of `bound` on `pod.node` of its request goes (the last such entry)."""
+    for k in reversed(range(len(bound))):
+        b = bound[k]
+        if b.node == pod.node and b.request == pod.request:
+            if b.count == 1:
+                del bound[k]
+            else:
+                bound[k] = Bound(b.node, b.request, b.count - 1)
+            return
 
 
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,

@@ -1,8 +1,9 @@
 """Fixtures for tests on the local Kubernetes control plane (localcluster, DESIGN.md §6).
 
 The cluster is real: etcd, kube-apiserver (TLS, RBAC, admission), kube-controller-manager,
-kube-scheduler, the KubeRay operator and the Kubeflow training operator, with kwok playing
-the kubelet of fake GPU nodes. One control plane serves the whole test run.
+kube-scheduler, the KubeRay operator, the Kubeflow training operators (v1.9, and v1.8.1 for
+MXJob) and the JobSet controller, with kwok playing the kubelet of fake GPU nodes. One control
+plane serves the whole test run.
 
 Fixtures
 - ``local_cluster`` (session): a ready :class:`localcluster.Cluster`, started once per run

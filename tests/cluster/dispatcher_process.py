@@ -124,11 +124,15 @@ class DispatcherProcess:
             return "(no log)"
 
 
-def wait_quiet(kubectl: Kubectl, timeout: float = 90) -> None:
-    """Wait until no pod of any AppWrapper is left from earlier tests (they hold GPUs)."""
+def wait_quiet(kubectl: Kubectl, timeout: float = 180) -> None:
+    """Wait until no pod and no AppWrapper is left from earlier tests: pods hold GPUs,
+    and so does a live gang whose pods went away (their replacements are owed them)."""
     def quiet() -> bool:
         pods = kubectl.items("pods", "-A", "-l", "workload.codeflare.dev/appwrapper")
-        return not pods
+        if pods:
+            return False
+        listed = kubectl.run("get", "appwrappers", "-A", "-o", "name", check=False)
+        return listed.returncode != 0 or not listed.stdout.strip()
 
     wait_for(quiet, timeout, "pods of earlier tests' AppWrappers to be gone")
     time.sleep(0.2)

@@ -223,7 +223,13 @@ def final_check(api: Any, namespace: str, names: list[str], report: Report,
 
 
 def completed(api: Any, namespace: str) -> int:
-    aws = _get(api, f"/apis/workload.codeflare.dev/v1beta1/namespaces/{namespace}/appwrappers")
+    """How many AppWrappers completed; -1 while the API server does not answer (the
+    outage test stops it)."""
+    try:
+        aws = _get(api, "/apis/workload.codeflare.dev/v1beta1/namespaces/"
+                   f"{namespace}/appwrappers")
+    except Exception:
+        return -1
     return sum(1 for a in aws["items"] if (a.get("status") or {}).get("state") == "Completed")
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -33,6 +34,8 @@ from localcluster.testing import (
 )
 
 pytestmark = pytest.mark.cluster
+
+OPERATORS = ("kuberay-operator", "training-operator", "mxjob-operator", "jobset-controller")
 
 
 def _gpu_template(labels: dict[str, str], gpus: int, name: str = "main",
@@ -69,7 +72,7 @@ def test_control_plane_components(local_cluster: Cluster, kubectl: Kubectl) -> N
     assert st["apiserver_ready"], st
     assert st["processes"] == {p: True for p in (
         "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-        "kwok-controller", "kuberay-operator", "training-operator")}, st
+        "kwok-controller", *OPERATORS)}, st
 
 
 def test_upstream_crds_installed(kubectl: Kubectl) -> None:
@@ -207,6 +210,31 @@ def test_pod_outcomes(k: Kubectl) -> None:
     assert pods(k) == []
 
 
+def test_pods_that_only_sleep_finish_after_their_sleep(k: Kubectl) -> None:
+    """As on a real node (MCAD's kuttl suites rely on it): `sleep N` succeeds after N s."""
+    def sleeper(name: str, command: list[str], args: list[str] | None = None
+                ) -> dict[str, Any]:
+        p = pod(name)
+        p["spec"]["containers"][0].update(command=command, **({"args": args} if args else {}))
+        return p
+
+    k.apply([sleeper("sh-sleep", ["sh", "-c", "sleep 2\n"]),
+             sleeper("bash-sleep", ["/bin/bash", "-c", "--"], ["sleep 1;"]),
+             sleeper("forever", ["sh", "-c", "sleep infinity"]),
+             sleeper("loop", ["/bin/sh", "-c", "while true; do sleep 1; done"])])
+    done = wait_phase(k, "sh-sleep", "Succeeded")
+    term = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    running = k.json("pod", "sh-sleep")["status"]["startTime"]
+    wait_phase(k, "bash-sleep", "Succeeded")
+    # Not before its sleep is over: Running at startTime, finished 2 s later or more.
+    started = datetime.fromisoformat(running.replace("Z", "+00:00"))
+    finished = datetime.fromisoformat(term["finishedAt"].replace("Z", "+00:00"))
+    assert (finished - started).total_seconds() >= 2
+    for name in ("forever", "loop"):
+        assert phase(k.json("pod", name)) == "Running"
+
+
 def test_node_profiles(k: Kubectl, kubectl: Kubectl, node_profile: Any) -> None:
     names = node_profile("mixed")
     assert sum(1 for n in names if "gpu8" in n) == 2
@@ -246,7 +274,7 @@ def test_reusing_a_cluster_started_without_operators_starts_them(
         local_cluster: Cluster, k: Kubectl) -> None:
     # Make the running cluster look as `up(operators=False)` (the e2e bench) leaves it.
     operators = local_cluster.operator_pids()
-    assert set(operators) == {"kuberay-operator", "training-operator"}
+    assert set(operators) == set(OPERATORS)
     for pid in operators.values():
         os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not any(local_cluster.processes().get(n) for n in operators), 60,
@@ -260,8 +288,8 @@ def test_reusing_a_cluster_started_without_operators_starts_them(
 
     assert local_cluster.processes() == {p: True for p in (
         "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-        "kwok-controller", "kuberay-operator", "training-operator")}
-    assert (local_cluster.ready_info() or {}).get("operators") == sorted(operators)
+        "kwok-controller", *OPERATORS)}
+    assert sorted((local_cluster.ready_info() or {}).get("operators") or []) == sorted(operators)
     # And they work: a PyTorchJob gets its pods.
     master = {"replicas": 1, "restartPolicy": "OnFailure",
               "template": _gpu_template({}, gpus=1, name="pytorch")}

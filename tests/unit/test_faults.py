@@ -804,3 +804,71 @@ def test_an_item_adopted_while_its_pods_owner_is_looked_up_proves_its_pods() -> 
     forged = {"metadata": {"name": "x", "namespace": "team", "uid": "x", "ownerReferences": [
         {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw", "controller": True}]}}
     assert ownership.owner_of(forged, gang) is False
+
+
+def test_the_admission_grace_does_not_run_out_while_the_dispatcher_is_blind() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        created_job(kube, "a")
+        clock.now += 30
+        d.blind = lambda: "pods: not watching for 3s (connection refused)"
+        await d.cycle()
+        clock.now += 40  # 70 s after the Job was created, 40 of them blind
+        await d.cycle()
+        d.blind = lambda: None
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"  # 30 s seen: within the 60 s grace
+        clock.now += 31
+        await d.cycle()
+        requeue = [c for c in aw_status(kube, "a")["conditions"]
+                   if c["type"] == "PreemptCandidate"]
+        assert requeue and requeue[-1]["reason"] == "PodsNotCreated"
+
+    run(scenario)
+
+
+def test_a_gang_planned_on_a_node_that_goes_keeps_its_hold_elsewhere() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for n in ("n1", "n2", "n3"):
+            kube.put(node(n, gpus=1))
+        kube.put(appwrapper("a", job("a", 1, 1), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"  # its pod is not bound yet
+        [planned] = d.m.state.reserved_for(("team", "a"))
+        d.on_node("DELETED", node(planned.node, gpus=1))
+        for i, name in enumerate(("b", "c")):
+            kube.put(appwrapper(name, job(name, 1, 1), created=2 + i))
+            d.on_appwrapper("ADDED", get_aw(kube, name))
+        await d.cycle()
+        # a's pod will bind on one of the two nodes left: only one newer gang fits.
+        assert types(kube, "b")[-1] == "Dispatched"
+        assert "Dispatched" not in types(kube, "c")
+        [moved] = d.m.state.reserved_for(("team", "a"))
+        assert moved.node != planned.node
+
+    run(scenario)
+
+
+def test_a_job_that_completes_just_after_its_last_pod_completes_its_wrapper_soon() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
+        await d.cycle()
+        clock.now += 5
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
+        await d.cycle()  # the Job does not say Complete yet
+        assert aw_status(kube, "a")["state"] == "Running"
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 2.5  # not the 15 s of the regular refresh
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)

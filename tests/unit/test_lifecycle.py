@@ -8,7 +8,7 @@ import pytest
 
 from dispatcher.api import parse_appwrapper
 from dispatcher.api.models import AppWrapper, Requeuing
-from dispatcher.kinds.completion import item_outcome, wrapper_outcome
+from dispatcher.kinds.completion import deciding_items, item_outcome, wrapper_outcome
 from dispatcher.lifecycle import (
     REQUEUE_LIMIT_REACHED,
     WRAPPED_OBJECT_FAILED,
@@ -139,3 +139,43 @@ def test_wrapper_outcome() -> None:
     assert wrapper_outcome(["succeeded", "running"]) == "running"
     assert wrapper_outcome(["succeeded", "failed"]) == "failed"
     assert wrapper_outcome([None]) is None
+
+
+def _mcad_hold_completion() -> AppWrapper:
+    """MCAD's kuttl deployment-01 step 03: a Job that decides completion (completionstatus)
+    beside a Job that does not."""
+    def job(name: str) -> dict[str, Any]:
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}}
+    return parse_appwrapper({
+        "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+        "metadata": {"name": "hold", "namespace": "n"},
+        "spec": {"schedulingSpec": {"minAvailable": 1}, "resources": {"GenericItems": [
+            {"completionstatus": "Complete", "generictemplate": job("j1")},
+            {"generictemplate": job("j2")}]}},
+    })
+
+
+def test_items_with_completionstatus_decide_completion_as_in_mcad() -> None:
+    a = _mcad_hold_completion()
+    items = [(i.generictemplate, i.completionstatus) for i in a.spec.resources.GenericItems]
+    assert deciding_items(items) == (0,)
+    # Without any completionstatus, every item whose kind can finish decides.
+    assert deciding_items([(t, None) for t, _ in items]) == (0, 1)
+    assert deciding_items([({"apiVersion": "apps/v1", "kind": "Deployment"}, None)]) == ()
+
+
+def test_running_hold_completion_while_other_pods_run_then_completed() -> None:
+    a = _mcad_hold_completion()
+    v = judge(a, PodCounts(running=1, succeeded=1), 2, "succeeded", dispatched_at=0,
+              running=True, now=10)
+    assert (v.action, v.reason) == ("holding", "SomeItemsCompleted")
+    assert "1 pods still running" in v.message
+    v = judge(a, PodCounts(pending=1, succeeded=1), 2, "succeeded", dispatched_at=0,
+              running=True, now=10)
+    assert v.action == "holding"
+    v = judge(a, PodCounts(succeeded=2), 2, "succeeded", dispatched_at=0, running=True, now=10)
+    assert v.action == "completed"
+    # A wrapper that declares no completionstatus completes as before.
+    v = judge(aw(), PodCounts(running=1, succeeded=1), 2, "succeeded", dispatched_at=0,
+              running=True, now=10)
+    assert v.action == "completed"

@@ -160,6 +160,38 @@ def test_running_then_completed_with_pod_counts() -> None:
     run(scenario)
 
 
+def test_running_hold_completion_then_completed_as_in_mcad() -> None:
+    """MCAD's kuttl deployment-01 step 03: the item with completionstatus is done while the
+    other's pod still runs: state RunningHoldCompletion; Completed once no pod is left."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        wrapper = appwrapper("a", job("a1", 1, 1), job("a2", 1, 1),
+                             schedulingSpec={"minAvailable": 1})
+        wrapper["spec"]["resources"]["GenericItems"][0]["completionstatus"] = "Complete"
+        kube.put(wrapper)
+        d = await started(kube, clock)
+        await d.cycle()
+        j1, j2 = created_job(kube, "a1"), created_job(kube, "a2")
+        d.on_pod("ADDED", pod("a", "a1-0", "n1", "Running", 1, j1))
+        d.on_pod("ADDED", pod("a", "a2-0", "n1", "Running", 1, j2))
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Running"
+        j1["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        d.on_pod("MODIFIED", pod("a", "a1-0", "n1", "Succeeded", 1, j1))
+        clock.now += 60  # the wrapped objects' outcome is read again
+        await d.cycle()
+        status = aw_status(kube, "a")
+        assert status["state"] == "RunningHoldCompletion"
+        assert status["queuejobstate"] == "RunningHoldCompletion"
+        assert status["conditions"][-1]["reason"] == "SomeItemsCompleted"
+        d.on_pod("MODIFIED", pod("a", "a2-0", "n1", "Succeeded", 1, j2))
+        clock.now += 60
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
 def test_gang_that_does_not_start_is_torn_down_and_requeued() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
