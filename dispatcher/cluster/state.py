@@ -146,6 +146,23 @@ class ClusterState:
             _add_into(self._reserved.setdefault(p.node, {}), p.request)
             self._changed(p.node, p.request)
 
+    def unreserve(self, owner: AppWrapperKey, pods: Iterable[PlannedPod]) -> None:
+        """Take these planned pods (the very objects) off the owner's reservation."""
+        index = self._reservations.get(owner, {})
+        for p in pods:
+            by_node = index.get(_shape(p.request), {})
+            held = by_node.get(p.node, [])
+            for i, q in enumerate(held):
+                if q is p:
+                    del held[i]
+                    _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)
+                    self._changed(p.node)
+                    break
+            if not held:
+                by_node.pop(p.node, None)
+            if not by_node:
+                index.pop(_shape(p.request), None)
+
     def release(self, owner: AppWrapperKey) -> None:
         for p in self.reserved_for(owner):
             _add_into(self._reserved.setdefault(p.node, {}), p.request, -1)

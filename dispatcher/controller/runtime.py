@@ -144,6 +144,9 @@ class Dispatcher:
         # (a watch is down), or None.
         self.blind: Callable[[], str | None] = lambda: None
         self._blind_since: float | None = None
+        # Held pods charged to a node they do not fit on, per wrapper: placed again each
+        # cycle until they fit (then they hold real room) or bind.
+        self._unfit: dict[Key, list[PlannedPod]] = {}
 
     # --- what the rest of the controller reads -----------------------------------------
 
@@ -349,6 +352,25 @@ class Dispatcher:
             self.m.unwritten.add(t.key)  # tried again next cycle
             log.info("status of %s/%s not written (%s); will retry", *t.key, e)
 
+    def _replace_unfit(self) -> None:
+        """Held pods that fitted nowhere were charged to the roomiest node; room freed on
+        another node would then go to a newer gang while the held pod (a replacement, a
+        pod of a gang dispatched before a restart) binds there first — leaving the newer
+        gang half-bound. Each cycle, before admitting, they are placed again: the first
+        room that frees is theirs."""
+        for key in list(self._unfit):
+            t = self.m.tracked.get(key)
+            held = self.m.state.reserved_for(key)
+            pods = [p for p in self._unfit[key] if any(p is q for q in held)]
+            if t is None or t.phase not in ("dispatched", "running") or not pods:
+                del self._unfit[key]
+                continue
+            self.m.state.unreserve(key, pods)
+            unfit: list[PlannedPod] = []
+            planned = _roomiest([p.request for p in pods], Capacity.of(self.m.state), unfit)
+            self.m.state.reserve_more(key, planned)
+            self._unfit[key] = unfit
+
     def _pause_clocks(self, seconds: float) -> None:
         """What a gang was given time for (pods to appear, to run again) did not run out
         while the dispatcher could not see the cluster — nor, mostly, could the
@@ -372,6 +394,7 @@ class Dispatcher:
         """Capacity held again, before anything new is admitted: by every dispatched gang
         after a restart (its pods not bound yet), by a gang whose hold was on a node that
         went away, and for the replacements of pods a gang lost unfinished."""
+        self._replace_unfit()
         due = [t for t in self.m.tracked.values() if t.needs_reservation or t.lost]
         if not due:
             return
@@ -388,18 +411,20 @@ class Dispatcher:
             if t.needs_reservation:
                 t.needs_reservation = False
                 planned: list[PlannedPod] = []
+                unfit: list[PlannedPod] = []
                 if t.phase == "dispatched" and t.queued is not None:
                     # Its pods not bound yet, the lost ones among them.
                     planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
-                                                  capacity), []
+                                                  capacity, unfit), []
                 elif active:
-                    planned = _roomiest(held.get(t.key, []), capacity)
+                    planned = _roomiest(held.get(t.key, []), capacity, unfit)
+                self._unfit[t.key] = unfit
                 self.m.state.reserve(t.key, planned)
                 _take(capacity, planned)
                 log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
                          len(planned))
             if lost and active:
-                planned = _roomiest(lost, capacity)
+                planned = _roomiest(lost, capacity, self._unfit.setdefault(t.key, []))
                 self.m.state.reserve_more(t.key, planned)
                 _take(capacity, planned)
                 log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
@@ -797,7 +822,8 @@ def _items_text(t: Tracked) -> str:
 
 
 def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWrapperKey,
-                  capacity: Capacity) -> list[PlannedPod]:
+                  capacity: Capacity, unfit: list[PlannedPod] | None = None
+                  ) -> list[PlannedPod]:
     """Where the gang's pods that are not bound yet can go now. Bound members are taken
     off by request shape; the rest is placed per node like a dispatch, or — if the
     cluster has moved on and they no longer fit — charged to the nodes with the most
@@ -818,12 +844,14 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
     if not isinstance(placed, Shortfall):
         return [PlannedPod(p.node, p.request) for p in placed if p.node is not None]
     return _roomiest([dict(g.pod_set.request) for g in remaining
-                      for _ in range(g.pod_set.count)], capacity)
+                      for _ in range(g.pod_set.count)], capacity, unfit)
 
 
-def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity) -> list[PlannedPod]:
+def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity,
+              unfit: list[PlannedPod] | None = None) -> list[PlannedPod]:
     """Pods charged to nodes where they fit now, else to the nodes with the most room —
-    erring towards holding too much, never too little."""
+    erring towards holding too much, never too little. Those charged without fitting
+    are added to `unfit`: they are placed again each cycle (see _replace_unfit)."""
     out: list[PlannedPod] = []
     left = capacity.copy()
     nodes = sorted(left.nodes, key=lambda n: -sum(left.free_of(n).values()))
@@ -833,9 +861,12 @@ def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity) -> list
         fits = [n for n in nodes
                 if all(left.free_of(n).get(r, 0) >= v for r, v in request.items())]
         node = fits[0] if fits else nodes[i % len(nodes)]
-        out.append(PlannedPod(node, request))
+        planned = PlannedPod(node, request)
+        out.append(planned)
         if fits:
             left.take(node, request)
+        elif unfit is not None:
+            unfit.append(planned)
     return out
 
 

@@ -872,3 +872,31 @@ def test_a_job_that_completes_just_after_its_last_pod_completes_its_wrapper_soon
         assert aw_status(kube, "a")["state"] == "Completed"
 
     run(scenario)
+
+
+def test_room_freed_anywhere_goes_first_to_a_replacement_that_fitted_nowhere() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for n in ("n1", "n2", "n3"):
+            kube.put(node(n, gpus=1))
+        kube.put(appwrapper("a", job("a", 2, 1), created=1))
+        kube.put(appwrapper("b", job("b", 1, 1), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        ja, jb = created_job(kube, "a"), created_job(kube, "b")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 1, ja))
+        d.on_pod("ADDED", pod("a", "a-1", "n2", "Running", 1, ja))
+        d.on_pod("ADDED", pod("b", "b-0", "n3", "Running", 1, jb))
+        await d.cycle()
+        # n2 goes with a's pod: its replacement fits nowhere while b runs on n3.
+        d.on_node("DELETED", node("n2", gpus=1))
+        d.on_pod("DELETED", pod("a", "a-1", "n2", "Running", 1, ja))
+        await d.cycle()
+        # b finishes: n3 is free, and c arrives wanting one GPU. n3 is a's replacement's.
+        d.on_pod("MODIFIED", pod("b", "b-0", "n3", "Succeeded", 1, jb))
+        kube.put(appwrapper("c", job("c", 1, 1), created=3))
+        d.on_appwrapper("ADDED", get_aw(kube, "c"))
+        await d.cycle()
+        assert "Dispatched" not in types(kube, "c")
+        assert [p.node for p in d.m.state.reserved_for(("team", "a"))] == ["n3"]
+
+    run(scenario)
