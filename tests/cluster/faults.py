@@ -72,9 +72,11 @@ def create_workload(api: Any, namespace: str, count: int, pods: int, run_for: st
 
 
 def _get(api: Any, path: str) -> dict[str, Any]:
-    """GET served from the API server's watch cache (resourceVersion=0): cheap to
-    sample every second."""
-    params = api.param_serialize("GET", path, query_params=[("resourceVersion", "0")],
+    """A consistent (current) list. Not resourceVersion=0: each resource's watch cache
+    may lag on its own (a busy or just restarted API server), and a pods list older than
+    the AppWrappers list counts a gang's GPUs twice — once as the finished pods of the
+    gang before it, once as its own promise."""
+    params = api.param_serialize("GET", path, query_params=[],
                                  header_params={"Accept": "application/json"},
                                  auth_settings=["BearerToken"])
     response = api.call_api(*params, _request_timeout=20)
