@@ -57,6 +57,15 @@ def _created_at(obj: Mapping[str, Any]) -> float | None:
         return None
 
 
+def _left_by_predecessor(obj: Mapping[str, Any], t: Tracked) -> bool:
+    """Owned by an earlier AppWrapper of this name (another uid): one that is gone, since
+    names are unique, so the garbage collector removes the object."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(r, Mapping) and r.get("kind") == "AppWrapper"
+               and r.get("name") == t.key[1] and r.get("uid") and r.get("uid") != t.uid
+               and r.get("controller") for r in refs)
+
+
 class Items:
     def __init__(self, kube: Kube, ownership: Ownership) -> None:
         self.kube = kube
@@ -126,6 +135,11 @@ class Items:
             if existing is None:
                 raise ApiError(409, "Conflict", f"{where} exists and vanished: try again")
             if not self._ours(t, existing):
+                if _left_by_predecessor(existing, t):
+                    # The AppWrapper was deleted and applied again: what the old one made
+                    # goes with it (the garbage collector), so wait for that.
+                    waiting = True
+                    continue
                 return Refused(f"{where} already exists and does not belong to this "
                                "AppWrapper; rename the item or delete that object")
             if (existing.get("metadata") or {}).get("deletionTimestamp"):

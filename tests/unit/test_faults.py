@@ -900,3 +900,28 @@ def test_room_freed_anywhere_goes_first_to_a_replacement_that_fitted_nowhere() -
         assert [p.node for p in d.m.state.reserved_for(("team", "a"))] == ["n3"]
 
     run(scenario)
+
+
+def test_a_wrapper_applied_again_waits_for_what_its_predecessor_made_to_go() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        # The Job of an earlier AppWrapper "a" (deleted; the garbage collector not there yet).
+        left = job("a", 1, 1)
+        left["metadata"]["namespace"] = "team"
+        left["metadata"]["ownerReferences"] = [{
+            "apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "uid-of-the-old-a",
+            "controller": True}]
+        kube.put(left)
+        d = await started(kube, clock)
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] != "Failed"
+        path = next(p for p in kube.objects if p.endswith("/jobs/a"))
+        del kube.objects[path]  # collected
+        clock.now += 2
+        await d.cycle()
+        refs = created_job(kube, "a")["metadata"]["ownerReferences"]
+        assert [r["uid"] for r in refs] == [get_aw(kube, "a")["metadata"]["uid"]]
+        assert aw_status(kube, "a")["state"] == "Running"
+
+    run(scenario)
