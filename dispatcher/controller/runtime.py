@@ -358,18 +358,23 @@ class Dispatcher:
         pod of a gang dispatched before a restart) binds there first — leaving the newer
         gang half-bound. Each cycle, before admitting, they are placed again: the first
         room that frees is theirs."""
-        for key in list(self._unfit):
+        if not self._unfit:
+            return
+        again: dict[Key, list[PlannedPod]] = {}
+        for key, unfit in self._unfit.items():
             t = self.m.tracked.get(key)
             held = self.m.state.reserved_for(key)
-            pods = [p for p in self._unfit[key] if any(p is q for q in held)]
-            if t is None or t.phase not in ("dispatched", "running") or not pods:
-                del self._unfit[key]
-                continue
-            self.m.state.unreserve(key, pods)
-            unfit: list[PlannedPod] = []
-            planned = _roomiest([p.request for p in pods], Capacity.of(self.m.state), unfit)
+            pods = [p for p in unfit if any(p is q for q in held)]
+            if t is not None and t.phase in ("dispatched", "running") and pods:
+                self.m.state.unreserve(key, pods)
+                again[key] = pods
+        self._unfit = {}
+        capacity = Capacity.of(self.m.state)  # one snapshot, taken from as they are placed
+        for key, pods in again.items():
+            unfit = self._unfit[key] = []
+            planned = _roomiest([p.request for p in pods], capacity, unfit)
             self.m.state.reserve_more(key, planned)
-            self._unfit[key] = unfit
+            _take(capacity, planned)
 
     def _pause_clocks(self, seconds: float) -> None:
         """What a gang was given time for (pods to appear, to run again) did not run out
