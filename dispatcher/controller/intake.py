@@ -139,7 +139,7 @@ class Intake:
         changed = before != bound
         if changed:
             self.m.state.upsert_pod(key, bound)
-            if bound is None and before is not None and before.appwrapper is not None:
+            if bound is None and before is not None:
                 self._lost(before, (obj.get("status") or {}).get("phase"))
         if claimed is not None:
             t = self.m.tracked.get(claimed)
