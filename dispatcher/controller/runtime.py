@@ -424,7 +424,11 @@ class Dispatcher:
                 elif active:
                     planned = _roomiest(held.get(t.key, []), capacity, unfit)
                 self._unfit[t.key] = unfit
-                self.m.state.reserve(t.key, planned)
+                # reserve() takes the bound members off what it is given, as it does for
+                # a dispatch: they are given where they are bound, or they would come off
+                # the plan for the unbound ones a second time.
+                bound = [PlannedPod(p.node, p.request) for p in self.m.state.bound_pods_of(t.key)]
+                self.m.state.reserve(t.key, [*bound, *planned])
                 _take(capacity, planned)
                 log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
                          len(planned))

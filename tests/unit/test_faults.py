@@ -853,6 +853,33 @@ def test_a_gang_planned_on_a_node_that_goes_keeps_its_hold_elsewhere() -> None:
     run(scenario)
 
 
+def test_a_half_bound_gang_planned_on_a_node_that_goes_still_holds_its_unbound_pod() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for n in ("n1", "n2", "n3", "n4"):
+            kube.put(node(n, gpus=1))
+        kube.put(appwrapper("a", job("a", 2, 1), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        first, second = sorted(p.node for p in d.m.state.reserved_for(("team", "a")))
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", first, "Running", 1, j))
+        await d.cycle()
+        # The node planned for its other pod goes before that pod binds: the hold moves
+        # to a node left, and it still holds for the one pod not bound — not for none
+        # (the bound pod was once taken off the new plan, then off the hold again).
+        d.on_node("DELETED", node(second, gpus=1))
+        for i, name in enumerate(("b", "c")):
+            kube.put(appwrapper(name, job(name, 1, 1), created=2 + i))
+            d.on_appwrapper("ADDED", get_aw(kube, name))
+        await d.cycle()
+        assert len(d.m.state.reserved_for(("team", "a"))) == 1
+        assert types(kube, "b")[-1] == "Dispatched"
+        assert "Dispatched" not in types(kube, "c")
+
+    run(scenario)
+
+
 def test_a_job_that_completes_just_after_its_last_pod_completes_its_wrapper_soon() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1", gpus=8))
