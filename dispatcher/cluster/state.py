@@ -203,6 +203,36 @@ class ClusterState:
         _add_into(self._reserved.setdefault(taken.node, {}), taken.request, -1)
         self._changed(taken.node)
         matched.add(pod.key)
+        if taken.node != pod.node:
+            self._make_way(pod.node, taken)
+
+    def _make_way(self, node: str, left: PlannedPod) -> None:
+        """A pod bound on `node` although its room was planned on `left.node`. If `node`
+        is now promised more than it has, the pod of another gang planned there will be
+        bound where this one was planned instead: its hold moves there. Left in place,
+        the room this pod left would look free and be promised a second time — to a gang
+        admitted next — while the other gang's pod takes it (kube-scheduler spreads pods
+        where the dispatcher packs them: it often binds off plan)."""
+        if left.node not in self._nodes or node not in self._nodes:
+            return
+        free = self.free(node)
+        if all(free.get(r, 0) >= 0 for r in left.request):
+            return
+        shape = _shape(left.request)
+        for index in self._reservations.values():
+            by_node = index.get(shape)
+            held = by_node.get(node) if by_node else None
+            if not held or by_node is None:
+                continue
+            moved = held.pop()
+            if not held:
+                del by_node[node]
+            by_node.setdefault(left.node, []).append(PlannedPod(left.node, moved.request))
+            _add_into(self._reserved.setdefault(node, {}), moved.request, -1)
+            _add_into(self._reserved.setdefault(left.node, {}), moved.request)
+            self._changed(node)
+            self._changed(left.node)
+            return
 
     # --- capacity -----------------------------------------------------------
     def used(self, node: str) -> Mapping[str, int]:

@@ -189,6 +189,22 @@ def test_bound_pods_and_reservations_use_capacity_terminal_pods_do_not() -> None
     assert state.free("a")[GPU] == 8
 
 
+def test_a_pod_bound_off_plan_moves_the_hold_it_displaced_to_the_room_it_left() -> None:
+    # g was planned on a, h on b; the scheduler binds g's pod on b. h's pod will go to a:
+    # a is not free for a third gang.
+    state = cluster(node("a"), node("b"))
+    state.reserve(("ns", "g"), [PlannedPod("a", {GPU: 8, "pods": 1})])
+    state.reserve(("ns", "h"), [PlannedPod("b", {GPU: 8, "pods": 1})])
+    state.upsert_pod(("ns", "g-0"), BoundPod("ns", "g-0", "b", {GPU: 8, "pods": 1}, "g"))
+    assert state.free("a")[GPU] == 0 and state.free("b")[GPU] == 0
+    assert [p.node for p in state.reserved_for(("ns", "h"))] == ["a"]
+    assert Capacity.of(state).free_total[GPU] == 0
+    # h's pod then binds on a: nothing is held any more, nothing is over-committed.
+    state.upsert_pod(("ns", "h-0"), BoundPod("ns", "h-0", "a", {GPU: 8, "pods": 1}, "h"))
+    assert state.reserved_for(("ns", "h")) == []
+    assert state.free("a")[GPU] == 0 and state.free("b")[GPU] == 0
+
+
 def test_reservation_accounts_for_pods_bound_before_it() -> None:
     # A restarted dispatcher re-reserves a wrapper whose pods are partly bound already.
     state = cluster(node("a"))
