@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=4)
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--run-for", default="10s")
+    ap.add_argument("--dispatcher-args", default="",
+                    help="more arguments for `dispatcher run`, e.g. '--kube-qps 100'")
     args = ap.parse_args()
 
     cluster = Cluster()
@@ -134,7 +136,8 @@ def main() -> None:
             log = (cluster.logs / "dispatcher-bench.log").open("ab")
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig",
-                 str(cluster.kubeconfig), "--metrics-port", "0"],
+                 str(cluster.kubeconfig), "--metrics-port", "0",
+                 *args.dispatcher_args.split()],
                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
             time.sleep(3)

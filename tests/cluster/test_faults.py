@@ -197,7 +197,7 @@ def test_a_node_deleted_under_running_gangs(local_cluster: Cluster, k: Kubectl,
     names, report = run_workload(kube_api_client, namespace, delete_a_busy_node,
                                  run_for="20s", retries=3)
     # A gang that lost a pod with its node may wait unschedulable for the failure
-    # grace before it is requeued: only the gangs on that node may ever be partial.
+    # grace before it is requeued.
     report.partial = [p for p in report.partial if p.split()[1].rstrip(":") not in victims]
     # Those gangs ran their pods again after the requeue: they may show more pods.
     report.succeeded = {aw: pods for aw, pods in report.succeeded.items()
@@ -219,6 +219,15 @@ def test_a_node_deleted_under_running_gangs(local_cluster: Cluster, k: Kubectl,
     # nothing new is admitted into it): for 30 s after the deletion, bound + promised may
     # exceed what is left by at most twice the GPUs of the node deleted.
     window = {time.strftime("%H:%M:%S", time.localtime(deleted[0] + s)) for s in range(31)}
+    # Which gang comes short then is kube-scheduler's choice, not the dispatcher's: a pod
+    # of a gang planned on the node binds into room promised to a gang whose pods are not
+    # created yet (nothing pins pods to the planned nodes). Such displaced gangs may be
+    # partial in that window — no more of them than the node had GPUs — and must finish
+    # like the rest; before or after it, any partial gang is a failure.
+    displaced = {p.split()[1].rstrip(":") for p in report.partial if p.split()[0] in window}
+    print(f"partial right after the deletion (displaced): {sorted(displaced)}")
+    assert len(displaced) <= 8, f"{len(displaced)} gangs displaced by one 8-GPU node"
+    report.partial = [p for p in report.partial if p.split()[0] not in window]
     excused = [o for o in report.overpromised if o.split(": ")[0] in window
                and int(o.split()[1]) + int(o.split()[5]) - int(o.split()[8]) <= 16]
     print(f"over-promised right after the deletion (excused): {excused}")
