@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,8 +86,15 @@ class RetryPolicy:
     request_timeout: float = 15.0  # one attempt, connect to last byte (lists are paged)
 
 
+# Priorities of the paced requests, most urgent first: what admits work (a Dispatched
+# write, creating items, reading the cluster), then status writes, then Events. A wave of
+# dispatches must not queue behind the status writes and Events of the wave before it.
+URGENT, STATUS, EVENT = 0, 1, 2
+
+
 class TokenBucket:
-    """Client-side pacing: `qps` requests a second on average, `burst` at once."""
+    """Client-side pacing: `qps` requests a second on average, `burst` at once; when
+    requests wait, the most urgent go first (FIFO within a priority)."""
 
     def __init__(self, qps: float, burst: int, clock: Any = time.monotonic) -> None:
         self.qps = qps
@@ -94,21 +102,45 @@ class TokenBucket:
         self._tokens = float(self.burst)
         self._clock = clock
         self._at = clock()
-        self._lock = asyncio.Lock()
+        self._busy = False  # one taker at a time waits for the next token
+        self._queues: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque(), deque())
 
-    async def take(self) -> None:
+    async def take(self, priority: int = URGENT) -> None:
         if self.qps <= 0:
             return
-        async with self._lock:
+        if self._busy:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queues[priority].append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self._next()  # handed the turn just as it was cancelled: pass it on
+                raise
+        self._busy = True
+        try:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
             self._at = now
             if self._tokens < 1:
-                wait = (1 - self._tokens) / self.qps
-                await asyncio.sleep(wait)
+                await asyncio.sleep((1 - self._tokens) / self.qps)
                 self._at = self._clock()
                 self._tokens = 1.0
             self._tokens -= 1
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        for queue in self._queues:
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)  # still busy: the turn is handed over
+                    return
+        self._busy = False
+
+    def waiting(self) -> tuple[int, ...]:
+        return tuple(len(q) for q in self._queues)
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -186,15 +218,17 @@ class Kube:
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
-                      content_type: str = "application/json", retry: bool = True) -> Any:
+                      content_type: str = "application/json", retry: bool = True,
+                      priority: int = URGENT) -> Any:
         """One API call. Transient failures are retried (with `retry`) for up to the
-        policy's budget; the last one is raised with ``transient`` true."""
+        policy's budget; the last one is raised with ``transient`` true. `priority`: its
+        place among paced requests waiting for a token."""
         policy = self.retry
         timeout = aiohttp.ClientTimeout(total=policy.request_timeout)
         deadline = time.monotonic() + policy.budget
         delay = policy.first_delay
         while True:
-            await self.bucket.take()
+            await self.bucket.take(priority)
             try:
                 return await self._once(method, path, body, query, content_type, timeout)
             except ApiError as e:

@@ -27,7 +27,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, latest, set_condition
 from dispatcher.api.models import AppWrapperStatus
 
-from .kube import ApiError, Kube, Resource
+from .kube import EVENT, STATUS, URGENT, ApiError, Kube, Resource
 from .tracked import Tracked, now_dt
 
 log = logging.getLogger("dispatcher")
@@ -157,10 +157,12 @@ class StatusWriter:
             return True
         async with self._writes:
             try:
+                # A Dispatched write comes before the items it lets be created.
                 answer = await self.kube.request(
                     "PATCH", APPWRAPPERS.path(t.key[0], t.key[1], "status"),
                     {"metadata": {"uid": t.uid}, "status": body},
-                    content_type="application/merge-patch+json")
+                    content_type="application/merge-patch+json",
+                    priority=URGENT if t.phase == "dispatching" else STATUS)
             except ApiError as e:
                 if e.status in (404, 409):
                     return False
@@ -208,7 +210,8 @@ class StatusWriter:
     async def event(self, namespace: str, body: dict[str, Any]) -> None:
         try:
             # Not retried: an Event is best effort, and a retry could post it twice.
-            await self.kube.request("POST", EVENTS.path(namespace), body, retry=False)
+            await self.kube.request("POST", EVENTS.path(namespace), body, retry=False,
+                                    priority=EVENT)
         except ApiError as e:
             log.debug("event in %s not posted: %s", namespace, e)
 

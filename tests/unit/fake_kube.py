@@ -121,7 +121,8 @@ class FakeKube:
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
-                      content_type: str = "application/json", retry: bool = True) -> Any:
+                      content_type: str = "application/json", retry: bool = True,
+                      priority: int = 0) -> Any:
         for (m, prefix), error in self.fail.items():
             if m == method and path.startswith(prefix):
                 raise error
