@@ -323,7 +323,7 @@ class Cluster:
             if op.after_training_certs:
                 self._spawn(op)
         for op in ops:
-            self._wait_operator(op, timeout)
+            self._wait_started(op, timeout)
         jobset.register_webhooks(kubectl, self.dir)
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
@@ -355,6 +355,20 @@ class Cluster:
                 tmp = TRAINING_CERT_DIR / f".{key}.tmp"
                 tmp.write_bytes(base64.b64decode(data[key]))
                 tmp.rename(TRAINING_CERT_DIR / key)
+
+    def _wait_started(self, op: Operator, timeout: float) -> None:
+        """A port picked free may be taken before the operator binds it (on loopback, a
+        client connection's local port): that start is tried again on other ports."""
+        for attempt in range(3):
+            try:
+                self._wait_operator(op, timeout)
+                return
+            except ClusterError as e:
+                if "address already in use" not in str(e) or attempt == 2:
+                    raise
+            _say(f"{op.name}: a port it was given was taken meanwhile; starting it on others")
+            op = {o.name: o for o in self._operators()}[op.name]
+            self._spawn(op)
 
     def _wait_operator(self, op: Operator, timeout: float) -> None:
         pid = self.operator_pids()[op.name]

@@ -57,3 +57,32 @@ def test_a_failed_build_fails_the_build_and_starts_nothing_more(
     with pytest.raises(build.BuildError, match="did not build"):
         build.build_all(jobs=1)
     assert fake.started == [build.LONGEST]
+
+
+def test_an_operator_whose_port_was_taken_meanwhile_starts_again_on_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from localcluster import cluster
+    from localcluster.cluster import Cluster, ClusterError
+
+    monkeypatch.setattr(cluster.jobset, "arguments", lambda *a: [])  # reads the cluster's CA
+    c = Cluster("unit-ports")
+    ops = {o.name: o for o in c._operators()}
+    waited: list[int] = []
+    spawned: list[int] = []
+
+    def wait(op: Any, timeout: float) -> None:
+        waited.append(op.probe_port)
+        if len(waited) == 1:
+            raise ClusterError(f"{op.name} exited; log: listen tcp 127.0.0.1:"
+                               f"{op.probe_port}: bind: address already in use")
+
+    monkeypatch.setattr(c, "_wait_operator", wait)
+    monkeypatch.setattr(c, "_spawn", lambda op: spawned.append(op.probe_port))
+    c._wait_started(ops["mxjob-operator"], 1)
+    assert len(waited) == 2 and spawned == [waited[1]]
+    # Any other exit is the failure it is.
+    waited.clear()
+    monkeypatch.setattr(c, "_wait_operator", lambda op, timeout: (_ for _ in ()).throw(
+        ClusterError("mxjob-operator exited; log: bad flag")))
+    with pytest.raises(ClusterError, match="bad flag"):
+        c._wait_started(ops["mxjob-operator"], 1)
