@@ -219,16 +219,20 @@ class Kube:
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
                       content_type: str = "application/json", retry: bool = True,
-                      priority: int = URGENT) -> Any:
+                      priority: int = URGENT,
+                      on_send: Callable[[], None] | None = None) -> Any:
         """One API call. Transient failures are retried (with `retry`) for up to the
         policy's budget; the last one is raised with ``transient`` true. `priority`: its
-        place among paced requests waiting for a token."""
+        place among paced requests waiting for a token. `on_send()` is called as each attempt
+        goes on the wire."""
         policy = self.retry
         timeout = aiohttp.ClientTimeout(total=policy.request_timeout)
         deadline = time.monotonic() + policy.budget
         delay = policy.first_delay
         while True:
             await self.bucket.take(priority)
+            if on_send is not None:
+                on_send()
             try:
                 return await self._once(method, path, body, query, content_type, timeout)
             except ApiError as e:
@@ -241,6 +245,10 @@ class Kube:
                 log.debug("%s %s: %s; retrying in %.1fs", method, path, e, pause)
                 await asyncio.sleep(pause)
                 delay = min(delay * 2, policy.max_delay)
+
+    def queued(self, priority: int) -> int:
+        """Requests of `priority` waiting for a token now."""
+        return self.bucket.waiting()[priority]
 
     async def resource(self, api_version: str, kind: str) -> Resource | None:
         """The REST resource serving `kind` in `api_version`, or None if not served."""

@@ -205,7 +205,7 @@ class Dispatcher:
                 await self._task
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.settle(), grace)
-        for task in [*self._busy.values(), *self._side]:
+        for task in [*self._busy.values(), *self._side, *self.writer.events]:
             task.cancel()
 
     async def _run(self) -> None:
@@ -274,8 +274,9 @@ class Dispatcher:
 
     async def settle(self) -> None:
         """Wait until no API call started by a cycle is still under way."""
-        while self._busy or self._side:
-            await asyncio.gather(*self._busy.values(), *self._side, return_exceptions=True)
+        while self._busy or self._side or self.writer.events:
+            await asyncio.gather(*self._busy.values(), *self._side, *self.writer.events,
+                                 return_exceptions=True)
 
     def _spawn(self, t: Tracked, work: Coroutine[Any, Any, None]) -> bool:
         """Run `work` for `t` as a task, unless a task for it is still under way."""
@@ -695,8 +696,16 @@ class Dispatcher:
             if t is None or t.phase != "queued" or t.queued is not asked.get(key) \
                     or self.m.queue.get(key) is not t.queued:
                 continue
-            if t.key in self._busy:
-                continue  # its last step is still under way: decided again next cycle
+            busy = self._busy.get(t.key)
+            if busy is not None:
+                if d.decision != "dispatch" or not t.waiting_write or t.sending:
+                    continue  # its last step is still under way: decided again next cycle
+                # Only a write of why it waited, not sent yet: the Dispatched write says
+                # more. (Waiting for it — behind the status writes of every queued
+                # wrapper — left the head of a FIFO queue undispatched for seconds while
+                # the whole cluster was free.)
+                busy.cancel()
+                del self._busy[t.key]
             if d.decision == "dispatch":
                 self._begin_dispatch(t, d, now)
             elif d.decision == "preempt":
@@ -753,8 +762,12 @@ class Dispatcher:
 
     async def _commit_wait(self, t: Tracked, change: Change, reason: str) -> None:
         # A new reason to wait is news; the same reason with other numbers can wait.
-        if await self._commit(change, force=reason != t.wait_reason):
-            t.wait_reason = reason
+        t.waiting_write = True
+        try:
+            if await self._commit(change, force=reason != t.wait_reason):
+                t.wait_reason = reason
+        finally:
+            t.waiting_write = False
 
     def _begin_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         """The capacity is taken at once, before anything is written: the next cycle

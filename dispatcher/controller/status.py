@@ -38,6 +38,10 @@ EVENTS = Resource("v1", "Event", "events", True)
 MESSAGE_INTERVAL_SECONDS = 60.0
 DETAIL_INTERVAL_SECONDS = 10.0
 # All AppWrappers together: writes of details and messages alone (news is not limited).
+# Events wait behind everything else for the client's tokens; past this many waiting,
+# more are dropped (as client-go's event recorder drops them under load): a dispatcher
+# at its request rate admits work instead of queuing Events without end.
+EVENTS_QUEUED_MAX = 50
 MINOR_WRITES_PER_SECOND = 5.0
 MINOR_WRITES_BURST = 200
 DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart")
@@ -112,8 +116,14 @@ class StatusWriter:
         self.minor_burst = MINOR_WRITES_BURST
         self._tokens = float(MINOR_WRITES_BURST)
         self._tokens_at = 0.0
-        self._writes = asyncio.Semaphore(parallel)
+        # Per priority: a Dispatched write must not wait for a slot held by writes that
+        # wait behind it for a token.
+        self._writes = {URGENT: asyncio.Semaphore(parallel), STATUS: asyncio.Semaphore(parallel)}
         self.patches = 0  # status PATCHes sent, for benchmarks and tests
+        # Events being posted: off the path of what the write lets happen next (a
+        # Dispatched write is followed by creating the items, not by its Event).
+        self.events: set[asyncio.Task[None]] = set()
+        self.events_dropped = 0
 
     def begin(self, t: Tracked, now: float) -> Change:
         return Change(t, now, t.status.model_copy(deep=True))
@@ -144,7 +154,9 @@ class StatusWriter:
             change.abandon()
             raise
         if written and change.types:
-            await self._post_event(change)
+            task = asyncio.create_task(self._post_event(change))
+            self.events.add(task)
+            task.add_done_callback(self.events.discard)
         return written
 
     async def write(self, t: Tracked, now: float, force: bool = False) -> bool:
@@ -155,18 +167,21 @@ class StatusWriter:
         if not force and (not self.due(t, now) or not self._minor_token(now)):
             t.message_dirty_at = t.message_dirty_at or now
             return True
-        async with self._writes:
+        # A Dispatched write comes before the items it lets be created.
+        priority = URGENT if t.phase == "dispatching" else STATUS
+        async with self._writes[priority]:
             try:
-                # A Dispatched write comes before the items it lets be created.
                 answer = await self.kube.request(
                     "PATCH", APPWRAPPERS.path(t.key[0], t.key[1], "status"),
                     {"metadata": {"uid": t.uid}, "status": body},
-                    content_type="application/merge-patch+json",
-                    priority=URGENT if t.phase == "dispatching" else STATUS)
+                    content_type="application/merge-patch+json", priority=priority,
+                    on_send=lambda: setattr(t, "sending", True))
             except ApiError as e:
                 if e.status in (404, 409):
                     return False
                 raise
+            finally:
+                t.sending = False
         self.patches += 1
         t.written = body
         t.written_version = _version(answer)
@@ -208,6 +223,13 @@ class StatusWriter:
         await self.event(t.key[0], event_body(t, reason, message, True, now))
 
     async def event(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.kube.queued(EVENT) >= EVENTS_QUEUED_MAX:
+            self.events_dropped += 1
+            if self.events_dropped % 1000 == 1:
+                log.info("%d Event(s) not posted so far: %d wait for the API client already "
+                         "(the conditions in status say the same)", self.events_dropped,
+                         EVENTS_QUEUED_MAX)
+            return
         try:
             # Not retried: an Event is best effort, and a retry could post it twice.
             await self.kube.request("POST", EVENTS.path(namespace), body, retry=False,

@@ -73,6 +73,10 @@ class Tracked:
     floor: int | None = None
     message_dirty_at: float | None = None  # a message-only change waits to be written
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
+    # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
+    # to dispatch it may cancel the task (the Dispatched write says more).
+    waiting_write: bool = False
+    sending: bool = False  # a status PATCH of it is on the wire
     last_write_at: float = 0.0
     written_version: str = ""  # resourceVersion our last status write produced
     # The wrappers it preempted to be admitted: they may never preempt it back.

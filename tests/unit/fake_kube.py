@@ -56,6 +56,10 @@ class FakeKube:
         # (a timeout whose request landed anyway).
         self.lost_answer: dict[tuple[str, str], list[ApiError]] = {}
         self.clock = clock
+        self.queued_events = 0  # Events "waiting for a token" (the real client's backlog)
+        # (method, path prefix) -> one entry per request held before it is sent (waiting
+        # for the client's token), in order; later ones go through.
+        self.unsent: dict[tuple[str, str], list[bool]] = {}
         # (method, path prefix): requests that never get an answer (a hung connection).
         self.hang: set[tuple[str, str]] = set()
         self._uids = itertools.count(1)
@@ -119,10 +123,19 @@ class FakeKube:
                                 ) -> tuple[list[dict[str, Any]], str]:
         return await self.list(resource, label_selector, namespace), str(next(self._versions))
 
+    def queued(self, priority: int) -> int:
+        return self.queued_events if priority == 2 else 0
+
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,
                       content_type: str = "application/json", retry: bool = True,
-                      priority: int = 0) -> Any:
+                      priority: int = 0, on_send: Callable[[], None] | None = None) -> Any:
+        for (m, prefix), held in self.unsent.items():
+            if m == method and path.startswith(prefix) and held:
+                held.pop(0)
+                await asyncio.Event().wait()  # waits for a token that never comes
+        if on_send is not None:
+            on_send()
         for (m, prefix), error in self.fail.items():
             if m == method and path.startswith(prefix):
                 raise error

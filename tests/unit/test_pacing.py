@@ -64,3 +64,65 @@ def test_pacing_holds_the_rate() -> None:
 
     # 10 tokens after the burst at 100/s: at least 0.1 s (a lower bound, not a timing).
     assert asyncio.run(scenario()) >= 0.095
+
+
+def test_events_are_dropped_when_too_many_wait_and_statuses_still_written() -> None:
+    from dispatcher.controller.status import EVENTS_QUEUED_MAX
+
+    from .fake_kube import FakeKube
+    from .test_runtime import Clock, appwrapper, job, node, run, started, types
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.queued_events = EVENTS_QUEUED_MAX  # a saturated client
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Dispatched"
+        assert kube.of_kind("Event") == []
+        assert d.writer.events_dropped == 1
+        kube.queued_events = 0
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "b"))
+        await d.cycle()
+        assert [e["reason"] for e in kube.of_kind("Event")] == ["AppWrapperNotRunnable"]
+
+    run(scenario)
+
+
+def test_the_head_is_dispatched_though_its_waiting_message_is_still_queued() -> None:
+    from .fake_kube import FakeKube
+    from .test_runtime import Clock, appwrapper, created_job, job, node, pod, run, started, types
+
+    b_status = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/b/status"
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "b")[-1] == "Backoff"
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, j))
+        # b's next status write (a new number in why it waits) waits for a token of
+        # the API client, behind other wrappers' writes.
+        kube.unsent[("PATCH", b_status)] = [True]
+        clock.now += 120
+        d.on_node("ADDED", node("n2", gpus=4))
+        await d.cycle(wait=False)
+        await asyncio.sleep(0.01)
+        assert ("team", "b") in d._busy
+        # a finishes: b fits, and is dispatched now, not once its old message is written.
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 8, j))
+        await d.cycle(wait=False)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if kube.get("batch/v1", "Job", "team", "b") is not None:
+                break
+        assert types(kube, "b")[-1] == "Dispatched"
+        assert kube.get("batch/v1", "Job", "team", "b") is not None
+        await d.stop(grace=0)
+
+    run(scenario)
