@@ -82,6 +82,7 @@ TICK_SECONDS = 5.0
 # How often a running wrapper's objects are read for their outcome without pod news.
 OUTCOME_REFRESH_SECONDS = 15.0
 OUTCOME_SETTLE_SECONDS = 2.0
+OUTCOME_SETTLES = 5  # quick reads after a gang's last pod ended, before the refresh's pace
 PODS = Resource("v1", "Pod", "pods", True)
 # While a watch is down nothing is decided; the loop looks again this often.
 BLIND_RETRY_SECONDS = 0.2
@@ -232,12 +233,21 @@ class Dispatcher:
     def _next_timer(self) -> float:
         now = self.clock()
         soonest = now + TICK_SECONDS
+        # A minor write that is due waits for the shared rate's next token: waking before
+        # it would run a cycle that can write nothing.
+        token_at = self.writer.minor_write_at(now)
         for t in self.m.tracked.values():
             if t.check_at is not None and t.check_at < soonest:
                 soonest = t.check_at
+            if t.outcome_pods_done and t.completable and t.phase in ("dispatched", "running"):
+                # Its object is read again then (sooner after pods ended); one due
+                # already is read by the cycle this wakes for, or waits for a busy step.
+                again = t.outcome_read_at + OUTCOME_REFRESH_SECONDS
+                if now < again < soonest:
+                    soonest = again
             due = self.writer.message_due_at(t)
-            if due is not None and due < soonest:
-                soonest = due
+            if due is not None and max(due, token_at) < soonest:
+                soonest = max(due, token_at)
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
     async def cycle(self, wait: bool = True) -> None:
@@ -332,7 +342,11 @@ class Dispatcher:
         self.m.unwritten.clear()
         ripe = sorted((t for t in self.m.tracked.values()
                        if t.message_dirty_at is not None and t.key not in self.m.unwritten
-                       and self.writer.due(t, now)), key=lambda t: t.last_write_at)
+                       and t.minor_due_at is not None and t.minor_due_at <= now),
+                      key=lambda t: t.last_write_at)
+        # Only as many as the shared rate lets through: the rest would be started only
+        # to find no token, every cycle.
+        ripe = ripe[:self.writer.minor_writes_available(now)]
         for t in owed:
             if not self._spawn(t, self._write(t, now)):
                 self.m.unwritten.add(t.key)  # busy: next cycle
@@ -510,11 +524,17 @@ class Dispatcher:
             t.outcome_stale = False
             t.outcome_read_at = now
             t.outcome = await self.items.outcome(t)
-            done = t.counts().succeeded + t.counts().failed
-            if done > t.outcome_pods_done and t.outcome not in ("succeeded", "failed"):
+            counts = t.counts()
+            done = counts.succeeded + counts.failed
+            ended = not counts.active and done > 0
+            t.outcome_settles = t.outcome_settles + 1 if ended else 0
+            if t.outcome not in ("succeeded", "failed") and (
+                    done > t.outcome_pods_done
+                    or (ended and t.outcome_settles <= OUTCOME_SETTLES)):
                 # A pod just ended and its object has not said so yet (an operator writes
-                # its status after the pod's last change): read it again shortly rather
-                # than at the next refresh, once per pod ending.
+                # its status after the pod's last change; a busy Job controller seconds
+                # later): read it again shortly rather than at the next refresh, once per
+                # pod ending, and while every pod has ended, a few times.
                 t.outcome_read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
             t.outcome_pods_done = done
         counts = t.counts()

@@ -57,6 +57,17 @@ def status_body(status: AppWrapperStatus) -> dict[str, Any]:
     return body
 
 
+def copy_status(status: AppWrapperStatus) -> AppWrapperStatus:
+    """A copy to go back to if a write fails. Its lists are copied, not what they hold:
+    conditions and wrapped items are replaced, never changed in place (a deep copy of
+    every waiting wrapper's status, every cycle, was a fifth of the dispatcher's time)."""
+    copy = status.model_copy()
+    copy.conditions = list(status.conditions)
+    copy.wrappedItems = list(status.wrappedItems)
+    copy.elasticPods = list(status.elasticPods)
+    return copy
+
+
 def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
     """The status without its message (and, with `details`, its pod counts and item
     uids): what is left is the news."""
@@ -126,7 +137,7 @@ class StatusWriter:
         self.events_dropped = 0
 
     def begin(self, t: Tracked, now: float) -> Change:
-        return Change(t, now, t.status.model_copy(deep=True))
+        return Change(t, now, copy_status(t.status))
 
     def due(self, t: Tracked, now: float) -> bool:
         """Would a write of `t` now change anything the rate limits let through?"""
@@ -162,10 +173,10 @@ class StatusWriter:
     async def write(self, t: Tracked, now: float, force: bool = False) -> bool:
         body = status_body(t.status)
         if body == t.written:
-            t.message_dirty_at = None
+            t.message_dirty_at = t.minor_due_at = None
             return True
         if not force and (not self.due(t, now) or not self._minor_token(now)):
-            t.message_dirty_at = t.message_dirty_at or now
+            self.owe(t, now)
             return True
         # A Dispatched write comes before the items it lets be created.
         priority = URGENT if t.phase == "dispatching" else STATUS
@@ -188,16 +199,38 @@ class StatusWriter:
         t.last_write_at = now
         # What changed in memory while the PATCH was under way (an estimate, pod counts)
         # is still owed.
-        t.message_dirty_at = None if status_body(t.status) == body \
-            else t.message_dirty_at or now
+        if status_body(t.status) == body:
+            t.message_dirty_at = t.minor_due_at = None
+        else:
+            self.owe(t, now)
         return True
+
+    def owe(self, t: Tracked, now: float) -> None:
+        """`t`'s status in memory differs from what was written by details or its message
+        alone: written when `due_at` says (by `_flush`, or with the next news)."""
+        t.message_dirty_at = t.message_dirty_at or now
+        t.minor_due_at = self.due_at(t)
+        if t.minor_due_at is None:
+            t.message_dirty_at = None
+
+    def minor_writes_available(self, now: float) -> int:
+        """How many minor writes the shared rate lets through now."""
+        return int(self._tokens_now(now))
+
+    def minor_write_at(self, now: float) -> float:
+        """When the shared rate lets the next minor write through."""
+        missing = 1.0 - self._tokens_now(now)
+        return now if missing <= 0 or self.minor_rate <= 0 else now + missing / self.minor_rate
+
+    def _tokens_now(self, now: float) -> float:
+        return min(self.minor_burst,
+                   self._tokens + max(0.0, now - self._tokens_at) * self.minor_rate)
 
     def _minor_token(self, now: float) -> bool:
         """Details and messages share `minor_rate` writes a second, whatever the number
         of AppWrappers: 10,000 waiting wrappers whose shortfall numbers move are
         refreshed in turn, never all at once."""
-        self._tokens = min(self.minor_burst,
-                           self._tokens + max(0.0, now - self._tokens_at) * self.minor_rate)
+        self._tokens = self._tokens_now(now)
         self._tokens_at = now
         if self._tokens < 1:
             return False
@@ -205,9 +238,7 @@ class StatusWriter:
         return True
 
     def message_due_at(self, t: Tracked) -> float | None:
-        if t.message_dirty_at is None:
-            return None
-        return self.due_at(t)
+        return None if t.message_dirty_at is None else t.minor_due_at
 
     async def _post_event(self, change: Change) -> None:
         last = change.types[-1]

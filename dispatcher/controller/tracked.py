@@ -58,6 +58,7 @@ class Tracked:
     outcome_stale: bool = True
     outcome_read_at: float = 0.0
     outcome_pods_done: int = 0  # pods ended when the outcome was last read
+    outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
     check_at: float | None = None
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
     items_at: float | None = None  # when every item was known to exist
@@ -72,6 +73,9 @@ class Tracked:
     # An elastic gang's pods at its minimum: what must run when minAvailable is not given.
     floor: int | None = None
     message_dirty_at: float | None = None  # a message-only change waits to be written
+    # When that write is due, worked out when the change was made: the loop asks for every
+    # waiting wrapper at every turn, and working it out means serialising the status.
+    minor_due_at: float | None = None
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
     # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
     # to dispatch it may cancel the task (the Dispatched write says more).

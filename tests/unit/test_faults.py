@@ -952,3 +952,34 @@ def test_a_wrapper_applied_again_waits_for_what_its_predecessor_made_to_go() -> 
         assert aw_status(kube, "a")["state"] == "Running"
 
     run(scenario)
+
+
+def test_a_job_slow_to_say_complete_completes_its_wrapper_within_seconds() -> None:
+    """A busy Job controller writes Complete seconds after the last pod ended: the
+    wrapper's Completed came 15 s late (the refresh), its Job read on every pod start."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+        reads = kube.reads.count(path)
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Running", 1, j))
+            await d.cycle()
+        assert kube.reads.count(path) == reads  # a pod starting says nothing new
+        clock.now += 5
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Succeeded", 1, j))
+        await d.cycle()
+        for _ in range(3):  # the Job says nothing for 6 s
+            clock.now += 2.0
+            await d.cycle()
+            assert aw_status(kube, "a")["state"] == "Running"
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 2.0
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)

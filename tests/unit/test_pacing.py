@@ -126,3 +126,33 @@ def test_the_head_is_dispatched_though_its_waiting_message_is_still_queued() -> 
         await d.stop(grace=0)
 
     run(scenario)
+
+
+def test_a_message_due_without_a_token_lets_the_loop_sleep_until_the_next_token() -> None:
+    """Before: a minor write that was due while the shared rate had no token made the
+    loop wake at once, run a cycle that could write nothing, and do so again: with
+    hundreds of waiting wrappers the dispatcher spun (most of its CPU in the e2e bench)."""
+    from .fake_kube import FakeKube
+    from .test_runtime import Clock, appwrapper, created_job, job, node, pod, run, started, types
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 1, 8), created=1))
+        kube.put(appwrapper("b", job("b", 1, 8), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "b")[-1] == "Backoff"
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, created_job(kube, "a")))
+        d.on_node("ADDED", node("n2", gpus=4))  # b's message: another number
+        await d.cycle()
+        assert d.writer.message_due_at(d.m.tracked[("team", "b")]) is not None
+        clock.now += 120  # b's message is due
+        d.writer._tokens, d.writer._tokens_at = 0.0, clock.now  # and the rate is spent
+        assert d._next_timer() >= 0.9 / d.writer.minor_rate
+        clock.now += 1.0 / d.writer.minor_rate
+        assert d._next_timer() == 0.0
+        await d.cycle()
+        assert "4 nvidia.com/gpu" in kube.get(
+            "workload.codeflare.dev/v1beta1", "AppWrapper", "team", "b")["status"]["message"]
+
+    run(scenario)
