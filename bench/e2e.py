@@ -1,9 +1,10 @@
 """End to end on the local control plane: N AppWrappers x M one-GPU pods onto fake nodes.
 
-Two runs in one process, same cluster, same objects:
-1. through the dispatcher: N AppWrappers, each wrapping a batch Job of M one-GPU pods;
-2. directly: the same N Jobs created without the dispatcher (the API server's and the
-   scheduler's own pace: the ceiling).
+Two runs in one process, same cluster, same objects, one after the other (the first one's
+objects removed before the second starts):
+1. directly: N batch Jobs of M one-GPU pods created without the dispatcher (the API
+   server's and the scheduler's own pace: the ceiling);
+2. through the dispatcher: N AppWrappers, each wrapping one of those Jobs.
 Pods succeed after --run-for, so the queue drains in waves (N x M GPUs do not fit at
 once). Prints time to drain, jobs dispatched (or created) per second, and the partial
 gangs seen by sampling pods every second: a job with some pods Running while others
@@ -34,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,35 @@ from localcluster.testing import container, outcome  # noqa: E402
 
 LABEL = "workload.codeflare.dev/appwrapper"
 BENCH_LABEL = "bench.dispatcher/job"
+GPU = "nvidia.com/gpu"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
+
+
+def cpu_seconds(dispatcher_pid: int | None) -> Counter[str]:
+    """CPU seconds used so far by each control-plane component (by process name), the
+    dispatcher, and this bench with the kubectl it ran."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: Counter[str] = Counter()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        pid = int(stat.parent.name)
+        if pid == dispatcher_pid:
+            used["dispatcher"] += seconds
+        elif pid == os.getpid():
+            used["bench"] += seconds
+        else:
+            for c in COMPONENTS:
+                if comm.startswith(c):
+                    used[c] += seconds
+    t = os.times()
+    used["bench"] += t.children_user + t.children_system
+    return used
 
 
 def profile_file(nodes: int) -> Path:
@@ -84,14 +115,18 @@ def shapes(count: int, pods: int, mixed: int | None) -> list[tuple[int, int]]:
     return [(rng.choice((1, 2, 4, 8)), rng.choice((1, 1, 2, 4, 8))) for _ in range(count)]
 
 
-def sample(k: Kubectl, pods: dict[str, int], unschedulable_pods: dict[str, set[str]]
-           ) -> tuple[int, set[str], set[str]]:
+def sample(k: Kubectl, pods: dict[str, int], unschedulable_pods: dict[str, set[str]],
+           gpus: Counter[str]) -> tuple[int, set[str], set[str]]:
     """(partial gangs now, jobs with all pods done, jobs seen); pods seen unschedulable
-    are added to `unschedulable_pods` by job."""
+    are added to `unschedulable_pods` by job, and the GPUs of pods Running and Pending
+    (bound or not) to `gpus`."""
     by_job: dict[str, Counter[str]] = {}
     for p in k.items("pods", "-l", BENCH_LABEL):
         j = p["metadata"]["labels"][BENCH_LABEL]
         phase = p["status"].get("phase", "Pending")
+        if phase in ("Running", "Pending"):
+            requested = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
+            gpus[phase] += int(requested.get(GPU, 0))
         unschedulable = any(c.get("reason") == "Unschedulable"
                             for c in p["status"].get("conditions") or [])
         by_job.setdefault(j, Counter())["unschedulable" if unschedulable else phase] += 1
@@ -120,6 +155,74 @@ def off_plan(k: Kubectl) -> tuple[int, int]:
     return off, checked
 
 
+def _at(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def stages(k: Kubectl) -> dict[str, list[float]]:
+    """Where a gang's time goes, through the dispatcher: seconds from each step to the
+    next, one value per job (the API's timestamps: AppWrapper conditions to the
+    microsecond, the rest to the second), and GPU-seconds held (Dispatched to Completed)
+    against run (pods' start to finish)."""
+    out: dict[str, list[float]] = {}
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for p in k.items("pods", "-l", BENCH_LABEL):
+        by_job.setdefault(p["metadata"]["labels"][BENCH_LABEL], []).append(p)
+    jobs = {j["metadata"]["name"]: j for j in k.items("jobs", "-l", BENCH_LABEL)}
+    for aw in k.items("appwrappers"):
+        name = aw["metadata"]["name"]
+        cond = {c["type"]: _at(c.get("lastTransitionMicroTime"))
+                for c in (aw.get("status") or {}).get("conditions") or []}
+        pods, job_ = by_job.get(name, []), jobs.get(name)
+        if not pods or job_ is None or cond.get("Dispatched") is None:
+            continue
+        created = [_at(p["metadata"]["creationTimestamp"]) or 0.0 for p in pods]
+        scheduled = [_at(c.get("lastTransitionTime")) or 0.0 for p in pods
+                     for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+        ran = [(_at(t.get("startedAt")) or 0.0, _at(t.get("finishedAt")) or 0.0)
+               for p in pods for cs in p["status"].get("containerStatuses") or []
+               if (t := (cs.get("state") or {}).get("terminated"))]
+        gpus = sum(int(p["spec"]["containers"][0]["resources"]["limits"].get(GPU, 0))
+                   for p in pods) / len(pods)
+        steps = {
+            "created -> Dispatched": cond["Dispatched"] - (cond.get("Init") or cond["Dispatched"]),
+            "Dispatched -> Job created": (_at(job_["metadata"]["creationTimestamp"]) or 0.0)
+            - cond["Dispatched"],
+            "Job created -> last pod created": max(created)
+            - (_at(job_["metadata"]["creationTimestamp"]) or 0.0),
+            "last pod created -> last scheduled": max(scheduled or [0.0]) - max(created),
+            "last scheduled -> last started": max(s for s, _ in ran) - max(scheduled or [0.0])
+            if ran else 0.0,
+            "last finished -> Completed": (cond.get("Completed") or 0.0)
+            - max(f for _, f in ran) if ran else 0.0,
+        }
+        for step, v in steps.items():
+            out.setdefault(step, []).append(v)
+        if cond.get("Completed") is not None:
+            out.setdefault("held GPU-s", []).append(
+                (cond["Completed"] - cond["Dispatched"]) * gpus * len(pods))
+        out.setdefault("run GPU-s", []).append(sum(f - s for s, f in ran) * gpus)
+    return out
+
+
+def requests_served(k: Kubectl) -> Counter[str]:
+    """Requests the API server has served so far, by verb and resource (its own
+    counter), watches and the leases' heartbeats left out."""
+    served: Counter[str] = Counter()
+    for line in k("get", "--raw", "/metrics", timeout=60).splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        if labels.get("verb") in ("WATCH", "CONNECT") or labels.get("resource") == "leases":
+            continue
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        served[f"{labels.get('verb')} {labels.get('resource')}{sub}"] += int(
+            float(line.rsplit(" ", 1)[1]))
+    return served
+
+
 def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any]) -> None:
     """POST every object, 16 at a time (as many clients would; `kubectl apply` of a List
     goes one object after another, and it would be what is timed)."""
@@ -138,7 +241,8 @@ def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any])
 
 
 def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any],
-        names: list[str], pods: dict[str, int], what: str) -> dict[str, float]:
+        names: list[str], pods: dict[str, int], what: str, dispatcher_pid: int | None = None
+        ) -> dict[str, float]:
     """Post the objects (in a thread) while sampling the pods every second, until every
     job's pods have succeeded."""
     t0 = time.monotonic()
@@ -151,8 +255,11 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
     partial_samples = partial_max = samples = 0
     first_seen: dict[str, float] = {}
     unschedulable: dict[str, set[str]] = {}
+    gpus: Counter[str] = Counter()
+    cpu0 = cpu_seconds(dispatcher_pid)
+    served0 = requests_served(k)
     while len(done) < len(names):
-        partial, finished, seen = sample(k, pods, unschedulable)
+        partial, finished, seen = sample(k, pods, unschedulable, gpus)
         now = time.monotonic() - t0
         for j in seen:
             first_seen.setdefault(j, now)
@@ -164,16 +271,33 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
             raise TimeoutError(f"{what}: {len(done)} of {len(names)} done after 30 min")
         time.sleep(1.0)
     drain = time.monotonic() - t0
+    cpu = cpu_seconds(dispatcher_pid)
+    cpu.subtract(cpu0)
+    served = requests_served(k)
+    served.subtract(served0)
+    print(f"  API requests served per job ({what}): " + ", ".join(
+        f"{key} {n / len(names):.2f}" for key, n in served.most_common() if n >= len(names) / 10))
     poster.join()
     applied = posted[0] if posted else drain
     starts = sorted(first_seen.values())
     off, checked = off_plan(k) if what == "dispatcher" else (0, 0)
+    if what == "dispatcher":
+        steps = stages(k)
+        for step, values in steps.items():
+            if step.endswith("GPU-s"):
+                print(f"  {step}: {sum(values):,.0f}")
+            else:
+                values.sort()
+                print(f"  {step}: median {values[len(values) // 2]:.2f} s, "
+                      f"p90 {values[int(len(values) * 0.9)]:.2f} s")
     return {"drain_s": drain, "apply_s": applied, "jobs_per_s": len(names) / drain,
             "first_pods_s": starts[0], "last_pods_s": starts[-1],
             "partial_samples": partial_samples, "samples": samples,
             "partial_max": partial_max, "unschedulable_jobs": len(unschedulable),
             "unschedulable_pods": sum(len(v) for v in unschedulable.values()),
-            "off_plan": off, "checked": checked}
+            "off_plan": off, "checked": checked,
+            "running_gpus": gpus["Running"] / samples, "pending_gpus": gpus["Pending"] / samples,
+            **{f"cpu {c}": v for c, v in cpu.items()}}
 
 
 def start_dispatcher(cluster: Cluster, name: str, extra: str) -> subprocess.Popen[bytes]:
@@ -219,6 +343,8 @@ def main() -> None:
                     help="gangs of mixed sizes that fragment the nodes, drawn with SEED")
     ap.add_argument("--dispatcher-args", default="",
                     help="more arguments for `dispatcher run`, e.g. '--kube-qps 100'")
+    ap.add_argument("--modes", default="direct,dispatcher",
+                    help="which runs, e.g. 'dispatcher' alone (no ratio then)")
     args = ap.parse_args()
     from kubernetes import client
 
@@ -229,7 +355,7 @@ def main() -> None:
     pods = {n: shape[0] for n, shape in drawn.items()}
     results: dict[str, dict[str, float]] = {}
 
-    for mode in ("direct", "dispatcher"):
+    for mode in args.modes.split(","):
         ns = f"bench-{mode}"
         kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", timeout=600)
         kubectl("create", "namespace", ns)
@@ -247,12 +373,15 @@ def main() -> None:
             objects = [job(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(batch.create_namespaced_job, ns)
         try:
-            results[mode] = run(k, objects, create, names, pods, mode)
+            results[mode] = run(k, objects, create, names, pods, mode,
+                                None if proc is None else proc.pid)
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
-        kubectl("delete", "namespace", ns, "--wait=false")
+        # Each run starts on a cluster with nothing else to do: removing the last run's
+        # 2,000 pods would load the API server, etcd and the watchers of the next.
+        kubectl("delete", "namespace", ns, "--wait=true", timeout=600)
 
     gpus = args.nodes * 8
     work = sum(p * g for p, g in drawn.values())
@@ -266,8 +395,19 @@ def main() -> None:
         print("  ".join(f"{v:>20}" for v in (
             mode, f"{r['drain_s']:.1f}", f"{r['jobs_per_s']:.2f}", f"{r['apply_s']:.1f}",
             f"{int(r['partial_samples'])}/{int(r['samples'])}", int(r["partial_max"]))))
-    ratio = results["dispatcher"]["jobs_per_s"] / results["direct"]["jobs_per_s"]
-    print(f"dispatcher / direct throughput = {ratio:.2f} (aim: >= 0.9)")
+    print("mean GPUs of pods Running / Pending while draining: " + ", ".join(
+        f"{mode} {r['running_gpus']:.0f} / {r['pending_gpus']:.0f}"
+        for mode, r in results.items()))
+    for mode, r in results.items():
+        cpu = {key[4:]: v for key, v in r.items() if key.startswith("cpu ")}
+        print(f"CPU seconds while draining, {mode}: {sum(cpu.values()):.0f} of "
+              f"{(os.cpu_count() or 1) * r['drain_s']:.0f} core-seconds (" + ", ".join(
+                  f"{c} {v:.0f}" for c, v in sorted(cpu.items(), key=lambda kv: -kv[1])) + ")")
+    if len(results) == 2:
+        ratio = results["dispatcher"]["jobs_per_s"] / results["direct"]["jobs_per_s"]
+        print(f"dispatcher / direct throughput = {ratio:.2f} (aim: >= 0.9)")
+    if "dispatcher" not in results:
+        return
     r = results["dispatcher"]
     print(f"decide-vs-bind, through the dispatcher: {int(r['off_plan'])} of "
           f"{int(r['checked'])} pods bound off the planned nodes; "
