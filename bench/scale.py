@@ -41,6 +41,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dispatcher.controller.status import MINOR_WRITES_PER_SECOND  # noqa: E402
 from localcluster import Cluster, Kubectl, wait_for  # noqa: E402
 from localcluster.testing import container, outcome  # noqa: E402
 
@@ -103,15 +104,16 @@ def apiserver_patches(kubectl: Kubectl) -> int:
     return total
 
 
-def settle(kubectl: Kubectl, window: float = 10.0, timeout: float = 1800.0) -> float:
-    """Wait until fewer than one status PATCH a second is served over `window` seconds;
-    when (monotonic) the last busy window ended."""
+def settle(kubectl: Kubectl, window: float = 10.0, timeout: float = 1800.0,
+           rate: float = 1.0) -> float:
+    """Wait until fewer than `rate` status PATCHes a second are served over `window`
+    seconds; when (monotonic) the last busy window ended."""
     end = time.monotonic() + timeout
     last = apiserver_patches(kubectl)
     while time.monotonic() < end:
         time.sleep(window)
         now = apiserver_patches(kubectl)
-        if now - last < window:
+        if now - last < rate * window:
             return time.monotonic() - window
         last = now
     raise TimeoutError(f"status writes still going after {timeout:.0f} s")
@@ -235,8 +237,12 @@ def main() -> None:
         wait_for(lambda: cycle_stats(args.port)[0] >= 3, 600, "three admission cycles")
         # Every wrapper's first status (Init, Queueing, its reason to wait: one PATCH
         # each) goes out at the client's pace; quiet starts once that backlog is written.
+        # What follows is each wrapper's first start estimate, a minor write: those go
+        # out at the shared minor rate (5 a second) until every wrapper has one, and are
+        # what the quiet window counts (10,000 take about half an hour).
         first = apiserver_patches(kubectl)
-        results["first_writes_s"] = settle(kubectl) - d.started
+        results["first_writes_s"] = settle(
+            kubectl, rate=MINOR_WRITES_PER_SECOND + 1) - d.started
         results["first_writes"] = apiserver_patches(kubectl) - first
         before = apiserver_patches(kubectl)
         c0, s0 = cycle_stats(args.port)
@@ -283,7 +289,8 @@ def main() -> None:
           f"{results['cycle_ms']:.0f} ms mean over {results['cycles']:.0f} cycles (target "
           f"< 1 s); first statuses ({results['first_writes']} PATCHes) written "
           f"{results['first_writes_s']:.0f} s after the start; then status PATCHes in "
-          f"{args.quiet:.0f} quiet s: {results['quiet_patches']}; "
+          f"{args.quiet:.0f} quiet s: {results['quiet_patches']} (bound: "
+          f"{MINOR_WRITES_PER_SECOND * args.quiet:.0f}, start estimates); "
           f"recovery after kill -9 to the first new dispatch {results['recovery_s']:.1f} s; "
           f"status PATCHes per dispatched AppWrapper {results['patches_per_wrapper']:.2f} "
           f"({args.drain} drained in {results['drain_s']:.0f} s)")
