@@ -239,9 +239,10 @@ class Dispatcher:
         for t in self.m.tracked.values():
             if t.check_at is not None and t.check_at < soonest:
                 soonest = t.check_at
-            if t.outcome_pods_done and t.completable and t.phase in ("dispatched", "running"):
-                # Its object is read again then (sooner after pods ended); one due
-                # already is read by the cycle this wakes for, or waits for a busy step.
+            if t.outcome_soon and t.phase in ("dispatched", "running"):
+                # A quick read of its object after pods ended (the regular refresh waits
+                # for the tick); one due already is read by the cycle this wakes for, or
+                # waits for a busy step.
                 again = t.outcome_read_at + OUTCOME_REFRESH_SECONDS
                 if now < again < soonest:
                     soonest = again
@@ -528,9 +529,10 @@ class Dispatcher:
             done = counts.succeeded + counts.failed
             ended = not counts.active and done > 0
             t.outcome_settles = t.outcome_settles + 1 if ended else 0
-            if t.outcome not in ("succeeded", "failed") and (
+            t.outcome_soon = t.outcome not in ("succeeded", "failed") and (
                     done > t.outcome_pods_done
-                    or (ended and t.outcome_settles <= OUTCOME_SETTLES)):
+                    or (ended and t.outcome_settles <= OUTCOME_SETTLES))
+            if t.outcome_soon:
                 # A pod just ended and its object has not said so yet (an operator writes
                 # its status after the pod's last change; a busy Job controller seconds
                 # later): read it again shortly rather than at the next refresh, once per

@@ -59,6 +59,7 @@ class Tracked:
     outcome_read_at: float = 0.0
     outcome_pods_done: int = 0  # pods ended when the outcome was last read
     outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
+    outcome_soon: bool = False  # a quick read is due (the loop wakes for it)
     check_at: float | None = None
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
     items_at: float | None = None  # when every item was known to exist

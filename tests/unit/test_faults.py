@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster import BoundPod, ClusterState, Node
 from dispatcher.cluster.state import PlannedPod
@@ -981,5 +983,29 @@ def test_a_job_slow_to_say_complete_completes_its_wrapper_within_seconds() -> No
         clock.now += 2.0
         await d.cycle()
         assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
+def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -> None:
+    """The regular refresh of a wrapped object's outcome waits for the loop's tick: a
+    wake for each wrapper's own refresh time would run a cycle per running wrapper."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(appwrapper("a", job("a", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
+        d.on_pod("MODIFIED", pod("a", "a-1", "n1", "Running", 1, j))
+        await d.cycle()
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
+        await d.cycle()  # read: not complete; read again in 2 s
+        assert d._next_timer() == pytest.approx(2.0)
+        clock.now += 2.0
+        await d.cycle()  # read again: nothing new ended
+        clock.now += 12.0  # its regular refresh is 3 s away, within the tick
+        await d.cycle()  # the pod counts, written as details
+        assert d._next_timer() == pytest.approx(runtime.TICK_SECONDS)
 
     run(scenario)
