@@ -323,7 +323,7 @@ class Estimates:
         if base is not None and last is not None and last.type in WAITING_TYPES:
             self.d.writer.begin(t, now).condition(last.type, last.reason,
                                                   _with_estimate(base, shown))
-        self.d.writer.owe(t, now)
+        self.d.writer.owe(t)
 
     def _prune(self) -> None:
         """Forget wrappers that no longer wait (one being dispatched: once it is)."""

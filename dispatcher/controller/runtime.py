@@ -246,7 +246,7 @@ class Dispatcher:
                 again = t.outcome_read_at + OUTCOME_REFRESH_SECONDS
                 if now < again < soonest:
                     soonest = again
-            due = self.writer.message_due_at(t)
+            due = t.minor_due_at
             if due is not None and max(due, token_at) < soonest:
                 soonest = max(due, token_at)
         return max(0.0, min(soonest - now, TICK_SECONDS))
@@ -342,8 +342,8 @@ class Dispatcher:
         owed = [t for k in list(self.m.unwritten) if (t := self.m.tracked.get(k)) is not None]
         self.m.unwritten.clear()
         ripe = sorted((t for t in self.m.tracked.values()
-                       if t.message_dirty_at is not None and t.key not in self.m.unwritten
-                       and t.minor_due_at is not None and t.minor_due_at <= now),
+                       if t.minor_due_at is not None and t.minor_due_at <= now
+                       and t.key not in self.m.unwritten),
                       key=lambda t: t.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only
         # to find no token, every cycle.

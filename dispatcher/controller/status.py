@@ -139,14 +139,11 @@ class StatusWriter:
     def begin(self, t: Tracked, now: float) -> Change:
         return Change(t, now, copy_status(t.status))
 
-    def due(self, t: Tracked, now: float) -> bool:
-        """Would a write of `t` now change anything the rate limits let through?"""
-        due_at = self.due_at(t)
-        return due_at is not None and now >= due_at
-
-    def due_at(self, t: Tracked) -> float | None:
-        """When the status in memory should be written (None: it is written)."""
-        body = status_body(t.status)
+    def due_at(self, t: Tracked, body: dict[str, Any] | None = None) -> float | None:
+        """When the status in memory (`body`, if already serialised) should be written
+        (None: it is written)."""
+        if body is None:
+            body = status_body(t.status)
         if body == t.written:
             return None
         if _without(body, details=True) != _without(t.written, details=True):
@@ -172,11 +169,12 @@ class StatusWriter:
 
     async def write(self, t: Tracked, now: float, force: bool = False) -> bool:
         body = status_body(t.status)
-        if body == t.written:
-            t.message_dirty_at = t.minor_due_at = None
+        due_at = self.due_at(t, body)
+        if due_at is None:
+            t.minor_due_at = None
             return True
-        if not force and (not self.due(t, now) or not self._minor_token(now)):
-            self.owe(t, now)
+        if not force and (now < due_at or not self._minor_token(now)):
+            t.minor_due_at = due_at
             return True
         # A Dispatched write comes before the items it lets be created.
         priority = URGENT if t.phase == "dispatching" else STATUS
@@ -199,19 +197,13 @@ class StatusWriter:
         t.last_write_at = now
         # What changed in memory while the PATCH was under way (an estimate, pod counts)
         # is still owed.
-        if status_body(t.status) == body:
-            t.message_dirty_at = t.minor_due_at = None
-        else:
-            self.owe(t, now)
+        self.owe(t)
         return True
 
-    def owe(self, t: Tracked, now: float) -> None:
-        """`t`'s status in memory differs from what was written by details or its message
-        alone: written when `due_at` says (by `_flush`, or with the next news)."""
-        t.message_dirty_at = t.message_dirty_at or now
+    def owe(self, t: Tracked) -> None:
+        """`t`'s status in memory may differ from what was written by details or its
+        message alone: written when `due_at` says (by `_flush`, or with the next news)."""
         t.minor_due_at = self.due_at(t)
-        if t.minor_due_at is None:
-            t.message_dirty_at = None
 
     def minor_writes_available(self, now: float) -> int:
         """How many minor writes the shared rate lets through now."""
@@ -236,9 +228,6 @@ class StatusWriter:
             return False
         self._tokens -= 1
         return True
-
-    def message_due_at(self, t: Tracked) -> float | None:
-        return None if t.message_dirty_at is None else t.minor_due_at
 
     async def _post_event(self, change: Change) -> None:
         last = change.types[-1]

@@ -73,8 +73,8 @@ class Tracked:
     below_min_since: float | None = None  # running, but fewer than minAvailable pods up
     # An elastic gang's pods at its minimum: what must run when minAvailable is not given.
     floor: int | None = None
-    message_dirty_at: float | None = None  # a message-only change waits to be written
-    # When that write is due, worked out when the change was made: the loop asks for every
+    # A change of details or of the message alone waits to be written: when it is due
+    # (None: nothing owed), worked out when the change was made: the loop asks for every
     # waiting wrapper at every turn, and working it out means serialising the status.
     minor_due_at: float | None = None
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)

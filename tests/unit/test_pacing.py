@@ -145,7 +145,7 @@ def test_a_message_due_without_a_token_lets_the_loop_sleep_until_the_next_token(
         d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, created_job(kube, "a")))
         d.on_node("ADDED", node("n2", gpus=4))  # b's message: another number
         await d.cycle()
-        assert d.writer.message_due_at(d.m.tracked[("team", "b")]) is not None
+        assert d.m.tracked[("team", "b")].minor_due_at is not None
         clock.now += 120  # b's message is due
         d.writer._tokens, d.writer._tokens_at = 0.0, clock.now  # and the rate is spent
         assert d._next_timer() >= 0.9 / d.writer.minor_rate
