@@ -42,6 +42,17 @@ from .test_runtime import (
 AW = ("workload.codeflare.dev/v1beta1", "AppWrapper")
 
 
+async def dispatched_job(kube: FakeKube, clock: Clock, pods: int
+                         ) -> tuple[runtime.Dispatcher, dict[str, Any]]:
+    """One 8-GPU node and "a", a Job of `pods` one-GPU pods, dispatched (no pod yet).
+    Returns the dispatcher and the Job."""
+    kube.put(node("n1", gpus=8))
+    kube.put(appwrapper("a", job("a", pods, 1)))
+    d = await started(kube, clock)
+    await d.cycle()
+    return d, created_job(kube, "a")
+
+
 def get_aw(kube: FakeKube, name: str) -> dict[str, Any]:
     obj = kube.get(*AW, "team", name)
     assert obj is not None
@@ -108,11 +119,7 @@ def test_a_restart_reads_nothing_for_gangs_whose_items_are_recorded() -> None:
 
 def test_after_a_restart_pods_are_counted_once_their_unrecorded_item_is_adopted() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 2, 1)))
-        d = await started(kube, clock)
-        await d.cycle()
-        j = created_job(kube, "a")
+        _, j = await dispatched_job(kube, clock, 2)
         # Killed before the Job's uid (a detail) was written: the status names it only.
         status = get_aw(kube, "a")["status"]
         status["wrappedItems"] = [dict(i, uid="") for i in status["wrappedItems"]]
@@ -884,11 +891,7 @@ def test_a_half_bound_gang_planned_on_a_node_that_goes_still_holds_its_unbound_p
 
 def test_a_job_that_completes_just_after_its_last_pod_completes_its_wrapper_soon() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 1, 1)))
-        d = await started(kube, clock)
-        await d.cycle()
-        j = created_job(kube, "a")
+        d, j = await dispatched_job(kube, clock, 1)
         d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
         await d.cycle()
         clock.now += 5
@@ -960,11 +963,7 @@ def test_a_job_slow_to_say_complete_completes_its_wrapper_within_seconds() -> No
     """A busy Job controller writes Complete seconds after the last pod ended: the
     wrapper's Completed came 15 s late (the refresh), its Job read on every pod start."""
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 2, 1)))
-        d = await started(kube, clock)
-        await d.cycle()
-        j = created_job(kube, "a")
+        d, j = await dispatched_job(kube, clock, 2)
         path = "/apis/batch/v1/namespaces/team/jobs/a"
         reads = kube.reads.count(path)
         for i in range(2):
@@ -991,11 +990,7 @@ def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -
     """The regular refresh of a wrapped object's outcome waits for the loop's tick: a
     wake for each wrapper's own refresh time would run a cycle per running wrapper."""
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 2, 1)))
-        d = await started(kube, clock)
-        await d.cycle()
-        j = created_job(kube, "a")
+        d, j = await dispatched_job(kube, clock, 2)
         d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
         d.on_pod("MODIFIED", pod("a", "a-1", "n1", "Running", 1, j))
         await d.cycle()

@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.controller.kube import EVENT, STATUS, URGENT, TokenBucket
+
+if TYPE_CHECKING:
+    from dispatcher.controller.runtime import Dispatcher
+
+    from .fake_kube import FakeKube
+    from .test_runtime import Clock
+
+
+async def a_running_b_waiting(kube: FakeKube, clock: Clock) -> tuple[Dispatcher, dict[str, Any]]:
+    """One 8-GPU node: "a" dispatched, its pod running; "b" (8 GPUs) waiting in Backoff.
+    Returns the dispatcher and a's Job."""
+    from .test_runtime import appwrapper, created_job, job, node, pod, started, types
+
+    kube.put(node("n1", gpus=8))
+    kube.put(appwrapper("a", job("a", 1, 8), created=1))
+    kube.put(appwrapper("b", job("b", 1, 8), created=2))
+    d = await started(kube, clock)
+    await d.cycle()
+    assert types(kube, "b")[-1] == "Backoff"
+    j = created_job(kube, "a")
+    d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, j))
+    return d, j
 
 
 def test_waiting_dispatches_go_before_waiting_status_writes_and_events() -> None:
@@ -69,8 +92,7 @@ def test_pacing_holds_the_rate() -> None:
 def test_events_are_dropped_when_too_many_wait_and_statuses_still_written() -> None:
     from dispatcher.controller.status import EVENTS_QUEUED_MAX
 
-    from .fake_kube import FakeKube
-    from .test_runtime import Clock, appwrapper, job, node, run, started, types
+    from .test_runtime import appwrapper, job, node, run, started, types
 
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1", gpus=8))
@@ -92,20 +114,12 @@ def test_events_are_dropped_when_too_many_wait_and_statuses_still_written() -> N
 
 
 def test_the_head_is_dispatched_though_its_waiting_message_is_still_queued() -> None:
-    from .fake_kube import FakeKube
-    from .test_runtime import Clock, appwrapper, created_job, job, node, pod, run, started, types
+    from .test_runtime import node, pod, run, types
 
     b_status = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/b/status"
 
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 1, 8), created=1))
-        kube.put(appwrapper("b", job("b", 1, 8), created=2))
-        d = await started(kube, clock)
-        await d.cycle()
-        assert types(kube, "b")[-1] == "Backoff"
-        j = created_job(kube, "a")
-        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, j))
+        d, j = await a_running_b_waiting(kube, clock)
         # b's next status write (a new number in why it waits) waits for a token of
         # the API client, behind other wrappers' writes.
         kube.unsent[("PATCH", b_status)] = [True]
@@ -132,17 +146,10 @@ def test_a_message_due_without_a_token_lets_the_loop_sleep_until_the_next_token(
     """Before: a minor write that was due while the shared rate had no token made the
     loop wake at once, run a cycle that could write nothing, and do so again: with
     hundreds of waiting wrappers the dispatcher spun (most of its CPU in the e2e bench)."""
-    from .fake_kube import FakeKube
-    from .test_runtime import Clock, appwrapper, created_job, job, node, pod, run, started, types
+    from .test_runtime import node, run
 
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1", gpus=8))
-        kube.put(appwrapper("a", job("a", 1, 8), created=1))
-        kube.put(appwrapper("b", job("b", 1, 8), created=2))
-        d = await started(kube, clock)
-        await d.cycle()
-        assert types(kube, "b")[-1] == "Backoff"
-        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 8, created_job(kube, "a")))
+        d, _ = await a_running_b_waiting(kube, clock)
         d.on_node("ADDED", node("n2", gpus=4))  # b's message: another number
         await d.cycle()
         assert d.m.tracked[("team", "b")].minor_due_at is not None
