@@ -17,7 +17,7 @@ condition names), and gangs with a pod left unschedulable after dispatch — a p
 cluster did not keep.
 
 Usage: python bench/e2e.py [--wrappers 500] [--pods 4] [--nodes 64] [--run-for 10s]
-       [--mixed SEED] [--dispatcher-args '--kube-qps 100']
+       [--mixed SEED] [--dispatcher-args '--kube-qps 100'] [--modes direct,dispatcher,unpinned]
 (starts the local cluster with a profile of --nodes 8-GPU nodes; leaves it running.)
 """
 
@@ -50,6 +50,8 @@ from localcluster.testing import container, outcome  # noqa: E402
 
 LABEL = "workload.codeflare.dev/appwrapper"
 BENCH_LABEL = "bench.dispatcher/job"
+# Runs through the dispatcher, and what each adds to `dispatcher run`.
+DISPATCHER_MODES = {"dispatcher": "", "unpinned": "--no-pin-pods"}
 GPU = "nvidia.com/gpu"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
 
@@ -280,8 +282,9 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
     poster.join()
     applied = posted[0] if posted else drain
     starts = sorted(first_seen.values())
-    off, checked = off_plan(k) if what == "dispatcher" else (0, 0)
-    if what == "dispatcher":
+    through = what != "direct"
+    off, checked = off_plan(k) if through else (0, 0)
+    if through:
         steps = stages(k)
         for step, values in steps.items():
             if step.endswith("GPU-s"):
@@ -344,7 +347,8 @@ def main() -> None:
     ap.add_argument("--dispatcher-args", default="",
                     help="more arguments for `dispatcher run`, e.g. '--kube-qps 100'")
     ap.add_argument("--modes", default="direct,dispatcher",
-                    help="which runs, e.g. 'dispatcher' alone (no ratio then)")
+                    help="which runs, e.g. 'dispatcher' alone (no ratio then), or "
+                    "'direct,dispatcher,unpinned' (unpinned: --no-pin-pods)")
     args = ap.parse_args()
     from kubernetes import client
 
@@ -364,8 +368,9 @@ def main() -> None:
                  30, "default service account")
         proc = None
         create: Callable[[dict[str, Any]], Any]
-        if mode == "dispatcher":
-            proc = start_dispatcher(cluster, "dispatcher-bench", args.dispatcher_args)
+        if mode in DISPATCHER_MODES:
+            proc = start_dispatcher(cluster, "dispatcher-bench",
+                                    f"{args.dispatcher_args} {DISPATCHER_MODES[mode]}")
             objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(custom.create_namespaced_custom_object,
                              "workload.codeflare.dev", "v1beta1", ns, "appwrappers")
@@ -403,17 +408,15 @@ def main() -> None:
         print(f"CPU seconds while draining, {mode}: {sum(cpu.values()):.0f} of "
               f"{(os.cpu_count() or 1) * r['drain_s']:.0f} core-seconds (" + ", ".join(
                   f"{c} {v:.0f}" for c, v in sorted(cpu.items(), key=lambda kv: -kv[1])) + ")")
-    if len(results) == 2:
-        ratio = results["dispatcher"]["jobs_per_s"] / results["direct"]["jobs_per_s"]
-        print(f"dispatcher / direct throughput = {ratio:.2f} (aim: >= 0.9)")
-    if "dispatcher" not in results:
-        return
-    r = results["dispatcher"]
-    print(f"decide-vs-bind, through the dispatcher: {int(r['off_plan'])} of "
-          f"{int(r['checked'])} pods bound off the planned nodes; "
-          f"{int(r['unschedulable_jobs'])} gangs ({int(r['unschedulable_pods'])} pods) "
-          f"seen with a pod unschedulable after dispatch")
-
+    for mode in (m for m in results if m in DISPATCHER_MODES):
+        r = results[mode]
+        if "direct" in results:
+            ratio = r["jobs_per_s"] / results["direct"]["jobs_per_s"]
+            print(f"{mode} / direct throughput = {ratio:.2f} (aim: >= 0.9)")
+        print(f"decide-vs-bind, {mode}: {int(r['off_plan'])} of "
+              f"{int(r['checked'])} pods bound off the planned nodes; "
+              f"{int(r['unschedulable_jobs'])} gangs ({int(r['unschedulable_pods'])} pods) "
+              f"seen with a pod unschedulable after dispatch")
 
 if __name__ == "__main__":
     main()

@@ -106,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader_election=args.leader_elect,
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
-        require_creator=args.require_creator, estimates=estimates)
+        require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods)
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
     if args.metrics_auth == "kubernetes":
@@ -318,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail, at dispatch, AppWrappers with no creator recorded by the "
                    "webhook (set it once the webhook is installed: deploy/ does); a "
                    "recorded creator's rights are re-checked at dispatch either way")
+    r.add_argument("--pin-pods", action=argparse.BooleanOptionalAction, default=True,
+                   help="create wrapped pods behind a scheduling gate and let each onto "
+                   "the node the dispatcher holds room on, so that kube-scheduler cannot "
+                   "bind one gang's pod into room promised to another (default on; one "
+                   "PATCH per pod)")
     ha = r.add_argument_group("high availability")
     ha.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a "

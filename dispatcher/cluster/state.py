@@ -9,7 +9,8 @@ is never counted twice and never released before the pod holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -33,6 +34,25 @@ def _shape(request: Mapping[str, int]) -> Shape:
     return tuple(sorted(request.items()))
 
 
+# Resources every pod asks some of: a held pod differing from a pod only in these is the
+# same pod as far as the scarce resources (GPUs) go.
+_COMMON = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def _likeness(held: Shape, shape: Shape, request: Mapping[str, int]) -> int | None:
+    """How well room held for a planned pod of shape `held` suits a pod asking `request`:
+    0 exactly its shape, 1 the same scarce resources (GPUs) and at least its cpu and
+    memory, 2 the same scarce resources but less cpu or memory than it asks, None not at
+    all (it asks a GPU the room lacks, or the room holds one it does not ask)."""
+    if held == shape:
+        return 0
+    amounts = dict(held)
+    scarce = {r for r in (*amounts, *request) if r not in _COMMON}
+    if any(amounts.get(r, 0) != request.get(r, 0) for r in scarce):
+        return None
+    return 1 if all(amounts.get(r, 0) >= v for r, v in request.items()) else 2
+
+
 def _add_into(total: dict[str, int], amount: Mapping[str, int], sign: int = 1) -> None:
     for name, value in amount.items():
         total[name] = total.get(name, 0) + sign * value
@@ -51,6 +71,10 @@ class ClusterState:
         # Pods already taken off a reservation, so an update of the same pod does not
         # take a second planned pod.
         self._matched: dict[AppWrapperKey, set[tuple[str, str]]] = {}
+        # Member pods let past their scheduling gate onto a node of their gang's hold and
+        # not bound yet: that room is theirs, no other waiting member is pinned to it.
+        self._pins: dict[tuple[str, str], tuple[AppWrapperKey, str, Shape]] = {}
+        self._pinned: dict[AppWrapperKey, Counter[tuple[str, Shape]]] = {}
         # Free amounts per node as rows over every resource seen, rebuilt only for the
         # nodes that changed: a snapshot per admission cycle then costs no arithmetic.
         self._resources: set[str] = set()
@@ -97,13 +121,15 @@ class ClusterState:
                 self._pods_of.get((old.namespace, old.appwrapper), set()).discard(key)
         if pod is None:
             return
+        pin = self._pins.get(key)
+        self.unpin(key)
         self._pods[key] = pod
         _add_into(self._used.setdefault(pod.node, {}), pod.request)
         self._changed(pod.node, pod.request)
         if pod.appwrapper is not None:
             owner = (pod.namespace, pod.appwrapper)
             self._pods_of.setdefault(owner, set()).add(key)
-            self._match(owner, pod)
+            self._match(owner, pod, pin)
 
     def remove_pod(self, key: tuple[str, str]) -> None:
         self.upsert_pod(key, None)
@@ -170,6 +196,17 @@ class ClusterState:
         self._reservations.pop(owner, None)
         self._matched.pop(owner, None)
 
+    def release_unpinned(self, owner: AppWrapperKey) -> None:
+        """Release what an AppWrapper holds but the room its pods already let onto a node
+        (pinned, not bound yet) will take: those bind there."""
+        pinned = self._pinned.get(owner)
+        index = self._reservations.get(owner, {})
+        keep = [p for (node, s), n in (pinned or {}).items()
+                for p in index.get(s, {}).get(node, [])[:n]]
+        self.release(owner)
+        if keep:
+            self.reserve_more(owner, keep)
+
     def reserved_for(self, owner: AppWrapperKey) -> list[PlannedPod]:
         index = self._reservations.get(owner, {})
         return [p for by_node in index.values() for pods in by_node.values() for p in pods]
@@ -184,16 +221,27 @@ class ClusterState:
         bound = [PlannedPod(p.node, p.request) for p in self.bound_pods_of(owner)]
         return bound + self.reserved_for(owner)
 
-    def _match(self, owner: AppWrapperKey, pod: BoundPod) -> None:
+    def _match(self, owner: AppWrapperKey, pod: BoundPod,
+               pin: tuple[AppWrapperKey, str, Shape] | None = None) -> None:
         index = self._reservations.get(owner)
         matched = self._matched.get(owner)
         if not index or matched is None or pod.key in matched:
             return
-        # Prefer the planned pod on the node the scheduler chose, then one of the same
-        # size anywhere, then any; the scheduler need not follow our plan.
-        shape = _shape(pod.request)
-        by_node = index.get(shape) or next(iter(index.values()))
-        node = pod.node if pod.node in by_node else next(iter(by_node))
+        # The planned pod it was pinned to; else prefer the planned pod on the node the
+        # scheduler chose, then one of the same size anywhere, then any (the scheduler
+        # need not follow our plan) — one no other waiting pod is pinned to, if any.
+        if pin is not None and pin[0] == owner and pod.node in index.get(pin[2], {}):
+            shape = pin[2]
+            node = pod.node
+        else:
+            shape = _shape(pod.request)
+            shape = shape if shape in index else next(iter(index))
+            pinned = self._pinned.get(owner, Counter())
+            spare = [n for n in index[shape] if len(index[shape][n]) > pinned[(n, shape)]]
+            node = pod.node if pod.node in spare else (spare or [pod.node])[0]
+            if node not in index[shape]:
+                node = next(iter(index[shape]))
+        by_node = index[shape]
         pods = by_node[node]
         taken = pods.pop()
         if not pods:
@@ -233,6 +281,62 @@ class ClusterState:
             self._changed(node)
             self._changed(left.node)
             return
+
+    # --- pinning --------------------------------------------------------------
+    def pin(self, owner: AppWrapperKey, key: tuple[str, str], request: Mapping[str, int],
+            unfit: Collection[PlannedPod] = (),
+            admits: Callable[[str], bool] = lambda node: True) -> str | None:
+        """The node a member pod waiting at its scheduling gate is to bind on: room its gang
+        holds there that no other waiting member is pinned to — of its own size first,
+        never a hold that does not fit (`unfit`) nor one on a node the pod may not run on
+        (`admits`, its own node rules). None: its gang holds no such room.
+        Held by the pod until it binds or `unpin`."""
+        index = self._reservations.get(owner)
+        if key in self._pins:
+            _, node, s = self._pins[key]
+            if node in self._nodes and node in (index or {}).get(s, {}):
+                return node
+            self.unpin(key)  # its room went (released, or its node)
+        if not index:
+            return None
+        pinned = self._pinned.setdefault(owner, Counter())
+        shape = _shape(request)
+        ranked = sorted((rank, s) for s in index
+                        if (rank := _likeness(s, shape, request)) is not None)
+        for rank, s in ranked:
+            for node in sorted(index[s]):
+                held = index[s][node]
+                free = len(held) - sum(1 for p in held if any(p is u for u in unfit))
+                if (free <= pinned[(node, s)] or node not in self._nodes
+                        or not admits(node)):
+                    continue
+                if rank == 2:
+                    # The pod asks more cpu or memory than planned (an operator adds a
+                    # sidecar): the node must have the difference free as well.
+                    room = self.free(node)
+                    if any(dict(s).get(r, 0) + room.get(r, 0) < v for r, v in request.items()):
+                        continue
+                pinned[(node, s)] += 1
+                self._pins[key] = (owner, node, s)
+                return node
+        return None
+
+    def unpin(self, key: tuple[str, str]) -> None:
+        pin = self._pins.pop(key, None)
+        if pin is None:
+            return
+        owner, node, s = pin
+        pinned = self._pinned.get(owner)
+        if pinned is not None:
+            pinned[(node, s)] -= 1
+            if pinned[(node, s)] <= 0:
+                del pinned[(node, s)]
+            if not pinned:
+                del self._pinned[owner]
+
+    def pinned(self, key: tuple[str, str]) -> str | None:
+        pin = self._pins.get(key)
+        return None if pin is None else pin[1]
 
     # --- capacity -----------------------------------------------------------
     def used(self, node: str) -> Mapping[str, int]:

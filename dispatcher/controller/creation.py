@@ -23,7 +23,7 @@ from typing import Any
 from dispatcher.api.models import WrappedItem
 from dispatcher.kinds.completion import Outcome, item_outcome, wrapper_outcome
 
-from .items import owned_by, prepared_items
+from .items import gate_pods, owned_by, prepared_items
 from .kube import ApiError, Kube, Resource
 from .ownership import OwnerRef, Ownership
 from .scaling import sized_items
@@ -67,9 +67,10 @@ def _left_by_predecessor(obj: Mapping[str, Any], t: Tracked) -> bool:
 
 
 class Items:
-    def __init__(self, kube: Kube, ownership: Ownership) -> None:
+    def __init__(self, kube: Kube, ownership: Ownership, pin: bool = False) -> None:
         self.kube = kube
         self.ownership = ownership
+        self.pin = pin  # pods made gated, let onto their planned nodes (placement.py)
 
     async def _resource(self, obj: Mapping[str, Any]) -> Resource | None:
         resource = await self.kube.resource(obj["apiVersion"], obj["kind"])
@@ -112,6 +113,8 @@ class Items:
         for obj in sized_items(t):
             if (obj["kind"], obj["metadata"]["name"]) in recorded:
                 continue  # created by an earlier run: its uid is in the status
+            if self.pin:
+                gate_pods(obj)
             where = f"{obj['kind']} {obj['metadata']['name']!r}"
             resource = await self._resource(obj)
             if resource is None:

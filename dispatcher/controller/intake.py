@@ -24,12 +24,15 @@ from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
+from dispatcher.cluster.model import is_terminal
+from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
-from dispatcher.resources import GPU
+from dispatcher.resources import GPU, pod_request
 from dispatcher.review import review
 
-from .memory import Memory
+from .items import PLACEMENT_GATE
+from .memory import GatedPod, Memory
 from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
@@ -99,6 +102,8 @@ class Intake:
                 t = self.m.tracked.get(owner)
                 if t is not None and any(p.node == name for p in planned):
                     t.needs_reservation = True
+            for claimed, on, _ in self.m.lifted.values():
+                self._strand(claimed, on)
         else:
             node = node_from_object(obj)
             if state.nodes.get(name) == node:
@@ -116,6 +121,23 @@ class Intake:
         claim = labels.get(APPWRAPPER_LABEL)
         claimed: Key | None = (key[0], str(claim)) if claim else None
         owner: Key | None = None
+        gated = None if gone or claimed is None else _gated(obj, claimed)
+        if gated is not None:
+            self.m.gated[key] = gated
+        else:
+            self.m.gated.pop(key, None)  # its pin, if any, stays until it binds
+        lifted = None if gone or claimed is None or gated is not None else _lifted(obj)
+        if lifted is not None:
+            assert claimed is not None
+            self.m.lifted[key] = (claimed, *lifted)
+            t = self.m.tracked.get(claimed)
+            if t is not None and t.phase == "running" and self.m.state.pinned(key) is None:
+                t.needs_reservation = True  # let go by an earlier run: hold its room again
+            self._strand(claimed, lifted[0])
+        else:
+            self.m.lifted.pop(key, None)
+        if gone or is_terminal(obj):
+            self.m.state.unpin(key)  # ended without binding: its room is not its any more
         if gone:
             self.m.pods.pop(key, None)
             self.m.ownership.drop_pod(key)
@@ -150,6 +172,13 @@ class Intake:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
             self.m.wake.set()
+
+    def _strand(self, claimed: Key, node: str) -> None:
+        """A pod let onto `node` that is gone can never bind: a gang not running yet is
+        requeued at once (runtime), not left waiting for its requeuing timer."""
+        t = self.m.tracked.get(claimed)
+        if t is not None and t.phase == "dispatched" and node not in self.m.state.nodes:
+            t.stranded = True
 
     def _lost(self, pod: BoundPod, phase: str | None) -> None:
         """A proven member stopped holding its node unfinished: whatever replaces it (the
@@ -399,3 +428,33 @@ class Intake:
 
 def _claim_labels(claimed: Key | None) -> dict[str, str]:
     return {APPWRAPPER_LABEL: claimed[1]} if claimed is not None else {}
+
+
+def _gated(obj: Mapping[str, Any], claimed: Key) -> GatedPod | None:
+    spec = obj.get("spec") or {}
+    gates = spec.get("schedulingGates") or []
+    if not any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+        return None
+    version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+    try:
+        constraints: PodConstraints | None = constraints_of(spec)
+    except InvalidItem:
+        constraints = None
+    return GatedPod(claimed, spec, version, dict(pod_request(spec)), constraints, obj)
+
+
+def _lifted(obj: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """The node a pod was let onto (our field rule) and its request, while it is not
+    bound and not finished; None otherwise."""
+    spec = obj.get("spec") or {}
+    if spec.get("nodeName") or is_terminal(obj):
+        return None
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for f in (term.get("matchFields") or []) if isinstance(term, Mapping) else []:
+            values = f.get("values") if isinstance(f, Mapping) else None
+            if (f.get("key") == "metadata.name" and f.get("operator") == "In"
+                    and isinstance(values, list) and len(values) == 1):
+                return str(values[0]), dict(pod_request(spec))
+    return None

@@ -107,6 +107,48 @@ def prepared_items(aw: AppWrapper) -> list[dict[str, Any]]:
     return out
 
 
+# Pods of wrapped objects are made with this scheduling gate: kube-scheduler leaves them
+# alone until the dispatcher lets each onto the node it holds room on (placement.py).
+PLACEMENT_GATE = "dispatcher.codeflare.dev/placement"
+
+
+def gate_pods(obj: dict[str, Any]) -> None:
+    """Add the placement gate to every pod template of `obj` (to `obj` itself if a Pod)
+    whose node choice the dispatcher's fit can make."""
+    for path in pod_template_paths(obj):
+        template = _at(obj, path) if path else obj
+        spec = template.get("spec")
+        if not isinstance(spec, dict) or _beyond_fit(spec):
+            continue
+        gates = spec.get("schedulingGates")
+        if not isinstance(gates, list):
+            gates = spec["schedulingGates"] = []
+        if not any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+            gates.append({"name": PLACEMENT_GATE})
+
+
+def _beyond_fit(spec: Mapping[str, Any]) -> bool:
+    """Rules the fit does not model — required pod (anti-)affinity, hard topology spread,
+    host ports, volume claims (their topology): pinned by a plan that ignores them, such a
+    pod could be held to a node it may not use. Its pods are left to kube-scheduler."""
+    affinity = spec.get("affinity")
+    for kind in ("podAffinity", "podAntiAffinity"):
+        rules = affinity.get(kind) if isinstance(affinity, Mapping) else None
+        if isinstance(rules, Mapping) and rules.get(
+                "requiredDuringSchedulingIgnoredDuringExecution"):
+            return True
+    spread = spec.get("topologySpreadConstraints") or []
+    if any(isinstance(c, Mapping) and c.get("whenUnsatisfiable", "DoNotSchedule")
+           == "DoNotSchedule" for c in spread):
+        return True
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    if any(isinstance(port, Mapping) and port.get("hostPort")
+           for c in containers if isinstance(c, Mapping) for port in c.get("ports") or []):
+        return True
+    return any(isinstance(v, Mapping) and ("persistentVolumeClaim" in v or "ephemeral" in v)
+               for v in spec.get("volumes") or [])
+
+
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs)

@@ -7,14 +7,30 @@ It never calls the API.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from dispatcher.admission import EmptyClusterAnswers
 from dispatcher.cluster import ClusterState
+from dispatcher.kinds import PodConstraints
 from dispatcher.queue import AdmissionQueue, Policy
 
 from .ownership import Ownership
 from .sharing import Sharing
 from .tracked import Key, Tracked
+
+
+@dataclass(frozen=True)
+class GatedPod:
+    """A pod waiting at the placement gate, and the AppWrapper its label claims."""
+
+    claimed: Key
+    spec: Mapping[str, Any]
+    version: str  # resourceVersion: the gate is lifted from exactly this pod
+    request: Mapping[str, int] = field(default_factory=dict)
+    constraints: PodConstraints | None = None  # None: node rules it cannot be placed by
+    obj: Mapping[str, Any] = field(default_factory=dict)  # as last seen
 
 
 class Memory:
@@ -27,6 +43,10 @@ class Memory:
         # Every pod seen and the AppWrapper its label claims (None: no claim), so a
         # relisting can tell which pods vanished while the watch was down.
         self.pods: dict[tuple[str, str], Key | None] = {}
+        self.gated: dict[tuple[str, str], GatedPod] = {}  # placement.py lifts their gate
+        # Pods let past the gate onto a node and not bound yet, with their claim, node and
+        # request: after a restart their gang's hold is rebuilt on those nodes.
+        self.lifted: dict[tuple[str, str], tuple[Key, str, dict[str, int]]] = {}
         self.wake = asyncio.Event()
         # Replaced, not cleared, on a node change: a cycle in the executor keeps its own.
         self.empty_answers = EmptyClusterAnswers()

@@ -64,6 +64,7 @@ class Settings:
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
     require_creator: bool = False
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
+    pin_pods: bool = True
 
 
 class Operator:
@@ -120,7 +121,7 @@ class Operator:
                 stopped.cancel()
             d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
                            allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                           estimates=s.estimates)
+                           estimates=s.estimates, pin_pods=s.pin_pods)
             self.dispatcher = d
             d.blind = self.blind
             if self.metrics_server is not None:

@@ -66,6 +66,7 @@ from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
+from .placement import Placement
 from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter
 from .tracked import Key, Tracked, items_digest, pod_bucket
@@ -118,7 +119,7 @@ class Dispatcher:
                  message_interval: float | None = None,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  require_creator: bool = False,
-                 estimates: EstimateSettings | None = None) -> None:
+                 estimates: EstimateSettings | None = None, pin_pods: bool = False) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -130,7 +131,9 @@ class Dispatcher:
                              allowed_kinds=allowed_kinds)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
-        self.items = Items(kube, self.m.ownership)
+        self.items = Items(kube, self.m.ownership, pin=pin_pods)
+        self.placement = Placement(  # gated pods onto held room (placement.py)
+            kube, self.m, lambda pod: self.intake.on_pod("MODIFIED", pod))
         self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
@@ -273,6 +276,7 @@ class Dispatcher:
         if wait and self._resolving is not None:
             await self._resolving
         self._rebuild_reservations()
+        self.placement.cycle(self._unfit, self._side_task)
         self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
@@ -433,19 +437,35 @@ class Dispatcher:
                 t.needs_reservation = False
                 planned: list[PlannedPod] = []
                 unfit: list[PlannedPod] = []
+                pinned = self._lifted_of(t.key)
+                held_pinned = [p for _, p in pinned]
                 if t.phase == "dispatched" and t.queued is not None:
-                    # Its pods not bound yet, the lost ones among them.
+                    # Its pods not bound yet, the lost ones among them; those let onto a
+                    # node before a restart will bind there, so their room is held there.
+                    _take(capacity, held_pinned)
                     planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
-                                                  capacity, unfit), []
+                                                  capacity, unfit, held_pinned), []
+                    _take(capacity, planned)
+                    planned = [*held_pinned, *planned]
                 elif active:
-                    planned = _roomiest(held.get(t.key, []), capacity, unfit)
+                    # A running gang's pods let onto a node keep their room there; the
+                    # rest of its hold is placed again.
+                    rest = list(held.get(t.key, []))
+                    for p in held_pinned:
+                        if p.request in rest:
+                            rest.remove(p.request)
+                    _take(capacity, held_pinned)
+                    planned = _roomiest(rest, capacity, unfit)
+                    _take(capacity, planned)
+                    planned = [*held_pinned, *planned]
                 self._unfit[t.key] = unfit
                 # reserve() takes the bound members off what it is given, as it does for
                 # a dispatch: they are given where they are bound, or they would come off
                 # the plan for the unbound ones a second time.
                 bound = [PlannedPod(p.node, p.request) for p in self.m.state.bound_pods_of(t.key)]
                 self.m.state.reserve(t.key, [*bound, *planned])
-                _take(capacity, planned)
+                for key, p in pinned:
+                    self.m.state.pin(t.key, key, p.request, admits=p.node.__eq__)
                 log.info("%s/%s: %d unbound pod(s) of its gang hold capacity again", *t.key,
                          len(planned))
             if lost and active:
@@ -454,6 +474,12 @@ class Dispatcher:
                 _take(capacity, planned)
                 log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
                          "held for their replacements", *t.key, len(planned))
+
+    def _lifted_of(self, owner: Key) -> list[tuple[tuple[str, str], PlannedPod]]:
+        """The gang's pods let onto a node that is still there and not bound yet."""
+        return [(key, PlannedPod(node, request))
+                for key, (claimed, node, request) in sorted(self.m.lifted.items())
+                if claimed == owner and node in self.m.state.nodes]
 
     # --- dispatched wrappers ------------------------------------------------------------
 
@@ -464,7 +490,7 @@ class Dispatcher:
         active = [t for t in active if t.check_at is None or t.check_at <= now
                   or t.needs_items or t.outcome_stale or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
-                  or t.teardown_due or self._counts_changed(t)
+                  or t.teardown_due or t.stranded or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
             self._spawn(t, self._step(t, now))
@@ -508,6 +534,14 @@ class Dispatcher:
                 t, ITEMS_CHANGED, "spec.resources.GenericItems changed after dispatch: torn "
                 "down and queued again with the new items", now, self.timing, counted=False)
             return
+        if t.stranded:
+            t.stranded = False
+            if t.phase == "dispatched":
+                await self._start_requeue(
+                    t, PODS_LOST, "a pod of it was let onto a node that went away before "
+                    "it was bound: torn down and queued again", now, self.timing,
+                    counted=False)
+                return
         await self.scaling.catch_up(t, now)
         if t.needs_items:
             result = await self.items.create(t)
@@ -567,7 +601,9 @@ class Dispatcher:
                 t.status.state = "RunningHoldCompletion"
             if await self._commit(change):
                 t.phase = "running"
-                self.m.state.release(t.key)  # its pods hold the capacity now
+                # Its pods hold the capacity now; those let onto a node and not bound
+                # yet (above its minimum, a Job's next pod) still need theirs.
+                self.m.state.release_unpinned(t.key)
         elif v.action == "completed":
             t.status.state = "Completed"
             change.condition(ConditionType.Completed, Reason.PodsCompleted, v.message)
@@ -866,13 +902,15 @@ def _items_text(t: Tracked) -> str:
 
 
 def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWrapperKey,
-                  capacity: Capacity, unfit: list[PlannedPod] | None = None
-                  ) -> list[PlannedPod]:
-    """Where the gang's pods that are not bound yet can go now. Bound members are taken
-    off by request shape; the rest is placed per node like a dispatch, or — if the
-    cluster has moved on and they no longer fit — charged to the nodes with the most
-    room, which errs towards holding too much, never too little."""
+                  capacity: Capacity, unfit: list[PlannedPod] | None = None,
+                  pinned: Sequence[PlannedPod] = ()) -> list[PlannedPod]:
+    """Where the gang's pods that are not bound yet can go now. Bound members (and
+    `pinned` ones, held where they were let go) are taken off by request shape; the rest
+    is placed per node like a dispatch, or — if the cluster has moved on and they no
+    longer fit — charged to the nodes with the most room, which errs towards holding too
+    much, never too little."""
     bound = [dict(p.request) for p in state.bound_pods_of(owner)]
+    bound += [dict(p.request) for p in pinned]
     remaining: list[GangPodSet] = []
     for g in gang:
         count = g.pod_set.count

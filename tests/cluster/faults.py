@@ -16,6 +16,7 @@ and at the end:
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 import threading
@@ -28,6 +29,10 @@ from typing import Any
 from localcluster.testing import container, outcome
 
 LABEL = "workload.codeflare.dev/appwrapper"
+# Seconds a pod may wait at the placement gate before it counts as left out: the
+# dispatcher lets it go in the cycle after it appears when the API answers, but the
+# faults here delay that (the API away for 20 s, requests hung for 15 s and retried).
+GATED_GRACE = 60.0
 GPU = "nvidia.com/gpu"
 PROMISING = ("Dispatched", "HeadOfLine")  # latest conditions of a gang not running yet
 
@@ -169,6 +174,11 @@ class Sampler:
             conditions = (p.get("status") or {}).get("conditions") or []
             if any(c.get("reason") == "Unschedulable" for c in conditions):
                 phase = "Unschedulable"
+            elif any(c.get("reason") == "SchedulingGated" for c in conditions) \
+                    and _age(p) > GATED_GRACE:
+                # Held at the dispatcher's gate longer than it takes to be let go: as
+                # good as unschedulable (a gang running with a pod held back is partial).
+                phase = "Unschedulable"
             elif (p.get("spec") or {}).get("nodeName") and phase == "Pending":
                 phase = "BoundPending"
             if (p.get("metadata") or {}).get("deletionTimestamp"):
@@ -251,3 +261,10 @@ def histories(api: Any, namespace: str, problems: list[str]) -> list[str]:
             lines.append(f"{name}: {c.get('lastTransitionMicroTime', '')[11:23]} "
                          f"{c['type']} {c.get('reason', '')}: {c.get('message', '')[:160]}")
     return lines
+
+
+def _age(pod: dict[str, Any]) -> float:
+    stamp = (pod.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return 0.0
+    return time.time() - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))

@@ -344,13 +344,15 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                ("create", "tokenreviews.authentication.k8s.io"),
                # owner chains of gang pods; the pod-less kinds of the allow-list
                ("get", "replicasets.apps"), ("create", "networkpolicies.networking.k8s.io"),
-               ("create", "serviceaccounts"), ("create", "ingresses.networking.k8s.io")]
+               ("create", "serviceaccounts"), ("create", "ingresses.networking.k8s.io"),
+               # the placement gate lifted from a gang's pod onto its node (--pin-pods)
+               ("patch", "pods")]
     refused = [("create", "secrets"), ("get", "secrets"), ("create", "endpoints"),
                ("create", "roles.rbac.authorization.k8s.io"),
                ("create", "rolebindings.rbac.authorization.k8s.io"),
                ("create", "resourcequotas"), ("patch", "appwrappers.workload.codeflare.dev"),
                ("delete", "appwrappers.workload.codeflare.dev"), ("update", "nodes"),
-               ("patch", "pods"), ("list", "customresourcedefinitions"),
+               ("create", "pods/binding"), ("list", "customresourcedefinitions"),
                ("update", "leases.coordination.k8s.io:dispatcher"), ("*", "*")]
     assert [a for a in allowed if not _can(kubectl, *a)] == []
     assert [r for r in refused if _can(kubectl, *r)] == []

@@ -179,6 +179,9 @@ class FakeKube:
             want_uid = (body.get("metadata") or {}).get("uid")
             if want_uid and want_uid != target["metadata"]["uid"]:
                 raise ApiError(409, "Conflict", "uid precondition failed")
+            want_version = (body.get("metadata") or {}).get("resourceVersion")
+            if want_version and want_version != target["metadata"].get("resourceVersion"):
+                raise ApiError(409, "Conflict", "the object has been modified")
             patch = {"status": body["status"]} if path.endswith("/status") else body
             merge(target, patch)
             self._stamp(target)

@@ -1,0 +1,171 @@
+"""Pinning: each pod of a dispatched gang binds where the dispatcher holds room for it.
+
+Wrapped objects are created with a scheduling gate on every pod template (items.py), so
+kube-scheduler leaves their pods alone. For each gated pod of a dispatched or running
+gang, the loop picks room its gang holds that no other waiting member has been given
+(ClusterState.pin) and lifts the gate in one PATCH that adds a required node affinity to
+that node. Left to itself, kube-scheduler binds a pod into any room free in its view —
+room promised to a gang whose pods are not created yet — and that gang is left partial:
+the node-deletion fault test showed it with the replacements of pods lost with a node.
+
+A pod its gang holds no room for (a Job's next pod after one completed, a replacement the
+hold was not made for) gets free room it may run on, held for it; with none, it waits at
+the gate until some is free. A pod of a gang the dispatcher does not track as dispatched
+or running is left as it is (its items are being torn down, or it is not a member).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import numpy as np
+
+from dispatcher.cluster.state import PlannedPod
+from dispatcher.fit.constraints import node_admits
+from dispatcher.kinds import PodConstraints
+
+from .items import PLACEMENT_GATE
+from .kube import ApiError, Kube
+from .memory import GatedPod, Memory
+
+log = logging.getLogger(__name__)
+
+PodKey = tuple[str, str]
+RECOUNT_SECONDS = 5.0
+
+
+def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
+    """A merge patch that lifts the placement gate and requires `node` (if given):
+    appended to each of the pod's own required terms (they stay in force), the only term
+    if it had none.
+    Both are changes the API server allows on a gated pod; resourceVersion makes it
+    apply to the pod as seen, or fail with 409."""
+    spec = pod.spec
+    gates = [g for g in spec.get("schedulingGates") or []
+             if not (isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE)]
+    if node is None:
+        return {"metadata": {"resourceVersion": pod.version},
+                "spec": {"schedulingGates": gates or None}}
+    ours = {"key": "metadata.name", "operator": "In", "values": [node]}
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    terms = [{**t, "matchFields": [*(t.get("matchFields") or []), ours]} for t in terms] \
+        or [{"matchFields": [ours]}]
+    return {
+        "metadata": {"resourceVersion": pod.version},
+        "spec": {
+            "schedulingGates": gates or None,
+            "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+            }},
+        },
+    }
+
+
+class Placement:
+    def __init__(self, kube: Kube, m: Memory,
+                 recount: Callable[[Mapping[str, Any]], None]) -> None:
+        self.kube = kube
+        self.m = m
+        # Intake again, now and then, for a gated pod its gang does not count yet: seen
+        # before the dispatch was recorded (a wrapped Pod is created by the dispatch
+        # itself), or before the item that proves it was (its owner then looked foreign).
+        # Held at the gate, it sends no further event that would have done it.
+        self.recount = recount
+        self._recounted: dict[PodKey, float] = {}
+        self._lifting: set[PodKey] = set()
+        self.waiting = 0  # gated members with no room to go to, at the last pass
+
+    def cycle(self, unfit: Mapping[tuple[str, str], list[PlannedPod]],
+              start: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+        """Pin every gated member pod that can be, and `start` the PATCHes that let them
+        go. Runs in the loop after holds are rebuilt and before anything is admitted, so
+        room a pod is pinned to is never offered to a new gang."""
+        state = self.m.state
+        waiting = 0
+        for key in sorted(self.m.gated):
+            pod = self.m.gated[key]
+            if key in self._lifting:
+                continue
+            t = self.m.tracked.get(pod.claimed)
+            if t is not None and t.phase == "done" and not t.teardown_due:
+                # A finished wrapper whose items stay (a Deployment after Completed, a
+                # failed one kept for inspection): nothing is held for it; let it go.
+                self._lifting.add(key)
+                start(self._lift(key, pod, None))
+                continue
+            if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
+                    or pod.constraints is None):
+                continue  # not of a gang that runs
+            if key[1] not in t.pods:
+                now = time.monotonic()
+                if now - self._recounted.get(key, -RECOUNT_SECONDS) >= RECOUNT_SECONDS:
+                    self._recounted[key] = now
+                    self.recount(pod.obj)
+                continue  # not proven a member (yet)
+
+            def admits(node: str, c: PodConstraints = pod.constraints) -> bool:
+                return node_admits(state.nodes[node], c)
+
+            request = pod.request
+            node = state.pin(t.key, key, request, unfit.get(t.key, ()), admits)
+            if node is None:
+                node = self._free_room(t.key, key, request, admits)
+            if node is None:
+                waiting += 1
+                continue
+            self._lifting.add(key)
+            start(self._lift(key, pod, node))
+        self.waiting = waiting
+        self._recounted = {k: v for k, v in self._recounted.items() if k in self.m.gated}
+
+    def _free_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
+                   admits: Callable[[str], bool]) -> str | None:
+        state = self.m.state
+        names, resources, free = state.free_matrix()
+        if any(r not in resources for r, v in request.items() if v > 0):
+            return None  # no node has any of something it asks
+        fits = np.ones(len(names), dtype=bool)
+        for r, v in request.items():
+            if v > 0:
+                fits &= free[:, resources.index(r)] >= v
+        for i in np.flatnonzero(fits).tolist():
+            name = names[i]
+            if admits(name):
+                held = PlannedPod(name, dict(request))
+                state.reserve_more(owner, [held])
+                node = state.pin(owner, key, request, admits=name.__eq__)
+                if node is None:
+                    state.unreserve(owner, [held])
+                return node
+        return None
+
+    async def _lift(self, key: PodKey, pod: GatedPod, node: str | None) -> None:
+        path = f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"
+        try:
+            try:
+                await self.kube.request("PATCH", path, lift_gate(pod, node),
+                                        content_type="application/merge-patch+json")
+            except ApiError as e:
+                if e.status != 422 or node is None:
+                    raise
+                # The API server would not take the node rule (a pod whose own rules it
+                # cannot extend): let it go unpinned, as pods go without the gate.
+                log.warning("%s/%s: could not pin it to %s (%s); its gate is lifted "
+                            "without a node", *key, node, e)
+                await self.kube.request("PATCH", path, lift_gate(pod, None),
+                                        content_type="application/merge-patch+json")
+            if self.m.gated.get(key) is pod:
+                del self.m.gated[key]  # the watch will say so too; do not lift it twice
+        except ApiError as e:
+            # Still gated (or gone): the next pass tries again from the pod as then seen,
+            # with the same room (a pin lasts until the pod binds or goes).
+            if e.status not in (404, 409) and not e.transient:
+                log.error("%s/%s: could not lift its scheduling gate: %s", *key, e)
+        finally:
+            self._lifting.discard(key)
+            self.m.wake.set()
