@@ -71,20 +71,25 @@ def seen(kube: FakeKube, d: Dispatcher, name: str) -> dict[str, Any]:
     return obj
 
 
+async def two_pods_let_go(kube: FakeKube, clock: Clock) -> tuple[Dispatcher, list[Any]]:
+    """Nodes n1 and n2; "a", a Job of 2 eight-GPU pods, dispatched; both its pods made
+    (gated) and let go, not bound yet. The dispatcher and the pods as the API has them."""
+    kube.put(node("n1"))
+    kube.put(node("n2"))
+    kube.put(appwrapper("a", two_pod_job("a")))
+    d = await pinning(kube, clock)
+    await d.cycle()
+    job = created_job(kube, "a")
+    assert job["spec"]["template"]["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]
+    for i in range(2):
+        arrive(kube, d, gated_pod(job, f"a-{i}"))
+    await d.cycle()
+    return d, [seen(kube, d, f"a-{i}") for i in range(2)]
+
+
 def test_each_pod_of_a_gang_is_let_onto_a_node_its_gang_holds() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        kube.put(node("n2"))
-        kube.put(appwrapper("a", two_pod_job("a")))
-        d = await pinning(kube, clock)
-        await d.cycle()
-        job = created_job(kube, "a")
-        gates = job["spec"]["template"]["spec"]["schedulingGates"]
-        assert gates == [{"name": PLACEMENT_GATE}]
-        for i in range(2):
-            arrive(kube, d, gated_pod(job, f"a-{i}"))
-        await d.cycle()
-        pods = [seen(kube, d, f"a-{i}") for i in range(2)]
+        d, pods = await two_pods_let_go(kube, clock)
         assert all("schedulingGates" not in p["spec"] for p in pods)
         assert sorted(n for p in pods for n in pinned_to(p)) == ["n1", "n2"]
         assert d.m.gated == {}
@@ -374,17 +379,7 @@ def test_a_wrapped_pod_seen_before_its_dispatch_was_recorded_is_let_go() -> None
 
 def test_a_gang_whose_pod_was_let_onto_a_node_that_went_is_requeued_at_once() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        kube.put(node("n2"))
-        kube.put(appwrapper("a", two_pod_job("a")))
-        d = await pinning(kube, clock)
-        await d.cycle()
-        job = created_job(kube, "a")
-        for i in range(2):
-            arrive(kube, d, gated_pod(job, f"a-{i}"))
-        await d.cycle()
-        for i in range(2):
-            seen(kube, d, f"a-{i}")  # let go, not bound yet
+        d, _ = await two_pods_let_go(kube, clock)
         d.on_node("DELETED", node("n1"))
         await d.cycle()
         assert "PreemptCandidate" in [c["type"] for c in
