@@ -102,6 +102,7 @@ class Intake:
                 t = self.m.tracked.get(owner)
                 if t is not None and any(p.node == name for p in planned):
                     t.needs_reservation = True
+                    t.room_lost = True
             for claimed, on, _ in self.m.lifted.values():
                 self._strand(claimed, on)
         else:
@@ -178,7 +179,7 @@ class Intake:
         requeued at once (runtime), not left waiting for its requeuing timer."""
         t = self.m.tracked.get(claimed)
         if t is not None and t.phase == "dispatched" and node not in self.m.state.nodes:
-            t.stranded = True
+            t.stranded = "a pod of it was let onto a node that went away before it was bound"
 
     def _lost(self, pod: BoundPod, phase: str | None) -> None:
         """A proven member stopped holding its node unfinished: whatever replaces it (the

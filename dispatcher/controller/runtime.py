@@ -435,6 +435,7 @@ class Dispatcher:
             lost, t.lost = t.lost, []
             if t.needs_reservation:
                 t.needs_reservation = False
+                room_lost, t.room_lost = t.room_lost, False
                 planned: list[PlannedPod] = []
                 unfit: list[PlannedPod] = []
                 pinned = self._lifted_of(t.key)
@@ -445,6 +446,11 @@ class Dispatcher:
                     _take(capacity, held_pinned)
                     planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
                                                   capacity, unfit, held_pinned), []
+                    if unfit and room_lost:
+                        # What was promised went with the node, and nothing left can
+                        # take it: held anyway it would be promised twice.
+                        t.stranded = ("its room went with a deleted node and no other node "
+                                      "has room for it")
                     _take(capacity, planned)
                     planned = [*held_pinned, *planned]
                 elif active:
@@ -490,7 +496,7 @@ class Dispatcher:
         active = [t for t in active if t.check_at is None or t.check_at <= now
                   or t.needs_items or t.outcome_stale or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
-                  or t.teardown_due or t.stranded or self._counts_changed(t)
+                  or t.teardown_due or t.stranded is not None or self._counts_changed(t)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
             self._spawn(t, self._step(t, now))
@@ -534,13 +540,11 @@ class Dispatcher:
                 t, ITEMS_CHANGED, "spec.resources.GenericItems changed after dispatch: torn "
                 "down and queued again with the new items", now, self.timing, counted=False)
             return
-        if t.stranded:
-            t.stranded = False
+        if t.stranded is not None:
+            why, t.stranded = t.stranded, None
             if t.phase == "dispatched":
-                await self._start_requeue(
-                    t, PODS_LOST, "a pod of it was let onto a node that went away before "
-                    "it was bound: torn down and queued again", now, self.timing,
-                    counted=False)
+                await self._start_requeue(t, PODS_LOST, f"{why}: torn down and queued again",
+                                          now, self.timing, counted=False)
                 return
         await self.scaling.catch_up(t, now)
         if t.needs_items:

@@ -65,8 +65,11 @@ class Tracked:
     items_at: float | None = None  # when every item was known to exist
     # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
     needs_reservation: bool = False
-    # A pod of it was let onto a node that went away before it bound: it never will.
-    stranded: bool = False
+    # Why a gang not running yet must be requeued at once: a pod of it was let onto a
+    # node that went away before it bound (it never will), or its room went with a node
+    # and no other has room for it. None: nothing of the kind.
+    stranded: str | None = None
+    room_lost: bool = False  # its hold was on a node that went away: placed again
     # Requests of member pods that went away unfinished (deleted, lost with their node,
     # failed): their replacements must find the capacity the gang was admitted with.
     lost: list[dict[str, int]] = field(default_factory=list)

@@ -387,3 +387,28 @@ def test_a_gang_whose_pod_was_let_onto_a_node_that_went_is_requeued_at_once() ->
         assert kube.get("batch/v1", "Job", "team", "a") is None  # torn down, not left
 
     run(scenario)
+
+
+def test_a_gang_whose_room_went_with_a_node_and_fits_nowhere_else_is_requeued() -> None:
+    """Held anyway, its room would be promised twice (the full-size node-deletion fault
+    test: 2-3 GPUs over what the nodes left had, for 8 s)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("a", one_pod_job("a")))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        (planned,) = d.state.reserved_for(("team", "a"))
+        other = "n2" if planned.node == "n1" else "n1"
+        hog = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "hog", "namespace": "team"},
+               "spec": {"nodeName": other, "containers": [{"name": "c", "resources": {
+                   "limits": {"nvidia.com/gpu": 8}}}]}, "status": {"phase": "Running"}}
+        arrive(kube, d, hog)
+        d.on_node("DELETED", node(planned.node))
+        await d.cycle()
+        assert "PreemptCandidate" in [c["type"] for c in
+                                      aw_status(kube, "a").get("conditions", [])]
+        assert d.state.reserved_for(("team", "a")) == []
+
+    run(scenario)
