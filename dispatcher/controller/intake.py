@@ -31,8 +31,9 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU, pod_request
 from dispatcher.review import review
 
-from .items import PLACEMENT_GATE
+from .items import ours
 from .memory import GatedPod, Memory
+from .placement import let_onto
 from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
@@ -434,28 +435,20 @@ def _claim_labels(claimed: Key | None) -> dict[str, str]:
 def _gated(obj: Mapping[str, Any], claimed: Key) -> GatedPod | None:
     spec = obj.get("spec") or {}
     gates = spec.get("schedulingGates") or []
-    if not any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+    if not any(ours(g) for g in gates):
         return None
-    version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
     try:
         constraints: PodConstraints | None = constraints_of(spec)
     except InvalidItem:
         constraints = None
-    return GatedPod(claimed, spec, version, dict(pod_request(spec)), constraints, obj)
+    return GatedPod(claimed, obj, dict(pod_request(spec)), constraints)
 
 
 def _lifted(obj: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
-    """The node a pod was let onto (our field rule) and its request, while it is not
-    bound and not finished; None otherwise."""
+    """The node a pod was let onto and its request, while it is not bound and not
+    finished; None otherwise."""
     spec = obj.get("spec") or {}
     if spec.get("nodeName") or is_terminal(obj):
         return None
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    for term in required.get("nodeSelectorTerms") or []:
-        for f in (term.get("matchFields") or []) if isinstance(term, Mapping) else []:
-            values = f.get("values") if isinstance(f, Mapping) else None
-            if (f.get("key") == "metadata.name" and f.get("operator") == "In"
-                    and isinstance(values, list) and len(values) == 1):
-                return str(values[0]), dict(pod_request(spec))
-    return None
+    node = let_onto(spec)
+    return None if node is None else (node, dict(pod_request(spec)))

@@ -112,6 +112,11 @@ def prepared_items(aw: AppWrapper) -> list[dict[str, Any]]:
 PLACEMENT_GATE = "dispatcher.codeflare.dev/placement"
 
 
+def ours(gate: object) -> bool:
+    """Whether a schedulingGates entry is the placement gate."""
+    return isinstance(gate, Mapping) and gate.get("name") == PLACEMENT_GATE
+
+
 def gate_pods(obj: dict[str, Any]) -> None:
     """Add the placement gate to every pod template of `obj` (to `obj` itself if a Pod)
     whose node choice the dispatcher's fit can make."""
@@ -123,7 +128,7 @@ def gate_pods(obj: dict[str, Any]) -> None:
         gates = spec.get("schedulingGates")
         if not isinstance(gates, list):
             gates = spec["schedulingGates"] = []
-        if not any(isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE for g in gates):
+        if not any(ours(g) for g in gates):
             gates.append({"name": PLACEMENT_GATE})
 
 

@@ -26,11 +26,18 @@ class GatedPod:
     """A pod waiting at the placement gate, and the AppWrapper its label claims."""
 
     claimed: Key
-    spec: Mapping[str, Any]
-    version: str  # resourceVersion: the gate is lifted from exactly this pod
+    obj: Mapping[str, Any]  # as last seen
     request: Mapping[str, int] = field(default_factory=dict)
     constraints: PodConstraints | None = None  # None: node rules it cannot be placed by
-    obj: Mapping[str, Any] = field(default_factory=dict)  # as last seen
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return self.obj.get("spec") or {}
+
+    @property
+    def version(self) -> str:
+        """resourceVersion: the gate is lifted from exactly this pod."""
+        return str((self.obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class Memory:

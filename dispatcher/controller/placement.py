@@ -27,7 +27,7 @@ from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds import PodConstraints
 
-from .items import PLACEMENT_GATE
+from .items import ours
 from .kube import ApiError, Kube
 from .memory import GatedPod, Memory
 
@@ -44,17 +44,13 @@ def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
     Both are changes the API server allows on a gated pod; resourceVersion makes it
     apply to the pod as seen, or fail with 409."""
     spec = pod.spec
-    gates = [g for g in spec.get("schedulingGates") or []
-             if not (isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE)]
+    gates = [g for g in spec.get("schedulingGates") or [] if not ours(g)]
     if node is None:
         return {"metadata": {"resourceVersion": pod.version},
                 "spec": {"schedulingGates": gates or None}}
-    ours = {"key": "metadata.name", "operator": "In", "values": [node]}
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
-    terms = [{**t, "matchFields": [*(t.get("matchFields") or []), ours]} for t in terms] \
-        or [{"matchFields": [ours]}]
+    rule = {"key": "metadata.name", "operator": "In", "values": [node]}
+    terms = [{**t, "matchFields": [*(t.get("matchFields") or []), rule]}
+             for t in _required_terms(spec)] or [{"matchFields": [rule]}]
     return {
         "metadata": {"resourceVersion": pod.version},
         "spec": {
@@ -64,6 +60,23 @@ def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
             }},
         },
     }
+
+
+def let_onto(spec: Mapping[str, Any]) -> str | None:
+    """The node a pod was let onto (the rule `lift_gate` adds), if any."""
+    for term in _required_terms(spec):
+        for f in term.get("matchFields") or []:
+            values = f.get("values") if isinstance(f, Mapping) else None
+            if (f.get("key") == "metadata.name" and f.get("operator") == "In"
+                    and isinstance(values, list) and len(values) == 1):
+                return str(values[0])
+    return None
+
+
+def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
 
 
 class Placement:

@@ -205,7 +205,8 @@ def test_lifting_keeps_the_pods_own_node_rules_and_other_gates() -> None:
                     {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
                 ]}}},
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}
-    body = lift_gate(GatedPod(("team", "a"), spec, "7"), "n1")
+    body = lift_gate(GatedPod(("team", "a"), {"metadata": {"resourceVersion": "7"},
+                                              "spec": spec}), "n1")
     assert body["metadata"] == {"resourceVersion": "7"}
     assert body["spec"]["schedulingGates"] == [{"name": "theirs"}]
     terms = body["spec"]["affinity"]["nodeAffinity"][
@@ -213,8 +214,9 @@ def test_lifting_keeps_the_pods_own_node_rules_and_other_gates() -> None:
     ours = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
     assert [t["matchFields"] for t in terms] == [[ours], [ours]]
     assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
-    alone = lift_gate(GatedPod(("team", "a"), {"schedulingGates": [
-        {"name": PLACEMENT_GATE}]}, "7"), None)
+    alone = lift_gate(GatedPod(("team", "a"), {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"schedulingGates": [{"name": PLACEMENT_GATE}]}}), None)
     assert alone["spec"] == {"schedulingGates": None}
     assert pod_request(spec)["nvidia.com/gpu"] == 8
 
