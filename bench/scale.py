@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -93,15 +94,26 @@ def post_all(api: Any, objects: list[dict[str, Any]]) -> float:
     return time.monotonic() - t0
 
 
+def apiserver_requests(kubectl: Kubectl) -> Counter[str]:
+    """Requests the API server has served so far (its own counter), by "VERB resource"
+    ("VERB resource/subresource"), watches left out."""
+    text = kubectl("get", "--raw", "/metrics", timeout=60)
+    served: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rindex("}")]))
+        if labels.get("verb") in (None, "WATCH") or not labels.get("resource"):
+            continue
+        what = labels["resource"] + (f"/{labels['subresource']}"
+                                     if labels.get("subresource") else "")
+        served[f"{labels['verb']} {what}"] += int(float(line.rsplit(" ", 1)[1]))
+    return served
+
+
 def apiserver_patches(kubectl: Kubectl) -> int:
     """AppWrapper status PATCHes the API server has served (its own counter)."""
-    text = kubectl("get", "--raw", "/metrics", timeout=60)
-    total = 0
-    for line in text.splitlines():
-        if line.startswith("apiserver_request_total{") and 'resource="appwrappers"' in line \
-                and 'subresource="status"' in line and 'verb="PATCH"' in line:
-            total += int(float(line.rsplit(" ", 1)[1]))
-    return total
+    return apiserver_requests(kubectl)["PATCH appwrappers/status"]
 
 
 def settle(kubectl: Kubectl, window: float = 10.0, timeout: float = 1800.0,

@@ -153,14 +153,21 @@ class Scaling:
         self.deferred[t.key] = s
         t.check_at = now  # its next step carries it out
 
+    def due(self, t: Tracked) -> bool:
+        """Whether `catch_up` has work for `t` at its next step."""
+        return t.key in self.deferred or t.key in self.owed or self._unsynced(t)
+
+    def _unsynced(self, t: Tracked) -> bool:
+        return t.key not in self.synced and t.queued is not None \
+            and bool(t.queued.elastic) and bool(t.status.elasticPods) and not t.needs_items
+
     async def catch_up(self, t: Tracked, now: float) -> None:
         """At a wrapper's step: a deferred scale-in, then a patch still owed (or, for a
         gang found after a restart, the size its status records)."""
         s = self.deferred.pop(t.key, None)
         if s is not None:
             await self.scale(t, s, now)
-        if t.key not in self.synced and t.queued is not None and t.queued.elastic \
-                and t.status.elasticPods and not t.needs_items:
+        if self._unsynced(t) and t.queued is not None:
             self.synced.add(t.key)
             self.owed.setdefault(t.key, recorded_counts(t.queued, t.status.elasticPods))
         if t.key in self.owed:

@@ -61,6 +61,7 @@ class Tracked:
     outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
     outcome_soon: bool = False  # a quick read is due (the loop wakes for it)
     check_at: float | None = None
+    stepped_at: float = 0.0  # when its lifecycle was last judged
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
     items_at: float | None = None  # when every item was known to exist
     # Rebuilt after a restart: the unbound part of the gang must hold capacity again.

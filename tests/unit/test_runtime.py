@@ -472,3 +472,43 @@ def test_an_allowed_kind_whose_crd_is_not_installed_says_so() -> None:
         assert "is not served by this cluster; install its CRD" in status["message"]
 
     run(scenario)
+
+
+def test_a_running_wrapper_with_nothing_due_is_not_judged_at_every_cycle(
+        monkeypatch: Any) -> None:
+    """Cycles run for everyone's news; a running wrapper whose pods, objects and
+    deadlines have not moved is left alone (judging each one at every cycle cost a status
+    serialisation per running wrapper per cycle), and looked at again after a while."""
+    import dispatcher.controller.runtime as runtime
+
+    judged: list[str] = []
+    real = runtime.judge
+
+    def counting(aw: Any, *args: Any, **kwargs: Any) -> Any:
+        judged.append(aw.metadata.name)
+        return real(aw, *args, **kwargs)
+
+    monkeypatch.setattr(runtime, "judge", counting)
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+        kube.put(appwrapper("quiet", cm, created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "quiet")[-1] == "Running"
+        judged.clear()
+        for i in range(10):  # others come and go: each makes a cycle
+            clock.now += 1
+            other = appwrapper(f"other{i}", job(f"other{i}", 1, 1), created=2 + i)
+            kube.put(other)
+            d.on_appwrapper("ADDED", kube.get(
+                "workload.codeflare.dev/v1beta1", "AppWrapper", "team", f"other{i}") or {})
+            await d.cycle()
+        assert "quiet" not in judged
+        clock.now += runtime.IDLE_STEP_SECONDS
+        await d.cycle()
+        assert judged.count("quiet") == 1
+        assert types(kube, "quiet")[-1] == "Running"
+
+    run(scenario)
