@@ -151,7 +151,9 @@ def main() -> None:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
-        kubectl("delete", "namespace", ns, "--wait=false")
+        # Gone before the next run: a dispatcher started next would take the floor's
+        # wrappers (Running, by their status) for its own and make their items again.
+        kubectl("delete", "namespace", ns, "--wait=true", timeout=600)
     for mode in ("floor", "dispatcher"):
         if mode in rates and "direct" in rates:
             print(f"{mode} / direct create rate = {rates[mode] / rates['direct']:.2f} "

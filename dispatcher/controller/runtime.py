@@ -68,7 +68,7 @@ from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .placement import Placement
 from .scaling import Scaling
-from .status import APPWRAPPERS, Change, StatusWriter
+from .status import APPWRAPPERS, Change, StatusWriter, says
 from .tracked import Key, Tracked, items_digest, pod_bucket
 
 log = logging.getLogger("dispatcher")
@@ -817,17 +817,18 @@ class Dispatcher:
                 raise
 
     def _waiting(self, t: Tracked, d: Decision, now: float) -> None:
-        change = self.writer.begin(t, now)
         if d.reason == BEHIND_HEAD:
             # Not the head's name: it changes whenever the head does, and would rewrite
             # every queued wrapper's status (`dispatcher queue` shows the order).
-            changed = change.condition(
-                ConditionType.Queueing, Reason.AwaitingHeadOfLine, self.estimates.message(
-                    t, f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)"))
+            said = (ConditionType.Queueing, Reason.AwaitingHeadOfLine, self.estimates.message(
+                t, f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)"))
         else:
-            changed = change.condition(ConditionType.Backoff, Reason.AppWrapperNotRunnable,
-                                       self.estimates.message(t, f"{d.reason}: {d.message}"))
-        if changed:
+            said = (ConditionType.Backoff, Reason.AppWrapperNotRunnable,
+                    self.estimates.message(t, f"{d.reason}: {d.message}"))
+        if says(t.status, *said):
+            return  # most of a long queue, most cycles: no copy of its status to make
+        change = self.writer.begin(t, now)
+        if change.condition(*said):
             self._spawn(t, self._commit_wait(t, change, d.reason))
 
     async def _commit_wait(self, t: Tracked, change: Change, reason: str) -> None:

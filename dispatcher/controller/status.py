@@ -86,6 +86,14 @@ def _cap(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
+def says(status: AppWrapperStatus, type_: str, reason: str, message: str) -> bool:
+    """Whether the latest condition says exactly this already (as Change.condition would
+    find, without the copy a Change makes)."""
+    last = latest(status.conditions)
+    return last is not None and (last.type, last.reason, last.message, last.status) == (
+        type_, reason, _cap(message), "True")
+
+
 @dataclass
 class Change:
     """A status change being prepared for one AppWrapper."""
