@@ -75,8 +75,15 @@ log = logging.getLogger("dispatcher")
 
 __all__ = ["APPWRAPPERS", "Dispatcher", "Observer"]
 
-# Settle time after an event before a cycle, so a burst of pod events makes one cycle.
-DEBOUNCE_SECONDS = 0.05
+# Settle time after an event before a cycle, so a burst of pod events makes one cycle:
+# on a busy cluster pods change a hundred times a second, and a cycle every 50 ms took
+# half a core deciding the same again (bench/e2e.py); a quarter of a second is nothing
+# beside a gang's start.
+DEBOUNCE_SECONDS = 0.25
+# ... and at least this many times as long as the last cycle took: with a long queue and
+# pods changing all the time, cycles back to back would take most of the process's CPU
+# from the requests they decide (the loop spends at most a quarter of its time deciding).
+CYCLE_SPACING = 3.0
 # Look again this often even when nothing happens: dynamic priorities, backfill's age
 # guard, wrapped objects' outcomes and requeue deadlines move with the clock.
 TICK_SECONDS = 5.0
@@ -148,6 +155,7 @@ class Dispatcher:
         self.cycles = 0
         self.ready = False
         self.last_cycle_at = time.monotonic()
+        self.last_cycle_seconds = 0.0  # how long the last cycle took (wall time)
         # Set by the operator: why the dispatcher cannot trust its memory right now
         # (a watch is down), or None.
         self.blind: Callable[[], str | None] = lambda: None
@@ -221,7 +229,8 @@ class Dispatcher:
             timeout = self._next_timer()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)
-                await asyncio.sleep(DEBOUNCE_SECONDS)
+                await asyncio.sleep(max(DEBOUNCE_SECONDS,
+                                        CYCLE_SPACING * self.last_cycle_seconds))
             except TimeoutError:
                 pass
             self.wake.clear()
@@ -286,7 +295,8 @@ class Dispatcher:
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
         self._flush(now)
         self.last_cycle_at = time.monotonic()
-        self.observer.cycle(time.perf_counter() - started, queued, decisions)
+        self.last_cycle_seconds = time.perf_counter() - started
+        self.observer.cycle(self.last_cycle_seconds, queued, decisions)
         if wait:
             await self.settle()
         self.observer.snapshot(self)

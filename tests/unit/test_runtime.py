@@ -548,3 +548,36 @@ def test_a_queue_that_waits_as_it_did_costs_no_status_copies(monkeypatch: Any) -
         assert types(kube, "w4")[-1] == "Queueing"
 
     run(scenario)
+
+
+def test_the_loop_spaces_cycles_by_what_the_last_one_cost(monkeypatch: Any) -> None:
+    """Pods change all the time on a busy cluster, and each change wakes the loop; when a
+    cycle costs 0.2 s the next waits 0.6 s, so deciding never takes most of the process's
+    time from the requests it decides (back to back, 1.2 s of wake-ups made a cycle
+    every debounce)."""
+    import time
+
+    import dispatcher.controller.runtime as runtime
+
+    starts: list[float] = []
+
+    async def costly(self: Dispatcher, wait: bool = True) -> None:
+        starts.append(time.monotonic())
+        self.last_cycle_seconds = 0.2  # as if it took that long
+
+    monkeypatch.setattr(Dispatcher, "cycle", costly)
+    assert runtime.CYCLE_SPACING * 0.2 > runtime.DEBOUNCE_SECONDS
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d = await started(kube, clock)
+        d.start()
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            d.wake.set()
+            await asyncio.sleep(0.01)
+        await d.stop()
+        assert 1 <= len(starts) <= 3
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert all(g >= 0.6 for g in gaps)
+
+    run(scenario)
