@@ -20,11 +20,12 @@ import logging
 import os
 import random
 import time
+import urllib.request
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -168,6 +169,26 @@ def _error_of(status: int, http_reason: str, raw: bytes,
     return ApiError(status, reason or http_reason or "", message, _retry_after(headers))
 
 
+def read_environment_once(api: client.ApiClient) -> None:
+    """The proxy the environment names for the API server (HTTPS_PROXY, NO_PROXY...), as
+    kubectl would use it, looked up once. kubernetes_asyncio has aiohttp trust the
+    environment, and aiohttp then looks up the proxy variables and ~/.netrc in a thread at
+    every request: about a seventh of the dispatcher's CPU on a busy cluster
+    (bench/e2e.py). A client that signs in with a token or a certificate has no use for
+    ~/.netrc."""
+    rest = api.rest_client
+    if not rest.proxy:
+        url = urlsplit(str(api.configuration.host))
+        proxy = urllib.request.getproxies().get(url.scheme)
+        if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+            rest.proxy = proxy
+    old = rest.pool_manager
+    # The read buffer kubernetes_asyncio sets: a watch event of a big object fits in it.
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=old.connector, trust_env=False, read_bufsize=2**21)
+    old.detach()  # its connector (and TLS settings) now belong to the new session
+
+
 class Kube:
     def __init__(self, api: client.ApiClient, retry: RetryPolicy | None = None,
                  qps: float = 0.0, burst: int = 1) -> None:
@@ -189,7 +210,9 @@ class Kube:
             await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
         # The default pool (5 per core) is smaller than three watches plus a cycle's writes.
         conf.connection_pool_maxsize = 64
-        return cls(client.ApiClient(configuration=conf), retry=retry, qps=qps, burst=burst)
+        api = client.ApiClient(configuration=conf)
+        read_environment_once(api)
+        return cls(api, retry=retry, qps=qps, burst=burst)
 
     async def close(self) -> None:
         await self.api.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
@@ -577,7 +578,7 @@ def test_the_loop_spaces_cycles_by_what_the_last_one_cost(monkeypatch: Any) -> N
             await asyncio.sleep(0.01)
         await d.stop()
         assert 1 <= len(starts) <= 3
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
         assert all(g >= 0.6 for g in gaps)
 
     run(scenario)
