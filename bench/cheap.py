@@ -90,9 +90,9 @@ def main() -> None:
         """Until `done`: watch the bench's ConfigMaps in `ns` appear; once all have, the
         time the last one did goes into `last`. (Listing them over and over would cost the
         API server more than creating them.)"""
-        seen: set[str] = set()
-        version = core.list_namespaced_config_map(
-            ns, label_selector=LABEL).metadata.resource_version
+        listed = core.list_namespaced_config_map(ns, label_selector=LABEL)
+        seen = {cm.metadata.name for cm in listed.items}
+        version = listed.metadata.resource_version
         while not done.is_set():
             w = watch.Watch()
             for ev in w.stream(core.list_namespaced_config_map, ns, label_selector=LABEL,

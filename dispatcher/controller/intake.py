@@ -290,6 +290,7 @@ class Intake:
             self.edited.add(t.key)
         else:
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
+            t.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
 
     def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
                 requeue_failed: bool = False) -> Tracked | None:

@@ -20,15 +20,16 @@ import logging
 import os
 import random
 import time
-import urllib.request
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client, config
+from yarl import URL
 
 log = logging.getLogger("dispatcher.kube")
 
@@ -170,18 +171,21 @@ def _error_of(status: int, http_reason: str, raw: bytes,
 
 
 def read_environment_once(api: client.ApiClient) -> None:
-    """The proxy the environment names for the API server (HTTPS_PROXY, NO_PROXY...), as
-    kubectl would use it, looked up once. kubernetes_asyncio has aiohttp trust the
-    environment, and aiohttp then looks up the proxy variables and ~/.netrc in a thread at
-    every request: about a seventh of the dispatcher's CPU on a busy cluster
-    (bench/e2e.py). A client that signs in with a token or a certificate has no use for
-    ~/.netrc."""
+    """The proxy the environment names for the API server (HTTPS_PROXY, NO_PROXY, with its
+    credentials from ~/.netrc), looked up once, by aiohttp's own rules.
+    kubernetes_asyncio has aiohttp trust the environment, and aiohttp then looks all of
+    this up again in a thread at every request: about a seventh of the dispatcher's CPU
+    on a busy cluster (bench/e2e.py)."""
     rest = api.rest_client
     if not rest.proxy:
-        url = urlsplit(str(api.configuration.host))
-        proxy = urllib.request.getproxies().get(url.scheme)
-        if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
-            rest.proxy = proxy
+        try:
+            proxy, auth = get_env_proxy_for_url(URL(str(api.configuration.host)))
+        except LookupError:
+            pass  # no proxy for the API server
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None and not rest.proxy_headers:
+                rest.proxy_headers = {"Proxy-Authorization": auth.encode()}
     old = rest.pool_manager
     # The read buffer kubernetes_asyncio sets: a watch event of a big object fits in it.
     rest.pool_manager = aiohttp.ClientSession(

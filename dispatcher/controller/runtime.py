@@ -229,8 +229,9 @@ class Dispatcher:
             timeout = self._next_timer()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)
-                await asyncio.sleep(max(DEBOUNCE_SECONDS,
-                                        CYCLE_SPACING * self.last_cycle_seconds))
+                # Never past what is due (a deadline, a grace period, the tick).
+                await asyncio.sleep(max(DEBOUNCE_SECONDS, min(
+                    CYCLE_SPACING * self.last_cycle_seconds, self._next_timer())))
             except TimeoutError:
                 pass
             self.wake.clear()
@@ -509,7 +510,7 @@ class Dispatcher:
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
         active = [t for t in active if (t.check_at is not None and t.check_at <= now)
                   or (t.check_at is None and now - t.stepped_at >= IDLE_STEP_SECONDS)
-                  or self.scaling.due(t)
+                  or (self.scaling.due(t) and (t.check_at is None or t.check_at <= now))
                   or t.needs_items or (t.completable and t.outcome_stale)
                   or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting

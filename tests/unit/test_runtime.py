@@ -582,3 +582,32 @@ def test_the_loop_spaces_cycles_by_what_the_last_one_cost(monkeypatch: Any) -> N
         assert all(g >= 0.6 for g in gaps)
 
     run(scenario)
+
+
+def test_a_deadline_added_to_a_running_wrapper_counts_at_once() -> None:
+    """An edit that changes no item (here a dispatch deadline, long past) is judged at the
+    next cycle, not at the next idle look."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+        kube.put(appwrapper("quiet", cm, created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        assert types(kube, "quiet")[-1] == "Running"
+        clock.now += 120
+        await d.cycle()
+        obj = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "quiet")
+        assert obj is not None
+        edited = copy.deepcopy(obj)
+        edited["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": 60}}
+        edited["metadata"]["generation"] = int(obj["metadata"].get("generation") or 1) + 1
+        kube.put(edited)
+        d.on_appwrapper("MODIFIED", kube.get(
+            "workload.codeflare.dev/v1beta1", "AppWrapper", "team", "quiet") or {})
+        clock.now += 1
+        await d.cycle()
+        status = aw_status(kube, "quiet")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "DispatchDeadlineExceeded"
+
+    run(scenario)
