@@ -475,6 +475,17 @@ def test_an_allowed_kind_whose_crd_is_not_installed_says_so() -> None:
     run(scenario)
 
 
+async def running_configmap_wrapper(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """A dispatcher with one running AppWrapper, "quiet", that wraps a ConfigMap."""
+    kube.put(node("n1"))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
+    kube.put(appwrapper("quiet", cm, created=1))
+    d = await started(kube, clock)
+    await d.cycle()
+    assert types(kube, "quiet")[-1] == "Running"
+    return d
+
+
 def test_a_running_wrapper_with_nothing_due_is_not_judged_at_every_cycle(
         monkeypatch: Any) -> None:
     """Cycles run for everyone's news; a running wrapper whose pods, objects and
@@ -492,12 +503,7 @@ def test_a_running_wrapper_with_nothing_due_is_not_judged_at_every_cycle(
     monkeypatch.setattr(runtime, "judge", counting)
 
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
-        kube.put(appwrapper("quiet", cm, created=1))
-        d = await started(kube, clock)
-        await d.cycle()
-        assert types(kube, "quiet")[-1] == "Running"
+        d = await running_configmap_wrapper(kube, clock)
         judged.clear()
         for i in range(10):  # others come and go: each makes a cycle
             clock.now += 1
@@ -588,12 +594,7 @@ def test_a_deadline_added_to_a_running_wrapper_counts_at_once() -> None:
     """An edit that changes no item (here a dispatch deadline, long past) is judged at the
     next cycle, not at the next idle look."""
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
-        kube.put(appwrapper("quiet", cm, created=1))
-        d = await started(kube, clock)
-        await d.cycle()
-        assert types(kube, "quiet")[-1] == "Running"
+        d = await running_configmap_wrapper(kube, clock)
         clock.now += 120
         await d.cycle()
         obj = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "quiet")
