@@ -59,6 +59,16 @@ def latest(conditions: Sequence[Condition]) -> Condition | None:
     return conditions[-1] if conditions else None
 
 
+def says(conditions: Sequence[Condition], type: str, reason: str, message: str,
+         status: str = "True") -> bool:
+    """Whether the latest condition says exactly this already (type, reason, message,
+    status): recording it again would change nothing."""
+    current = latest(conditions)
+    return current is not None and (
+        current.type, current.reason, current.message, current.status) == (
+        str(type), str(reason), str(message), str(status))
+
+
 def set_condition(
     conditions: Sequence[Condition],
     type: str,
@@ -78,11 +88,11 @@ def set_condition(
 
     The input list and its conditions are never mutated.
     """
+    if says(conditions, type, reason, message, status):
+        return list(conditions), False
     type_, reason_, message_, status_ = str(type), str(reason), str(message), str(status)
     current = latest(conditions)
     if current is not None and current.type == type_:
-        if (current.reason, current.message, current.status) == (reason_, message_, status_):
-            return list(conditions), False
         transition = now if current.status != status_ else current.lastTransitionMicroTime
         updated = Condition.model_validate(
             {

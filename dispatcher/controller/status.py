@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.api.conditions import ConditionType, latest, set_condition
+from dispatcher.api.conditions import says as already_says
 from dispatcher.api.models import AppWrapperStatus
 
 from .kube import EVENT, STATUS, URGENT, ApiError, Kube, Resource
@@ -87,11 +88,9 @@ def _cap(message: str) -> str:
 
 
 def says(status: AppWrapperStatus, type_: str, reason: str, message: str) -> bool:
-    """Whether the latest condition says exactly this already (as Change.condition would
-    find, without the copy a Change makes)."""
-    last = latest(status.conditions)
-    return last is not None and (last.type, last.reason, last.message, last.status) == (
-        type_, reason, _cap(message), "True")
+    """Whether Change.condition would find nothing to change, without the copy a Change
+    makes."""
+    return already_says(status.conditions, type_, reason, _cap(message))
 
 
 @dataclass
