@@ -508,9 +508,7 @@ class Dispatcher:
         active = [t for t in self.m.tracked.values()
                   if t.phase in ("dispatched", "running")
                   or (t.phase == "done" and t.teardown_due and t.aw is not None)]
-        active = [t for t in active if (t.check_at is not None and t.check_at <= now)
-                  or (t.check_at is None and now - t.stepped_at >= IDLE_STEP_SECONDS)
-                  or (self.scaling.due(t) and (t.check_at is None or t.check_at <= now))
+        active = [t for t in active if self._timer_due(t, now)
                   or t.needs_items or (t.completable and t.outcome_stale)
                   or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
@@ -518,6 +516,13 @@ class Dispatcher:
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
             self._spawn(t, self._step(t, now))
+
+    def _timer_due(self, t: Tracked, now: float) -> bool:
+        """Its timer has run out; with none set, an elastic patch is owed or it has not
+        been judged for a while."""
+        if t.check_at is not None:
+            return t.check_at <= now
+        return self.scaling.due(t) or now - t.stepped_at >= IDLE_STEP_SECONDS
 
     def _counts_changed(self, t: Tracked) -> bool:
         counts = t.counts()
