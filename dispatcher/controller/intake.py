@@ -209,8 +209,12 @@ class Intake:
             t.pods[pod] = bucket
         if bucket != before:
             # What a wrapped object reports changes when a pod of it ends or goes, not
-            # when one starts: reading it on every start was 8 GETs per 4-pod Job.
-            if bucket not in ("pending", "running"):
+            # when one starts: reading it on every start was 8 GETs per 4-pod Job. A
+            # success while others of the gang still wait or run is read with the last
+            # of them to end (an object that finished early on a success ends or removes
+            # the rest, which is read): one read per gang, not one per pod.
+            if bucket == "failed" or bucket is None or (
+                    bucket == "succeeded" and not _active(t)):
                 t.outcome_stale = True
             return True
         return False
@@ -453,3 +457,8 @@ def _lifted(obj: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
         return None
     node = let_onto(spec)
     return None if node is None else (node, dict(pod_request(spec)))
+
+
+def _active(t: Tracked) -> bool:
+    """Whether a pod of `t` waits or runs."""
+    return any(b == "pending" or b == "running" for b in t.pods.values())

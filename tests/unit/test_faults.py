@@ -986,6 +986,31 @@ def test_a_job_slow_to_say_complete_completes_its_wrapper_within_seconds() -> No
     run(scenario)
 
 
+def test_a_gang_whose_pods_succeed_one_by_one_has_its_job_read_when_the_last_ends() -> None:
+    """A Job cannot have finished on a success while others of its pods still run: it
+    was read at each pod's success (7.5 reads a job in bench/e2e.py)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, j = await dispatched_job(kube, clock, 3)
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+        for i in range(3):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Running", 1, j))
+        await d.cycle()
+        reads = kube.reads.count(path)
+        for i in range(2):
+            clock.now += 1.0
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Succeeded", 1, j))
+            await d.cycle()
+        assert kube.reads.count(path) == reads
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += 1.0
+        d.on_pod("MODIFIED", pod("a", "a-2", "n1", "Succeeded", 1, j))
+        await d.cycle()
+        assert kube.reads.count(path) == reads + 1
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
 def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -> None:
     """The regular refresh of a wrapped object's outcome waits for the loop's tick: a
     wake for each wrapper's own refresh time would run a cycle per running wrapper."""
@@ -994,8 +1019,8 @@ def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -
         d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
         d.on_pod("MODIFIED", pod("a", "a-1", "n1", "Running", 1, j))
         await d.cycle()
-        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
-        await d.cycle()  # read: not complete; read again in 2 s
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Failed", 1, j))
+        await d.cycle()  # read: not failed; read again in 2 s
         assert d._next_timer() == pytest.approx(2.0)
         clock.now += 2.0
         await d.cycle()  # read again: nothing new ended
