@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,7 @@ BENCH_LABEL = "bench.dispatcher/job"
 # Runs through the dispatcher, and what each adds to `dispatcher run`.
 DISPATCHER_MODES = {"dispatcher": "", "unpinned": "--no-pin-pods"}
 GPU = "nvidia.com/gpu"
+METRICS_PORT = 18089  # the dispatcher's /metrics, on loopback
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
 
 
@@ -225,6 +227,14 @@ def requests_served(k: Kubectl) -> Counter[str]:
     return served
 
 
+def status_writes() -> Counter[str]:
+    """The dispatcher's status PATCHes so far, by what made them (its own metric)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics",
+                                  timeout=30).read().decode()
+    return Counter({kind: int(float(n)) for kind, n in re.findall(
+        r'^dispatcher_status_writes_total\{kind="(\w+)"\} (\S+)$', text, re.M)})
+
+
 def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any]) -> None:
     """POST every object, 16 at a time (as many clients would; `kubectl apply` of a List
     goes one object after another, and it would be what is timed)."""
@@ -279,6 +289,9 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
     served.subtract(served0)
     print(f"  API requests served per job ({what}): " + ", ".join(
         f"{key} {n / len(names):.2f}" for key, n in served.most_common() if n >= len(names) / 10))
+    if dispatcher_pid is not None:
+        print("  status PATCHes per job, by what made them: " + ", ".join(
+            f"{kind} {n / len(names):.2f}" for kind, n in status_writes().items()))
     poster.join()
     applied = posted[0] if posted else drain
     starts = sorted(first_seen.values())
@@ -311,7 +324,8 @@ def start_dispatcher(cluster: Cluster, name: str, extra: str) -> subprocess.Pope
         f.write(b"\n===== start =====\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dispatcher.cli", "run", "--kubeconfig",
-         str(cluster.kubeconfig), "--metrics-port", "0", *extra.split()],
+         str(cluster.kubeconfig), "--metrics-host", "127.0.0.1",
+         "--metrics-port", str(METRICS_PORT), *extra.split()],
         stdout=path.open("ab"), stderr=subprocess.STDOUT, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wait_for(lambda: "dispatcher ready" in path.read_text(errors="replace")

@@ -32,7 +32,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.models import State
@@ -47,6 +47,7 @@ from dispatcher.lifecycle import (
 from dispatcher.resources import CPU
 
 from .runtime import Dispatcher, Observer
+from .status import WRITE_KINDS
 
 log = logging.getLogger("dispatcher")
 
@@ -115,6 +116,9 @@ class Snapshot:
     policy: tuple[str, str] | None = None
     # (tree, node, resource) -> nominal, used, borrowed; bounded by the quota trees' size.
     quota: dict[tuple[str, str, str], tuple[float, float, float]] = field(default_factory=dict)
+    status_writes: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(WRITE_KINDS, 0))
+    events_dropped: int = 0
 
 
 def appwrapper_counts(dispatcher: Dispatcher) -> Tally[tuple[str, str]]:
@@ -273,6 +277,8 @@ class PrometheusObserver(Observer):
                                   _in_base_units(r, u.used.get(r, 0)),
                                   _in_base_units(r, u.borrowed.get(r, 0)))
             for u in ledger.usage() for r in sorted(set(u.nominal) | set(u.used))}
+        s.status_writes = {str(k): n for k, n in d.writer.written.items()}
+        s.events_dropped = d.writer.events_dropped
         self._dirty = False
         self._computed_at = time.monotonic()
         self.snapshots_computed += 1
@@ -341,6 +347,17 @@ class _SnapshotCollector:
         if s.policy is not None:
             info.add_metric(list(s.policy), 1)
         yield info
+        writes = CounterMetricFamily(
+            f"{PREFIX}_status_writes", "AppWrapper status PATCHes sent, by what made them: "
+            "news (a condition, state or requeue), details alone (pod counts, item uids, a "
+            "start estimate) or a message alone.", labels=["kind"])
+        for kind in WRITE_KINDS:
+            writes.add_metric([kind], s.status_writes.get(kind, 0))
+        yield writes
+        yield CounterMetricFamily(
+            f"{PREFIX}_events_dropped", "Events not posted because too many already waited "
+            "for the API client (the conditions in status say the same).",
+            value=s.events_dropped)
 
 
 # --- the HTTP server -------------------------------------------------------------------

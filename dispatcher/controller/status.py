@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dispatcher.api.conditions import ConditionType, latest, set_condition
 from dispatcher.api.conditions import says as already_says
@@ -46,6 +47,8 @@ EVENTS_QUEUED_MAX = 50
 MINOR_WRITES_PER_SECOND = 5.0
 MINOR_WRITES_BURST = 200
 DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart")
+WriteKind = Literal["news", "details", "message"]
+WRITE_KINDS: tuple[WriteKind, ...] = ("news", "details", "message")
 MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
 WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
                            ConditionType.PreemptCandidate})
@@ -81,6 +84,18 @@ def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
         last.pop("lastUpdateMicroTime", None)
     out["conditions"] = conditions
     return out
+
+
+def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
+    """What the status in memory (serialised: `body`) holds that was not written: news,
+    details alone, the message alone, or nothing (None)."""
+    if body == t.written:
+        return None
+    if _without(body, details=True) != _without(t.written, details=True):
+        return "news"
+    if _without(body, details=False) != _without(t.written, details=False):
+        return "details"
+    return "message"
 
 
 def _cap(message: str) -> str:
@@ -138,6 +153,8 @@ class StatusWriter:
         # wait behind it for a token.
         self._writes = {URGENT: asyncio.Semaphore(parallel), STATUS: asyncio.Semaphore(parallel)}
         self.patches = 0  # status PATCHes sent, for benchmarks and tests
+        # ... by what made them: news, or details or a message alone (the metrics).
+        self.written: Counter[WriteKind] = Counter(dict.fromkeys(WRITE_KINDS, 0))
         # Events being posted: off the path of what the write lets happen next (a
         # Dispatched write is followed by creating the items, not by its Event).
         self.events: set[asyncio.Task[None]] = set()
@@ -149,13 +166,12 @@ class StatusWriter:
     def due_at(self, t: Tracked, body: dict[str, Any] | None = None) -> float | None:
         """When the status in memory (`body`, if already serialised) should be written
         (None: it is written)."""
-        if body is None:
-            body = status_body(t.status)
-        if body == t.written:
+        what = unwritten(t, status_body(t.status) if body is None else body)
+        if what is None:
             return None
-        if _without(body, details=True) != _without(t.written, details=True):
-            return t.last_write_at  # news: now
-        if _without(body, details=False) != _without(t.written, details=False):
+        if what == "news":
+            return t.last_write_at  # now
+        if what == "details":
             return t.last_write_at + self.detail_interval
         return t.last_write_at + self.message_interval
 
@@ -176,10 +192,12 @@ class StatusWriter:
 
     async def write(self, t: Tracked, now: float, force: bool = False) -> bool:
         body = status_body(t.status)
-        due_at = self.due_at(t, body)
-        if due_at is None:
+        what = unwritten(t, body)
+        if what is None:
             t.minor_due_at = None
             return True
+        due_at = self.due_at(t, body)
+        assert due_at is not None
         if not force and (now < due_at or not self._minor_token(now)):
             t.minor_due_at = due_at
             return True
@@ -199,6 +217,7 @@ class StatusWriter:
             finally:
                 t.sending = False
         self.patches += 1
+        self.written[what] += 1
         t.written = body
         t.written_version = _version(answer)
         t.last_write_at = now

@@ -23,7 +23,7 @@ FIFO = Policy("fifo", order="arrival")
 T0 = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"
 ALLOWED_LABELS = {"state", "condition", "reason", "resource", "schedulable", "policy", "fit",
-                  "tree", "node", "estimate",
+                  "tree", "node", "estimate", "kind",
                   "version", "python_version", "le"}
 
 
@@ -121,6 +121,10 @@ def test_values_follow_what_the_dispatcher_did() -> None:
         assert value(m, "dispatcher_cluster_largest_free_capacity", resource="cpu") == 63
         assert value(m, "dispatcher_policy_info", policy="fifo", fit="per-node") == 1
         assert [v for (n, _), v in m.items() if n == "dispatcher_build_info"] == [1]
+        # One PATCH each: the failed wrapper, the dispatched one, the one that waits.
+        assert value(m, "dispatcher_status_writes_total", kind="news") == 3
+        assert value(m, "dispatcher_status_writes_total", kind="details") == 0
+        assert value(m, "dispatcher_events_dropped_total") == 0
 
         kube.objects = {p: o for p, o in kube.objects.items() if not p.endswith("/first")}
         d.on_appwrapper("DELETED", appwrapper("first") | {
