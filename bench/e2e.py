@@ -24,6 +24,7 @@ Usage: python bench/e2e.py [--wrappers 500] [--pods 4] [--nodes 64] [--run-for 1
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -119,23 +120,79 @@ def shapes(count: int, pods: int, mixed: int | None) -> list[tuple[int, int]]:
     return [(rng.choice((1, 2, 4, 8)), rng.choice((1, 1, 2, 4, 8))) for _ in range(count)]
 
 
-def sample(k: Kubectl, pods: dict[str, int], unschedulable_pods: dict[str, set[str]],
+Kept = tuple[str, str, int, bool, str]  # what PodView keeps of a pod (_kept)
+
+
+class PodView:
+    """The bench's pods as a watch keeps them (in a thread): what `sample` reads every
+    second. Listing 2,000 pods with kubectl every second cost the bench more CPU than the
+    dispatcher, and the API server a list each time, on a machine both runs share."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.pods: dict[str, Kept] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                listing = json.loads(self.core.list_namespaced_pod(
+                    self.namespace, label_selector=BENCH_LABEL,
+                    _preload_content=False).data)
+                with self.lock:
+                    self.pods = {p["metadata"]["name"]: _kept(p) for p in listing["items"]}
+                stream = self.core.list_namespaced_pod(
+                    self.namespace, label_selector=BENCH_LABEL, watch=True,
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=600, _preload_content=False)
+                for line in stream:
+                    if self.stop.is_set():
+                        break
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        break  # too old: list again
+                    obj = event["object"]
+                    with self.lock:
+                        if event["type"] == "DELETED":
+                            self.pods.pop(obj["metadata"]["name"], None)
+                        else:
+                            self.pods[obj["metadata"]["name"]] = _kept(obj)
+            except Exception:
+                if not self.stop.is_set():
+                    time.sleep(1.0)
+
+    def snapshot(self) -> list[Kept]:
+        with self.lock:
+            return list(self.pods.values())
+
+
+def _kept(p: dict[str, Any]) -> Kept:
+    """(job, phase, GPUs, unschedulable, name) of a pod."""
+    requested = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    return (p["metadata"]["labels"][BENCH_LABEL], p["status"].get("phase", "Pending"),
+            int(requested.get(GPU, 0)),
+            any(c.get("reason") == "Unschedulable" for c in p["status"].get("conditions") or []),
+            p["metadata"]["name"])
+
+
+def sample(view: PodView, pods: dict[str, int], unschedulable_pods: dict[str, set[str]],
            gpus: Counter[str]) -> tuple[int, set[str], set[str]]:
     """(partial gangs now, jobs with all pods done, jobs seen); pods seen unschedulable
     are added to `unschedulable_pods` by job, and the GPUs of pods Running and Pending
     (bound or not) to `gpus`."""
     by_job: dict[str, Counter[str]] = {}
-    for p in k.items("pods", "-l", BENCH_LABEL):
-        j = p["metadata"]["labels"][BENCH_LABEL]
-        phase = p["status"].get("phase", "Pending")
+    for j, phase, requested, unschedulable, name in view.snapshot():
         if phase in ("Running", "Pending"):
-            requested = p["spec"]["containers"][0].get("resources", {}).get("limits", {})
-            gpus[phase] += int(requested.get(GPU, 0))
-        unschedulable = any(c.get("reason") == "Unschedulable"
-                            for c in p["status"].get("conditions") or [])
+            gpus[phase] += requested
         by_job.setdefault(j, Counter())["unschedulable" if unschedulable else phase] += 1
         if unschedulable:
-            unschedulable_pods.setdefault(j, set()).add(p["metadata"]["name"])
+            unschedulable_pods.setdefault(j, set()).add(name)
     partial = sum(1 for c in by_job.values() if c["Running"] and c["unschedulable"])
     done = {j for j, c in by_job.items() if c["Succeeded"] >= pods[j]}
     return partial, done, set(by_job)
@@ -252,11 +309,12 @@ def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any])
         list(pool.map(one, objects))
 
 
-def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any],
-        names: list[str], pods: dict[str, int], what: str, dispatcher_pid: int | None = None
-        ) -> dict[str, float]:
+def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
+        create: Callable[[dict[str, Any]], Any], names: list[str], pods: dict[str, int],
+        what: str, dispatcher_pid: int | None = None) -> dict[str, float]:
     """Post the objects (in a thread) while sampling the pods every second, until every
     job's pods have succeeded."""
+    view = PodView(api, k.namespace or "default")
     t0 = time.monotonic()
     posted: list[float] = []
     poster = threading.Thread(
@@ -271,7 +329,7 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
     cpu0 = cpu_seconds(dispatcher_pid)
     served0 = requests_served(k)
     while len(done) < len(names):
-        partial, finished, seen = sample(k, pods, unschedulable, gpus)
+        partial, finished, seen = sample(view, pods, unschedulable, gpus)
         now = time.monotonic() - t0
         for j in seen:
             first_seen.setdefault(j, now)
@@ -283,6 +341,7 @@ def run(k: Kubectl, objects: list[dict[str, Any]], create: Callable[[dict[str, A
             raise TimeoutError(f"{what}: {len(done)} of {len(names)} done after 30 min")
         time.sleep(1.0)
     drain = time.monotonic() - t0
+    view.stop.set()
     cpu = cpu_seconds(dispatcher_pid)
     cpu.subtract(cpu0)
     served = requests_served(k)
@@ -392,7 +451,7 @@ def main() -> None:
             objects = [job(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(batch.create_namespaced_job, ns)
         try:
-            results[mode] = run(k, objects, create, names, pods, mode,
+            results[mode] = run(k, api, objects, create, names, pods, mode,
                                 None if proc is None else proc.pid)
         finally:
             if proc is not None:
