@@ -44,8 +44,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Waiting:
-    """Try again shortly: a copy from an earlier dispatch is still being deleted, or an
-    item is to be made again with its pods gated."""
+    """A copy from an earlier dispatch is still being deleted: try again shortly."""
 
 
 def _created_at(obj: Mapping[str, Any]) -> float | None:
@@ -111,12 +110,11 @@ class Items:
         created = 0
         waiting = False
         recorded = t.item_uids()
-        for index, obj in enumerate(sized_items(t)):
+        for obj in sized_items(t):
             if (obj["kind"], obj["metadata"]["name"]) in recorded:
                 continue  # created by an earlier run: its uid is in the status
-            onto = {name: node for (item, name), node in t.onto.items() if item == index}
             if self.pin:
-                gate_pods(obj, onto)
+                gate_pods(obj)
             where = f"{obj['kind']} {obj['metadata']['name']!r}"
             resource = await self._resource(obj)
             if resource is None:
@@ -134,14 +132,6 @@ class Items:
             except ApiError as e:
                 if e.transient:
                     raise
-                if e.status == 422 and onto and self.pin:
-                    # The API server would not take the node rule in a template (its
-                    # own rules cannot be extended): its pods are gated instead.
-                    log.warning("%s/%s: %s not taken with its node required (%s); its "
-                                "pods are let onto their nodes one by one", *t.key, where,
-                                e.message)
-                    t.onto = {}
-                    return Waiting()
                 if e.status != 409:
                     return Refused(f"{where}: {e.message}")
             existing = await self._get(resource, t.key[0], obj["metadata"]["name"])

@@ -23,7 +23,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
-from dispatcher.cluster import BoundPod, PlannedPod, bound_pod_from_object, node_from_object
+from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
 from dispatcher.cluster.model import is_terminal
 from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
 from dispatcher.kinds.completion import deciding_items
@@ -155,12 +155,6 @@ class Intake:
                     self._pending_buckets[key] = pod_bucket(dict(obj))
                 else:
                     self._pending_buckets.pop(key, None)
-        if lifted is not None and owner is not None:
-            t = self.m.tracked.get(owner)
-            if t is not None and t.phase == "dispatched" and self.m.state.pinned(key) is None:
-                # Made with its node in its template (items.gate_pods): it binds there,
-                # so its room there is its own, and stays held at Running until it does.
-                self.m.state.pin(owner, key, lifted[1], admits=lifted[0].__eq__)
         bound = None if gone else bound_pod_from_object(obj)
         if bound is not None:
             # Only a proven member takes a planned pod off its gang's reservation.
@@ -198,11 +192,6 @@ class Intake:
         t = self.m.tracked.get((pod.namespace, pod.appwrapper))
         if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
                 or t.key in self.requeues_due or scaled_in(t, self.m.state)):
-            return
-        if t.onto and pod.node in self.m.state.nodes:
-            # Its replacement is made from a template that requires this node: the room
-            # it just gave back is held for it here, before anything else is admitted.
-            self.m.state.reserve_more(t.key, [PlannedPod(pod.node, dict(pod.request))])
             return
         t.lost.append(dict(pod.request))
 

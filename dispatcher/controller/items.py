@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.api.labels import (
@@ -26,8 +26,7 @@ from dispatcher.api.labels import (
 )
 from dispatcher.api.models import API_GROUP, API_VERSION, AppWrapper
 from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
-from dispatcher.fit.gang import Placement
-from dispatcher.kinds import CUSTOM_POD_SET, pod_template_paths, pod_templates_by_set
+from dispatcher.kinds import pod_template_paths
 
 __all__ = ["MAX_LABEL_VALUE", "owned_by", "owner_reference", "prepared_items", "stable_name"]
 
@@ -118,66 +117,19 @@ def ours(gate: object) -> bool:
     return isinstance(gate, Mapping) and gate.get("name") == PLACEMENT_GATE
 
 
-def gate_pods(obj: dict[str, Any], onto: Mapping[str, str] | None = None) -> None:
-    """Pin the pods of every pod template of `obj` (`obj` itself if a Pod) whose node
-    choice the dispatcher's fit can make: a set planned whole onto one node (`onto`: pod
-    set name -> node) has that node required in its template; the others get the
-    placement gate, lifted pod by pod (placement.py)."""
-    for name, path in pod_templates_by_set(obj):
+def gate_pods(obj: dict[str, Any]) -> None:
+    """Add the placement gate to every pod template of `obj` (to `obj` itself if a Pod)
+    whose node choice the dispatcher's fit can make."""
+    for path in pod_template_paths(obj):
         template = _at(obj, path) if path else obj
         spec = template.get("spec")
         if not isinstance(spec, dict) or _beyond_fit(spec):
-            continue
-        node = (onto or {}).get(name)
-        if node is not None:
-            affinity = spec.get("affinity")
-            if not isinstance(affinity, dict):
-                affinity = spec["affinity"] = {}
-            affinity["nodeAffinity"] = {**(affinity.get("nodeAffinity") or {}),
-                                        **node_required(spec, node)}
             continue
         gates = spec.get("schedulingGates")
         if not isinstance(gates, list):
             gates = spec["schedulingGates"] = []
         if not any(ours(g) for g in gates):
             gates.append({"name": PLACEMENT_GATE})
-
-
-def node_required(spec: Mapping[str, Any], node: str) -> dict[str, Any]:
-    """The required node affinity of a pod `spec` with `node` required too: appended to
-    each of its own terms (they stay in force), the only term if it had none."""
-    rule = {"key": "metadata.name", "operator": "In", "values": [node]}
-    terms = [{**t, "matchFields": [*(t.get("matchFields") or []), rule]}
-             for t in required_terms(spec)] or [{"matchFields": [rule]}]
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
-
-
-def required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
-
-
-def single_node_sets(aw: AppWrapper, placements: Sequence[Placement]
-                     ) -> dict[tuple[int, str], str]:
-    """(item, pod set) -> node, when every pod set of a gang is planned whole onto one
-    node: their templates can require it, and no pod waits at a gate to be let onto it
-    (one PATCH per pod saved). Empty when any set spans nodes, or a set is not made from
-    a template (custompodresources): their gated pods would be pinned into the gang's
-    room, which the template's pods must find free. Empty too for a Job that makes its
-    completions one after another: its next pod goes to whatever room is free then."""
-    if not all(_made_once(item.generictemplate) for item in aw.spec.resources.GenericItems):
-        return {}
-    nodes: dict[tuple[int, str], set[str | None]] = {}
-    for p in placements:
-        nodes.setdefault((p.item, p.pod_set), set()).add(p.node)
-    out: dict[tuple[int, str], str] = {}
-    for key, on in nodes.items():
-        node = next(iter(on))
-        if len(on) != 1 or node is None or key[1].startswith(CUSTOM_POD_SET):
-            return {}
-        out[key] = node
-    return out
 
 
 def _beyond_fit(spec: Mapping[str, Any]) -> bool:
@@ -205,16 +157,3 @@ def _beyond_fit(spec: Mapping[str, Any]) -> bool:
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs)
-
-
-def _made_once(obj: Mapping[str, Any]) -> bool:
-    """Whether each pod of `obj` is made once in the normal course of things: not a Job
-    with more completions than pods at a time."""
-    if obj.get("kind") != "Job" or not str(obj.get("apiVersion", "")).startswith("batch/"):
-        return True
-    spec = obj.get("spec") or {}
-    completions = spec.get("completions")
-    parallelism = spec.get("parallelism")
-    if not isinstance(completions, int):
-        return True  # done when one succeeds: none made after the first ones
-    return completions <= (parallelism if isinstance(parallelism, int) else 1)

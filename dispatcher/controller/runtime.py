@@ -63,7 +63,7 @@ from .access import creator_denials
 from .creation import Items, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
 from .intake import Intake
-from .items import prepared_items, single_node_sets
+from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .placement import Placement
@@ -863,9 +863,6 @@ class Dispatcher:
         self.m.queue.remove(t.key)
         planned = [PlannedPod(p.node, p.request) for p in d.placements if p.node is not None]
         self.m.state.reserve(t.key, planned)
-        # An elastic gang's sets grow onto other nodes later: its pods are gated.
-        elastic = d.elastic or (t.queued is not None and t.queued.elastic)
-        t.onto = {} if elastic or t.aw is None else single_node_sets(t.aw, d.placements)
         t.phase = "dispatching"
         self._spawn(t, self._dispatch(t, d, now))
 

@@ -70,10 +70,6 @@ class Tracked:
     # node that went away before it bound (it never will), or its room went with a node
     # and no other has room for it. None: nothing of the kind.
     stranded: str | None = None
-    # (item, pod set) -> the node its pods are planned onto, when every set of the gang
-    # is planned whole onto one node: its template requires the node (items.gate_pods).
-    # Known from the dispatch decision; empty after a restart (pods are then gated).
-    onto: dict[tuple[int, str], str] = field(default_factory=dict)
     room_lost: bool = False  # its hold was on a node that went away: placed again
     # Requests of member pods that went away unfinished (deleted, lost with their node,
     # failed): their replacements must find the capacity the gang was admitted with.

@@ -25,7 +25,6 @@ from dispatcher.resources import PODS, ResourceSpecError, resource_list
 
 __all__ = [
     "APPWRAPPER_KINDS",
-    "CUSTOM_POD_SET",
     "KNOWN_KINDS",
     "NO_POD_KINDS",
     "InvalidItem",
@@ -39,7 +38,6 @@ __all__ = [
     "item_pod_sets",
     "pod_set_from_template",
     "pod_template_paths",
-    "pod_templates_by_set",
 ]
 
 APPWRAPPER_KINDS: frozenset[tuple[str, str]] = frozenset({
@@ -100,14 +98,9 @@ def pod_template_paths(obj: Mapping[str, Any]) -> list[list[str | int]]:
     Only templates present in the object: a RayJob's default submitter pod has none.
     Unknown kinds have none. Raises InvalidItem as `infer_pod_sets` does.
     """
-    return [path for _, path in pod_templates_by_set(obj)]
-
-
-def pod_templates_by_set(obj: Mapping[str, Any]) -> list[tuple[str, list[str | int]]]:
-    """(pod set name, JSON path) of every pod template in `obj`, as `pod_template_paths`
-    lists them: the name is the one `infer_pod_sets` gives the set made from it."""
+    templates = _templates(obj) or []
     return [
-        (t.name, list(t.path)) for t in _templates(obj) or []
+        list(t.path) for t in templates
         if t.path is not None and isinstance(t.template, Mapping)
     ]
 
@@ -119,10 +112,6 @@ def _unknown_kind(obj: Mapping[str, Any], index: int | None) -> InvalidItem:
         f"to count pods for: add {item}.custompodresources listing its pods' replicas and "
         "requests"
     )
-
-
-# Pod sets listed by custompodresources are named this and their index: no template.
-CUSTOM_POD_SET = "custom/"
 
 
 def _custom_pod_set(i: int, entry: object, constraints: PodConstraints) -> PodSet:
@@ -137,7 +126,7 @@ def _custom_pod_set(i: int, entry: object, constraints: PodConstraints) -> PodSe
         raise InvalidItem(str(e)) from None
     request = {**limits, **requests}  # a missing request is its limit, as for containers
     request[PODS] = request.get(PODS, 0) + 1
-    return PodSet(f"{CUSTOM_POD_SET}{i}", replicas, request, constraints)
+    return PodSet(f"custom/{i}", replicas, request, constraints)
 
 
 def item_pod_sets(
