@@ -242,7 +242,9 @@ def stages(k: Kubectl) -> dict[str, list[float]]:
         created = [_at(p["metadata"]["creationTimestamp"]) or 0.0 for p in pods]
         scheduled = [_at(c.get("lastTransitionTime")) or 0.0 for p in pods
                      for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
-        ran = [(_at(t.get("startedAt")) or 0.0, _at(t.get("finishedAt")) or 0.0)
+        # The pod's startTime, not its container's: kwok writes a finished container's
+        # startedAt as the time it finished.
+        ran = [(_at(p["status"].get("startTime")) or 0.0, _at(t.get("finishedAt")) or 0.0)
                for p in pods for cs in p["status"].get("containerStatuses") or []
                if (t := (cs.get("state") or {}).get("terminated"))]
         gpus = sum(int(p["spec"]["containers"][0]["resources"]["limits"].get(GPU, 0))
