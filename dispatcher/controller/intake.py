@@ -214,7 +214,7 @@ class Intake:
             # of them to end (an object that finished early on a success ends or removes
             # the rest, which is read): one read per gang, not one per pod.
             if bucket == "failed" or bucket is None or (
-                    bucket == "succeeded" and not _active(t)):
+                    bucket == "succeeded" and not t.counts().active):
                 t.outcome_stale = True
             return True
         return False
@@ -457,8 +457,3 @@ def _lifted(obj: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
         return None
     node = let_onto(spec)
     return None if node is None else (node, dict(pod_request(spec)))
-
-
-def _active(t: Tracked) -> bool:
-    """Whether a pod of `t` waits or runs."""
-    return any(b == "pending" or b == "running" for b in t.pods.values())

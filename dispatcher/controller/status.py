@@ -166,7 +166,9 @@ class StatusWriter:
     def due_at(self, t: Tracked, body: dict[str, Any] | None = None) -> float | None:
         """When the status in memory (`body`, if already serialised) should be written
         (None: it is written)."""
-        what = unwritten(t, status_body(t.status) if body is None else body)
+        return self._due(t, unwritten(t, status_body(t.status) if body is None else body))
+
+    def _due(self, t: Tracked, what: WriteKind | None) -> float | None:
         if what is None:
             return None
         if what == "news":
@@ -196,7 +198,7 @@ class StatusWriter:
         if what is None:
             t.minor_due_at = None
             return True
-        due_at = self.due_at(t, body)
+        due_at = self._due(t, what)
         assert due_at is not None
         if not force and (now < due_at or not self._minor_token(now)):
             t.minor_due_at = due_at
