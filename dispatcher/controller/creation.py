@@ -47,6 +47,14 @@ class Waiting:
     """A copy from an earlier dispatch is still being deleted: try again shortly."""
 
 
+@dataclass(frozen=True)
+class Made:
+    """Every item exists. `fresh`: this call created them all (none was there before, so
+    none can have an outcome yet)."""
+
+    fresh: bool
+
+
 def _created_at(obj: Mapping[str, Any]) -> float | None:
     stamp = (obj.get("metadata") or {}).get("creationTimestamp")
     if not isinstance(stamp, str):
@@ -103,15 +111,16 @@ class Items:
                 i for i in t.status.wrappedItems if (i.kind, i.name) != (item.kind, item.name)
             ] + [item]
 
-    async def create(self, t: Tracked) -> Refused | Waiting | None:
-        """Create every item not there yet, adopt our own. None when all exist.
-        Transient API failures raise (ApiError with ``transient``)."""
+    async def create(self, t: Tracked) -> Refused | Waiting | Made:
+        """Create every item not there yet, adopt our own. Transient API failures raise
+        (ApiError with ``transient``)."""
         assert t.aw is not None
-        created = 0
+        created = found = 0
         waiting = False
         recorded = t.item_uids()
         for obj in sized_items(t):
             if (obj["kind"], obj["metadata"]["name"]) in recorded:
+                found += 1
                 continue  # created by an earlier run: its uid is in the status
             if self.pin:
                 gate_pods(obj)
@@ -149,9 +158,10 @@ class Items:
                 waiting = True  # a copy from a requeue is still being deleted
                 continue
             self._record(t, existing)
+            found += 1
         if created:
             log.info("%s/%s: created %d object(s)", *t.key, created)
-        return Waiting() if waiting else None
+        return Waiting() if waiting else Made(fresh=created > 0 and not found)
 
     async def _get(self, resource: Resource, namespace: str, name: str
                    ) -> dict[str, Any] | None:

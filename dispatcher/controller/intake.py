@@ -169,7 +169,8 @@ class Intake:
             t = self.m.tracked.get(claimed)
             if t is not None:
                 bucket = pod_bucket(dict(obj)) if owner is not None else None
-                changed |= self._count(t, key[1], bucket)
+                held = bool((obj.get("metadata") or {}).get("finalizers"))
+                changed |= self._count(t, key[1], bucket, held)
                 if owner is not None and t.phase == "done" and t.teardown_due:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
@@ -201,21 +202,33 @@ class Intake:
         t = self.m.tracked.get(claimed)
         return t is not None and (t.phase in ("dispatched", "running") or t.teardown_due)
 
-    def _count(self, t: Tracked, pod: str, bucket: Bucket | None) -> bool:
+    def _count(self, t: Tracked, pod: str, bucket: Bucket | None,
+               held: bool = False) -> bool:
         before = t.pods.get(pod)
         if bucket is None:
             t.pods.pop(pod, None)
         else:
             t.pods[pod] = bucket
+        was_held = pod in t.unsettled
+        if held and bucket in ("succeeded", "failed"):
+            t.unsettled.add(pod)
+        else:
+            t.unsettled.discard(pod)
         if bucket != before:
             # What a wrapped object reports changes when a pod of it ends or goes, not
             # when one starts: reading it on every start was 8 GETs per 4-pod Job. A
             # success while others of the gang still wait or run is read with the last
             # of them to end (an object that finished early on a success ends or removes
-            # the rest, which is read): one read per gang, not one per pod.
+            # the rest, which is read): one read per gang, not one per pod. Nor while an
+            # ended pod is still held by its owner's finalizer: read when it lets go.
             if bucket == "failed" or bucket is None or (
-                    bucket == "succeeded" and not t.counts().active):
+                    bucket == "succeeded" and not t.counts().active and not t.unsettled):
                 t.outcome_stale = True
+            return True
+        if was_held and not t.unsettled and not t.counts().active:
+            # The owner let go of the last ended pod (a Job controller removes its
+            # tracking finalizer once it has counted the pod): its status says it now.
+            t.outcome_stale = True
             return True
         return False
 

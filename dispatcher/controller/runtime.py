@@ -60,7 +60,7 @@ from dispatcher.lifecycle import (
 from dispatcher.queue import AdmissionQueue, Policy
 
 from .access import creator_denials
-from .creation import Items, Refused, Waiting
+from .creation import Items, Made, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
 from .intake import Intake
 from .items import prepared_items
@@ -572,7 +572,21 @@ class Dispatcher:
                 return
         await self.scaling.catch_up(t, now)
         if t.needs_items:
-            result = await self.items.create(t)
+            # Pod news during the creation marks the outcome stale again.
+            stale, t.outcome_stale = t.outcome_stale, False
+            try:
+                result = await self.items.create(t)
+            except BaseException:
+                t.outcome_stale = True
+                raise
+            if isinstance(result, Made) and result.fresh:
+                # Objects made just now have not finished: reading them to learn so was
+                # one GET per wrapper. The first read comes with pod news or the refresh.
+                t.outcome_read_at = now
+                if t.completable and t.outcome is None:
+                    t.outcome = "running"
+            else:
+                t.outcome_stale |= stale
             if isinstance(result, Refused):
                 await self._fail(t, Reason.ItemCreationFailure, result.message, now)
                 return

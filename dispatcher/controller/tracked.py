@@ -60,6 +60,9 @@ class Tracked:
     outcome_pods_done: int = 0  # pods ended when the outcome was last read
     outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
     outcome_soon: bool = False  # a quick read is due (the loop wakes for it)
+    # Ended pods still held by a finalizer of their owner: a Job counts a pod, then lets it
+    # go; before that its status cannot say the Job is complete.
+    unsettled: set[str] = field(default_factory=set)
     check_at: float | None = None
     stepped_at: float = 0.0  # when its lifecycle was last judged
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet

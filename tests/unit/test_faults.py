@@ -1011,6 +1011,58 @@ def test_a_gang_whose_pods_succeed_one_by_one_has_its_job_read_when_the_last_end
     run(scenario)
 
 
+def test_a_job_just_created_is_not_read_for_an_outcome_until_the_refresh() -> None:
+    """An object made a moment ago has no outcome: reading it was one GET per wrapper."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, _ = await dispatched_job(kube, clock, 2)
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+        await d.cycle()
+        assert kube.reads.count(path) == 0
+        clock.now += runtime.OUTCOME_REFRESH_SECONDS
+        await d.cycle()
+        assert kube.reads.count(path) == 1
+
+    run(scenario)
+
+
+def test_a_jobs_ended_pods_held_by_its_finalizer_have_it_read_once_they_are_let_go(
+        ) -> None:
+    """A Job controller counts an ended pod, then removes its tracking finalizer; the Job
+    cannot say Complete before. Reading it when the last pod ended found it running, and
+    was read again every 2 s (4 to 5 GETs a job in bench/e2e.py)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, j = await dispatched_job(kube, clock, 2)
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+
+        def ended(i: int, held: bool) -> dict[str, Any]:
+            p = pod("a", f"a-{i}", "n1", "Succeeded", 1, j)
+            if held:
+                p["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+            return p
+
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Running", 1, j))
+        await d.cycle()
+        reads = kube.reads.count(path)
+        for i in range(2):
+            d.on_pod("MODIFIED", ended(i, held=True))
+        clock.now += 1.0
+        await d.cycle()
+        assert kube.reads.count(path) == reads
+        # Not read, and not taken as done from its pods either: a Job may make more.
+        assert aw_status(kube, "a")["state"] == "Running"
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        d.on_pod("MODIFIED", ended(0, held=False))
+        await d.cycle()
+        assert kube.reads.count(path) == reads  # the other is still held
+        d.on_pod("MODIFIED", ended(1, held=False))
+        await d.cycle()
+        assert kube.reads.count(path) == reads + 1
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
 def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -> None:
     """The regular refresh of a wrapped object's outcome waits for the loop's tick: a
     wake for each wrapper's own refresh time would run a cycle per running wrapper."""
