@@ -415,9 +415,9 @@ class Cluster:
         pids = self.component_pids()
         if not _runs_in(pids.get("kube-apiserver", 0), self.dir):
             raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
-        # Every component's command line: kube-controller-manager and kube-scheduler exit
-        # when they lose their leader lease with the API server away, and a kubelet would
-        # start them again; here `start_apiserver` does.
+        # Every component's command line: any that exits while the API server is away
+        # (with leader election on, kube-controller-manager and kube-scheduler did, and a
+        # kubelet would start them again) is started again by `start_apiserver`.
         saved = {}
         for name, pid in pids.items():
             proc = Path(f"/proc/{pid}")
@@ -538,6 +538,12 @@ def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
             "disableQPSLimits": True,
             "cacheDir": str(config.state_root() / "kwokctl-cache"),
         },
+        # One of each, so no leader to elect: with leader election on, a renewal that
+        # timed out on a busy machine made them exit (both died in a loaded bench run,
+        # leaving Jobs without pods and namespaces never deleted).
+        "componentsPatches": [
+            {"name": name, "extraArgs": [{"key": "leader-elect", "value": "false"}]}
+            for name in ("kube-controller-manager", "kube-scheduler")],
     }
 
 
