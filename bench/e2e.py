@@ -5,6 +5,12 @@ objects removed before the second starts):
 1. directly: N batch Jobs of M one-GPU pods created without the dispatcher (the API
    server's and the scheduler's own pace: the ceiling);
 2. through the dispatcher: N AppWrappers, each wrapping one of those Jobs.
+With `--modes` one more run, *floor*, measures what the API server alone must do for an
+AppWrapper, on top of the direct run: the bench posts the AppWrappers and, from the same
+threads and with nothing decided or held back, sends what any controller that keeps MCAD's
+conditions must send — Queueing for a job that cannot start in the first cluster-full,
+Dispatched before the Job, the Job, then Running and Completed as the pods go (the
+dispatcher also lifts gates, reads the Job and posts Events: none of that is in the floor).
 Pods succeed after --run-for, so the queue drains in waves (N x M GPUs do not fit at
 once). Prints time to drain, jobs dispatched (or created) per second, and the partial
 gangs seen by sampling pods every second: a job with some pods Running while others
@@ -17,7 +23,8 @@ condition names), and gangs with a pod left unschedulable after dispatch — a p
 cluster did not keep.
 
 Usage: python bench/e2e.py [--wrappers 500] [--pods 4] [--nodes 64] [--run-for 10s]
-       [--mixed SEED] [--dispatcher-args '--kube-qps 100'] [--modes direct,dispatcher,unpinned]
+       [--mixed SEED] [--dispatcher-args '--kube-qps 100']
+       [--modes direct,floor,dispatcher,unpinned]
 (starts the local cluster with a profile of --nodes 8-GPU nodes; leaves it running.)
 """
 
@@ -37,7 +44,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -294,6 +301,74 @@ def status_writes() -> Counter[str]:
         r'^dispatcher_status_writes_total\{kind="(\w+)"\} (\S+)$', text, re.M)})
 
 
+def conditions(*types: str) -> list[dict[str, Any]]:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return [{"type": t, "status": "True", "reason": "Bench", "message": "",
+             "lastTransitionMicroTime": stamp, "lastUpdateMicroTime": stamp} for t in types]
+
+
+class Floor:
+    """The floor run's controller, with nothing to decide: each AppWrapper posted, then its
+    conditions written as a dispatcher must (one merge PATCH each) and its Job created at
+    once; Running and Completed written when `follow` sees all of a job's pods there."""
+
+    def __init__(self, api: Any, ns: str, shapes_: dict[str, tuple[int, int]],
+                 gpus: int, run_for: str) -> None:
+        from kubernetes import client
+
+        self.custom, self.batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+        self.group = ("workload.codeflare.dev", "v1beta1", ns, "appwrappers")
+        self.ns, self.shapes, self.run_for = ns, shapes_, run_for
+        # Jobs past the first cluster-full of GPUs wait, so they must say Queueing first.
+        self.waits: set[str] = set()
+        held = 0
+        for name, (pods, per_pod) in shapes_.items():
+            held += pods * per_pod
+            if held > gpus:
+                self.waits.add(name)
+        self.chain: dict[str, tuple[str, ...]] = {}
+        self.pool = ThreadPoolExecutor(16)
+
+    def _status(self, name: str, state: str, *types: str) -> None:
+        self.chain[name] = types
+        self.custom.patch_namespaced_custom_object_status(*self.group, name, {"status": {
+            "state": state, "conditions": conditions(*types)}})
+
+    def create(self, aw: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = aw["metadata"]["name"]
+        try:
+            self.custom.create_namespaced_custom_object(*self.group, aw)
+        except ApiException as e:  # posted by an earlier attempt
+            if e.status != 409:
+                raise
+        first = ("Init", "Queueing")
+        if name in self.waits:
+            self._status(name, "Pending", *first)
+        self._status(name, "Running", *first, "HeadOfLine", "Dispatched")
+        pods, per_pod = self.shapes[name]
+        try:
+            self.batch.create_namespaced_job(self.ns, job(name, pods, self.run_for, per_pod))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def follow(self, snapshot: list[Kept]) -> None:
+        phases: dict[str, Counter[str]] = {}
+        for j, phase, *_ in snapshot:
+            phases.setdefault(j, Counter())[phase] += 1
+        for j, c in phases.items():
+            chain = self.chain.get(j, ())
+            pods = self.shapes[j][0]
+            if chain and "Running" not in chain and c["Running"] + c["Succeeded"] >= pods:
+                self.chain[j] = (*chain, "Running")
+                self.pool.submit(self._status, j, "Running", *chain, "Running")
+            elif "Running" in chain and "Completed" not in chain and c["Succeeded"] >= pods:
+                self.chain[j] = (*chain, "Completed")
+                self.pool.submit(self._status, j, "Completed", *chain, "Completed")
+
+
 def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any]) -> None:
     """POST every object, 16 at a time (as many clients would; `kubectl apply` of a List
     goes one object after another, and it would be what is timed)."""
@@ -313,7 +388,8 @@ def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any])
 
 def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
         create: Callable[[dict[str, Any]], Any], names: list[str], pods: dict[str, int],
-        what: str, dispatcher_pid: int | None = None) -> dict[str, float]:
+        what: str, dispatcher_pid: int | None = None,
+        follow: Callable[[list[Kept]], None] | None = None) -> dict[str, float]:
     """Post the objects (in a thread) while sampling the pods every second, until every
     job's pods have succeeded."""
     view = PodView(api, k.namespace or "default")
@@ -332,6 +408,8 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     served0 = requests_served(k)
     while len(done) < len(names):
         partial, finished, seen = sample(view, pods, unschedulable, gpus)
+        if follow is not None:
+            follow(view.snapshot())
         now = time.monotonic() - t0
         for j in seen:
             first_seen.setdefault(j, now)
@@ -356,7 +434,7 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     poster.join()
     applied = posted[0] if posted else drain
     starts = sorted(first_seen.values())
-    through = what != "direct"
+    through = what in DISPATCHER_MODES
     off, checked = off_plan(k) if through else (0, 0)
     if through:
         steps = stages(k)
@@ -423,7 +501,7 @@ def main() -> None:
                     help="more arguments for `dispatcher run`, e.g. '--kube-qps 100'")
     ap.add_argument("--modes", default="direct,dispatcher",
                     help="which runs, e.g. 'dispatcher' alone (no ratio then), or "
-                    "'direct,dispatcher,unpinned' (unpinned: --no-pin-pods)")
+                    "'direct,floor,dispatcher,unpinned' (unpinned: --no-pin-pods)")
     args = ap.parse_args()
     from kubernetes import client
 
@@ -442,9 +520,13 @@ def main() -> None:
         k = kubectl.in_namespace(ns)
         wait_for(lambda k=k: k.run("get", "sa", "default", check=False).returncode == 0,
                  30, "default service account")
-        proc = None
+        proc = floor = None
         create: Callable[[dict[str, Any]], Any]
-        if mode in DISPATCHER_MODES:
+        if mode == "floor":
+            floor = Floor(api, ns, drawn, args.nodes * 8, args.run_for)
+            objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
+            create = floor.create
+        elif mode in DISPATCHER_MODES:
             proc = start_dispatcher(cluster, "dispatcher-bench",
                                     f"{args.dispatcher_args} {DISPATCHER_MODES[mode]}")
             objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
@@ -455,7 +537,8 @@ def main() -> None:
             create = partial(batch.create_namespaced_job, ns)
         try:
             results[mode] = run(k, api, objects, create, names, pods, mode,
-                                None if proc is None else proc.pid)
+                                None if proc is None else proc.pid,
+                                None if floor is None else floor.follow)
         finally:
             if proc is not None:
                 proc.terminate()
@@ -484,11 +567,18 @@ def main() -> None:
         print(f"CPU seconds while draining, {mode}: {sum(cpu.values()):.0f} of "
               f"{(os.cpu_count() or 1) * r['drain_s']:.0f} core-seconds (" + ", ".join(
                   f"{c} {v:.0f}" for c, v in sorted(cpu.items(), key=lambda kv: -kv[1])) + ")")
+    if "floor" in results and "direct" in results:
+        print(f"floor / direct throughput = "
+              f"{results['floor']['jobs_per_s'] / results['direct']['jobs_per_s']:.2f} "
+              f"(what the API server's work for AppWrappers alone leaves)")
     for mode in (m for m in results if m in DISPATCHER_MODES):
         r = results[mode]
         if "direct" in results:
             ratio = r["jobs_per_s"] / results["direct"]["jobs_per_s"]
             print(f"{mode} / direct throughput = {ratio:.2f} (aim: >= 0.9)")
+        if "floor" in results:
+            print(f"{mode} / floor throughput = "
+                  f"{r['jobs_per_s'] / results['floor']['jobs_per_s']:.2f}")
         print(f"decide-vs-bind, {mode}: {int(r['off_plan'])} of "
               f"{int(r['checked'])} pods bound off the planned nodes; "
               f"{int(r['unschedulable_jobs'])} gangs ({int(r['unschedulable_pods'])} pods) "
