@@ -330,6 +330,7 @@ class Intake:
             stamp = last.lastUpdateMicroTime if last is not None else None
             t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
         self.m.tracked[key] = t
+        self.m.elastic.discard(key)
         if status.state in ("Completed", "Failed") and not requeue_failed:
             t.phase = "done"
             last = latest(status.conditions)
@@ -357,6 +358,8 @@ class Intake:
             # written (a restart, finding conditions, does not say it again).
             self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
+        if queued.elastic:
+            self.m.elastic.add(key)
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
         follow_size(t)  # an elastic gang's pods follow its size
         t.completable = deciding_items(
@@ -405,6 +408,7 @@ class Intake:
     def fail_spec(self, t: Tracked, change: Change, message: str) -> None:
         t.phase = "done"
         t.queued = None
+        self.m.elastic.discard(t.key)
         t.status.state = "Failed"
         change.condition(ConditionType.Failed, Reason.InvalidSpec, message)
         self.m.unwritten.add(t.key)

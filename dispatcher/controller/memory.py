@@ -58,6 +58,9 @@ class Memory:
         # Replaced, not cleared, on a node change: a cycle in the executor keeps its own.
         self.empty_answers = EmptyClusterAnswers()
         self.unwritten: set[Key] = set()  # status changed outside the loop's own steps
+        # Wrappers whose spec is elastic: what the admission loop looks through each cycle
+        # for one that may grow (all wrappers, each cycle, was 4 % of the CPU).
+        self.elastic: set[Key] = set()
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer
@@ -65,6 +68,7 @@ class Memory:
         if self.tracked.get(t.key) is not t:
             return
         del self.tracked[t.key]
+        self.elastic.discard(t.key)
         if t.queued is not None and self.queue.get(t.key) is t.queued:
             self.queue.remove(t.key)
         self.state.release(t.key)

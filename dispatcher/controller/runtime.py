@@ -771,7 +771,8 @@ class Dispatcher:
 
     async def _admit(self, now: float) -> int:
         ordered = list(self.m.queue.ordered(now))
-        elastic = self.scaling.any_elastic(self.m.tracked)  # may grow with nothing queued
+        # An admitted elastic gang may grow with nothing queued.
+        elastic = self.scaling.any_elastic(self.m.tracked, self.m.elastic)
         if not ordered and not elastic:
             return 0
         capacity = Capacity.of(self.m.state)

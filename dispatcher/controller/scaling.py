@@ -24,7 +24,7 @@ status.elasticPods and the gang's bound pods by name (dispatcher.elastic.removal
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.admission import Decision
@@ -121,10 +121,15 @@ class Scaling:
         self.synced: set[tuple[str, str]] = set()
 
     @staticmethod
-    def any_elastic(tracked: Mapping[tuple[str, str], Tracked]) -> bool:
-        return any(t.queued is not None and t.queued.elastic
-                   and t.phase in ("dispatching", "dispatched", "running")
-                   for t in tracked.values())
+    def any_elastic(tracked: Mapping[tuple[str, str], Tracked],
+                    elastic: Iterable[tuple[str, str]]) -> bool:
+        """Whether an admitted gang may grow: `elastic` names the wrappers to look at."""
+        for key in elastic:
+            t = tracked.get(key)
+            if t is not None and t.queued is not None and t.queued.elastic \
+                    and t.phase in ("dispatching", "dispatched", "running"):
+                return True
+        return False
 
     def dispatching(self, t: Tracked, d: Decision) -> None:
         """The size admitted goes into the Dispatched write; the items are created at it."""
