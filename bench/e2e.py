@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -293,6 +294,28 @@ def requests_served(k: Kubectl) -> Counter[str]:
     return served
 
 
+def job_queue() -> Counter[str]:
+    """kube-controller-manager's Job controller so far (its own workqueue metrics): syncs,
+    and seconds they waited in its queue before a worker took them, and worked."""
+    out: Counter[str] = Counter()
+    try:
+        pid = int(subprocess.run(["pgrep", "-f", "kube-controller-manager"], check=True,
+                                 capture_output=True, text=True).stdout.split()[0])
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        text = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=30,
+                                      context=ctx).read().decode()
+    except (OSError, IndexError, StopIteration, subprocess.CalledProcessError):
+        return out  # not this cluster's layout: nothing to say
+    for what, key in (("queue_duration", "waited"), ("work_duration", "worked")):
+        for stat, value in re.findall(
+                rf'^workqueue_{what}_seconds_(sum|count){{name="job"}} (\S+)$', text, re.M):
+            out[key if stat == "sum" else "syncs"] = float(value)
+    return out
+
+
 def status_writes() -> Counter[str]:
     """The dispatcher's status PATCHes so far, by what made them (its own metric)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics",
@@ -406,6 +429,7 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     gpus: Counter[str] = Counter()
     cpu0 = cpu_seconds(dispatcher_pid)
     served0 = requests_served(k)
+    jobs0 = job_queue()
     while len(done) < len(names):
         partial, finished, seen = sample(view, pods, unschedulable, gpus)
         if follow is not None:
@@ -426,6 +450,12 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     cpu.subtract(cpu0)
     served = requests_served(k)
     served.subtract(served0)
+    jobs = job_queue()
+    jobs.subtract(jobs0)
+    if jobs["syncs"]:
+        print(f"  Job controller ({what}): {jobs['syncs']:.0f} syncs, waited in its queue "
+              f"{jobs['waited'] / jobs['syncs']:.2f} s on average, worked "
+              f"{jobs['worked'] / jobs['syncs']:.3f} s")
     print(f"  API requests served per job ({what}): " + ", ".join(
         f"{key} {n / len(names):.2f}" for key, n in served.most_common() if n >= len(names) / 10))
     if dispatcher_pid is not None:
