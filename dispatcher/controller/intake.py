@@ -36,7 +36,7 @@ from .memory import GatedPod, Memory
 from .placement import let_onto
 from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
-from .tracked import Bucket, Key, Tracked, items_digest, now_dt, pod_bucket
+from .tracked import Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
 
 log = logging.getLogger("dispatcher")
 
@@ -85,8 +85,9 @@ class Intake:
         self.requeues_due: set[Key] = set()
         # Dispatched wrappers whose items were edited after admission: to requeue.
         self.edited: set[Key] = set()
-        # Pods whose owner chain is being looked up, and their phase meanwhile.
-        self._pending_buckets: dict[tuple[str, str], Bucket | None] = {}
+        # Pods whose owner chain is being looked up, and their phase (and whether a Job
+        # controller still holds them) meanwhile.
+        self._pending_buckets: dict[tuple[str, str], tuple[Bucket | None, bool]] = {}
 
     # --- nodes -------------------------------------------------------------------------
 
@@ -152,7 +153,7 @@ class Intake:
                 if owner is None:
                     # Not proven yet, or not by what is known now: an item adopted later
                     # (after a restart) may prove it; keep its phase for then.
-                    self._pending_buckets[key] = pod_bucket(dict(obj))
+                    self._pending_buckets[key] = (pod_bucket(dict(obj)), held_by_job(obj))
                 else:
                     self._pending_buckets.pop(key, None)
         bound = None if gone else bound_pod_from_object(obj)
@@ -169,8 +170,7 @@ class Intake:
             t = self.m.tracked.get(claimed)
             if t is not None:
                 bucket = pod_bucket(dict(obj)) if owner is not None else None
-                held = bool((obj.get("metadata") or {}).get("finalizers"))
-                changed |= self._count(t, key[1], bucket, held)
+                changed |= self._count(t, key[1], bucket, held_by_job(obj))
                 if owner is not None and t.phase == "done" and t.teardown_due:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
@@ -219,15 +219,16 @@ class Intake:
             # when one starts: reading it on every start was 8 GETs per 4-pod Job. A
             # success while others of the gang still wait or run is read with the last
             # of them to end (an object that finished early on a success ends or removes
-            # the rest, which is read): one read per gang, not one per pod. Nor while an
-            # ended pod is still held by its owner's finalizer: read when it lets go.
+            # the rest, which is read): one read per gang, not one per pod. Nor while a
+            # Job controller still holds an ended pod: read when it lets go.
             if bucket == "failed" or bucket is None or (
                     bucket == "succeeded" and not t.counts().active and not t.unsettled):
                 t.outcome_stale = True
             return True
         if was_held and not t.unsettled and not t.counts().active:
-            # The owner let go of the last ended pod (a Job controller removes its
-            # tracking finalizer once it has counted the pod): its status says it now.
+            # The Job controller let go of the last ended pod (it counted it, removed its
+            # finalizer, and writes the Job's status next): read it now; if that status
+            # is not there yet, the quick re-read (outcome_soon) finds it.
             t.outcome_stale = True
             return True
         return False
@@ -237,13 +238,13 @@ class Intake:
         for key, owner in decided.items():
             if owner is None:
                 continue  # its phase stays kept: a later item may still prove it
-            bucket = self._pending_buckets.pop(key, None)
+            bucket, held = self._pending_buckets.pop(key, (None, False))
             bound = self.m.state.pod(key)
             if bound is not None:
                 self.m.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
             t = self.m.tracked.get(owner)
             if t is not None:
-                self._count(t, key[1], bucket)
+                self._count(t, key[1], bucket, held)
         self.m.wake.set()
 
     # --- AppWrappers -------------------------------------------------------------------

@@ -934,7 +934,12 @@ class Dispatcher:
         t.first_attempt = True
         t.needs_items = True
         t.items_at = None
+        # What the last dispatch's pods said of its outcome does not count for this one
+        # (its quick re-reads were spent: Completed waited for the 15 s refresh).
         t.outcome_stale = True
+        t.outcome_pods_done = t.outcome_settles = 0
+        t.outcome_soon = False
+        t.unsettled.clear()
 
 
 def _items_text(t: Tracked) -> str:

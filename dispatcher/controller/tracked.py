@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -60,8 +61,9 @@ class Tracked:
     outcome_pods_done: int = 0  # pods ended when the outcome was last read
     outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
     outcome_soon: bool = False  # a quick read is due (the loop wakes for it)
-    # Ended pods still held by a finalizer of their owner: a Job counts a pod, then lets it
-    # go; before that its status cannot say the Job is complete.
+    # Ended pods a Job controller has not let go of yet (its tracking finalizer): it counts
+    # a pod, removes the finalizer, then writes its status; before, the Job cannot say
+    # Complete.
     unsettled: set[str] = field(default_factory=set)
     check_at: float | None = None
     stepped_at: float = 0.0  # when its lifecycle was last judged
@@ -104,6 +106,14 @@ class Tracked:
     def item_uids(self) -> dict[tuple[str, str], str]:
         """(kind, name) -> uid of the items this wrapper created, as recorded."""
         return {(i.kind, i.name): i.uid for i in self.status.wrappedItems if i.uid}
+
+
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"  # a Job controller's pod finalizer
+
+
+def held_by_job(obj: Mapping[str, Any]) -> bool:
+    """Whether a Job controller has yet to count the pod (and let it go)."""
+    return JOB_TRACKING in ((obj.get("metadata") or {}).get("finalizers") or ())
 
 
 def pod_bucket(obj: dict[str, Any]) -> Bucket | None:

@@ -1063,6 +1063,99 @@ def test_a_jobs_ended_pods_held_by_its_finalizer_have_it_read_once_they_are_let_
     run(scenario)
 
 
+def test_a_job_that_says_complete_just_after_letting_its_pods_go_is_read_again_soon(
+        ) -> None:
+    """A Job controller removes the finalizers, then writes Complete: the read that the
+    release triggers may come first, so it is read again shortly."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, j = await dispatched_job(kube, clock, 2)
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+
+        def ended(i: int, phase: str, held: bool) -> dict[str, Any]:
+            p = pod("a", f"a-{i}", "n1", phase, 1, j)
+            p["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"] if held else []
+            return p
+
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Running", 1, j))
+        await d.cycle()
+        for i in range(2):
+            d.on_pod("MODIFIED", ended(i, "Succeeded", held=True))
+            d.on_pod("MODIFIED", ended(i, "Succeeded", held=False))
+        await d.cycle()
+        reads = kube.reads.count(path)
+        assert reads == 1 and aw_status(kube, "a")["state"] == "Running"
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += runtime.OUTCOME_SETTLE_SECONDS
+        await d.cycle()
+        assert kube.reads.count(path) == reads + 1
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
+def test_a_gang_dispatched_again_after_a_requeue_gets_its_quick_reads_again() -> None:
+    """Found by a review: the quick re-reads had been spent on the first dispatch (its
+    failed pods), so after a requeue the second run's Completed waited for the 15 s
+    refresh instead of the quick re-read."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, j = await dispatched_job(kube, clock, 2)
+        key = ("team", "a")
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Running", 1, j))
+        await d.cycle()
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"a-{i}", "n1", "Failed", 1, j))
+        while d.tracked[key].phase != "queued":  # below its minimum: requeued
+            clock.now += 2.0
+            await d.cycle()
+            assert clock.now < 1e10
+        for i in range(2):
+            d.on_pod("DELETED", pod("a", f"a-{i}", "n1", "Failed", 1, j))
+        t = d.tracked[key]
+        while t.phase not in ("dispatched", "running") or t.needs_items:
+            clock.now += 2.0
+            await d.cycle()
+        again = created_job(kube, "a")
+        assert again["metadata"]["uid"] != j["metadata"]["uid"]
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"b-{i}", "n1", "Running", 1, again))
+        await d.cycle()
+        for i in range(2):
+            p = pod("a", f"b-{i}", "n1", "Succeeded", 1, again)
+            p["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+            d.on_pod("MODIFIED", p)
+        await d.cycle()
+        for i in range(2):
+            d.on_pod("MODIFIED", pod("a", f"b-{i}", "n1", "Succeeded", 1, again))
+        await d.cycle()  # read: the Job has not said Complete yet
+        again["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        clock.now += runtime.OUTCOME_SETTLE_SECONDS
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
+def test_a_finalizer_that_is_not_a_jobs_does_not_hold_back_the_read() -> None:
+    """Only a Job controller's tracking finalizer means the pod is not counted yet: a
+    pod with another finalizer (the user's, another controller's) is read when it ends."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, j = await dispatched_job(kube, clock, 1)
+        path = "/apis/batch/v1/namespaces/team/jobs/a"
+        d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Running", 1, j))
+        await d.cycle()
+        j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        p = pod("a", "a-0", "n1", "Succeeded", 1, j)
+        p["metadata"]["finalizers"] = ["example.com/keep"]
+        d.on_pod("MODIFIED", p)
+        await d.cycle()
+        assert kube.reads.count(path) == 1
+        assert aw_status(kube, "a")["state"] == "Completed"
+
+    run(scenario)
+
+
 def test_a_running_gang_with_a_pod_ended_wakes_the_loop_only_for_quick_reads() -> None:
     """The regular refresh of a wrapped object's outcome waits for the loop's tick: a
     wake for each wrapper's own refresh time would run a cycle per running wrapper."""
