@@ -144,7 +144,8 @@ class Cluster:
     def is_running(self) -> bool:
         """Up, healthy, fully set up by this code, and built from the current binaries."""
         info = self.ready_info()
-        if info is None or info.get("build") != _build_ids():
+        if info is None or info.get("build") != _build_ids() \
+                or info.get("components") != _component_patches():
             return False
         # A dead scheduler or kwok would not show in /readyz but would break every test.
         procs = self.processes()
@@ -198,6 +199,7 @@ class Cluster:
             "profile": profile,
             "operators": ops,
             "build": _build_ids(),
+            "components": _component_patches(),
             "started_seconds": round(time.monotonic() - start, 1),
         }
         (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
@@ -521,6 +523,24 @@ def _kwok_env() -> dict[str, str]:
 JOB_SYNCS = 25  # kube-controller-manager --concurrent-job-syncs (see _kwokctl_config)
 
 
+def _component_patches() -> list[dict[str, Any]]:
+    """Flags of the control plane's components beyond kwokctl's (a cluster started with
+    others is not reused)."""
+    # One of each, so no leader to elect: with leader election on, a renewal that
+    # timed out on a busy machine made them exit (both died in a loaded bench run,
+    # leaving Jobs without pods and namespaces never deleted).
+    return [
+        {"name": "kube-controller-manager", "extraArgs": [
+            {"key": "leader-elect", "value": "false"},
+            # The Job controller's workers (5 by default) each wait on an API server
+            # that shares 2 cores with everything else: 0.2 s a sync, where a real
+            # control plane takes a few ms. Five queued a new Job for 3.5 s on
+            # average in bench/e2e.py (4.4 s when created directly); 25, 0.1-0.8 s.
+            {"key": "concurrent-job-syncs", "value": str(JOB_SYNCS)}]},
+        {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+    ]
+
+
 def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -541,19 +561,7 @@ def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
             "disableQPSLimits": True,
             "cacheDir": str(config.state_root() / "kwokctl-cache"),
         },
-        # One of each, so no leader to elect: with leader election on, a renewal that
-        # timed out on a busy machine made them exit (both died in a loaded bench run,
-        # leaving Jobs without pods and namespaces never deleted).
-        "componentsPatches": [
-            {"name": "kube-controller-manager", "extraArgs": [
-                {"key": "leader-elect", "value": "false"},
-                # The Job controller's workers (5 by default) each wait on an API server
-                # that shares 2 cores with everything else: 0.2 s a sync, where a real
-                # control plane takes a few ms. Five queued a new Job for 3.5 s on
-                # average in bench/e2e.py (4.4 s when created directly); 25, 0.1-0.8 s.
-                {"key": "concurrent-job-syncs", "value": str(JOB_SYNCS)}]},
-            {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
-        ],
+        "componentsPatches": _component_patches(),
     }
 
 
