@@ -44,7 +44,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -294,25 +294,29 @@ def requests_served(k: Kubectl) -> Counter[str]:
     return served
 
 
-def job_queue() -> Counter[str]:
-    """kube-controller-manager's Job controller so far (its own workqueue metrics): syncs,
-    and seconds they waited in its queue before a worker took them, and worked."""
+def job_queue(pid: int | None) -> Counter[str]:
+    """kube-controller-manager's (`pid`) Job controller so far (its own workqueue
+    metrics): syncs, and seconds they waited in its queue before a worker took them, and
+    worked."""
     out: Counter[str] = Counter()
+    if pid is None:
+        return out
     try:
-        pid = int(subprocess.run(["pgrep", "-f", "kube-controller-manager"], check=True,
-                                 capture_output=True, text=True).stdout.split()[0])
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         text = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=30,
                                       context=ctx).read().decode()
-    except (OSError, IndexError, StopIteration, subprocess.CalledProcessError):
+    except (OSError, StopIteration):
         return out  # not this cluster's layout: nothing to say
     for what, key in (("queue_duration", "waited"), ("work_duration", "worked")):
         for stat, value in re.findall(
                 rf'^workqueue_{what}_seconds_(sum|count){{name="job"}} (\S+)$', text, re.M):
-            out[key if stat == "sum" else "syncs"] = float(value)
+            if stat == "sum":
+                out[key] = float(value)
+            elif what == "queue_duration":
+                out["syncs"] = float(value)
     return out
 
 
@@ -349,13 +353,20 @@ class Floor:
             held += pods * per_pod
             if held > gpus:
                 self.waits.add(name)
+        # The conditions written (or being written) per job: only `create` and `follow`
+        # change it, so a late PATCH cannot take a job's chain back.
         self.chain: dict[str, tuple[str, ...]] = {}
         self.pool = ThreadPoolExecutor(16)
+        self.writes: list[Future[None]] = []
 
     def _status(self, name: str, state: str, *types: str) -> None:
-        self.chain[name] = types
         self.custom.patch_namespaced_custom_object_status(*self.group, name, {"status": {
             "state": state, "conditions": conditions(*types)}})
+
+    def finish(self) -> int:
+        """Wait for the Running and Completed writes still under way; how many failed."""
+        self.pool.shutdown(wait=True)
+        return sum(1 for f in self.writes if f.exception() is not None)
 
     def create(self, aw: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -369,7 +380,9 @@ class Floor:
         first = ("Init", "Queueing")
         if name in self.waits:
             self._status(name, "Pending", *first)
-        self._status(name, "Running", *first, "HeadOfLine", "Dispatched")
+        dispatched = (*first, "HeadOfLine", "Dispatched")
+        self._status(name, "Running", *dispatched)
+        self.chain[name] = dispatched
         pods, per_pod = self.shapes[name]
         try:
             self.batch.create_namespaced_job(self.ns, job(name, pods, self.run_for, per_pod))
@@ -386,10 +399,12 @@ class Floor:
             pods = self.shapes[j][0]
             if chain and "Running" not in chain and c["Running"] + c["Succeeded"] >= pods:
                 self.chain[j] = (*chain, "Running")
-                self.pool.submit(self._status, j, "Running", *chain, "Running")
+                self.writes.append(
+                    self.pool.submit(self._status, j, "Running", *chain, "Running"))
             elif "Running" in chain and "Completed" not in chain and c["Succeeded"] >= pods:
                 self.chain[j] = (*chain, "Completed")
-                self.pool.submit(self._status, j, "Completed", *chain, "Completed")
+                self.writes.append(
+                    self.pool.submit(self._status, j, "Completed", *chain, "Completed"))
 
 
 def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any]) -> None:
@@ -412,7 +427,8 @@ def post(objects: list[dict[str, Any]], create: Callable[[dict[str, Any]], Any])
 def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
         create: Callable[[dict[str, Any]], Any], names: list[str], pods: dict[str, int],
         what: str, dispatcher_pid: int | None = None,
-        follow: Callable[[list[Kept]], None] | None = None) -> dict[str, float]:
+        follow: Callable[[list[Kept]], None] | None = None,
+        controller_pid: int | None = None) -> dict[str, float]:
     """Post the objects (in a thread) while sampling the pods every second, until every
     job's pods have succeeded."""
     view = PodView(api, k.namespace or "default")
@@ -429,7 +445,7 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     gpus: Counter[str] = Counter()
     cpu0 = cpu_seconds(dispatcher_pid)
     served0 = requests_served(k)
-    jobs0 = job_queue()
+    jobs0 = job_queue(controller_pid)
     while len(done) < len(names):
         partial, finished, seen = sample(view, pods, unschedulable, gpus)
         if follow is not None:
@@ -450,7 +466,7 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
     cpu.subtract(cpu0)
     served = requests_served(k)
     served.subtract(served0)
-    jobs = job_queue()
+    jobs = job_queue(controller_pid)
     jobs.subtract(jobs0)
     if jobs["syncs"]:
         print(f"  Job controller ({what}): {jobs['syncs']:.0f} syncs, waited in its queue "
@@ -568,11 +584,14 @@ def main() -> None:
         try:
             results[mode] = run(k, api, objects, create, names, pods, mode,
                                 None if proc is None else proc.pid,
-                                None if floor is None else floor.follow)
+                                None if floor is None else floor.follow,
+                                cluster.component_pids().get("kube-controller-manager"))
         finally:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
+            if floor is not None and (failed := floor.finish()):
+                print(f"  floor: {failed} status writes failed")
         # Each run starts on a cluster with nothing else to do: removing the last run's
         # 2,000 pods would load the API server, etcd and the watchers of the next.
         kubectl("delete", "namespace", ns, "--wait=true", timeout=600)
