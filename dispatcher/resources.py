@@ -123,17 +123,9 @@ def _resource_list(m: object, label: str) -> Resources:
             f"{label or 'a resource list'} must be a map of resource name to quantity, "
             f"not {type(m).__name__}"
         )
-    out: Resources = {}
-    for k, v in m.items():
-        name = str(k)
-        if isinstance(v, str | int | float) and not isinstance(v, bool):
-            try:
-                out[name] = _canonical_units(name, v)
-                continue
-            except QuantityError:
-                pass  # said again below, with where it is
-        out[name] = _canonical(name, v, f"{label}.{name}" if label else name)
-    return out
+    return {
+        str(k): _canonical(str(k), v, f"{label}.{k}" if label else str(k)) for k, v in m.items()
+    }
 
 
 def resource_list(m: Mapping[str, Any] | None, label: str = "") -> Resources:
