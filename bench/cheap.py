@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from e2e import bench_cluster, cpu_seconds, post, start_dispatcher  # noqa: E402
+from e2e import bench_cluster, conditions, cpu_seconds, post, start_dispatcher  # noqa: E402
 from scale import apiserver_requests  # noqa: E402
 
 LABEL = "bench.dispatcher/cheap"
@@ -48,12 +48,6 @@ def appwrapper(name: str) -> dict[str, Any]:
     return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
             "metadata": {"name": name},
             "spec": {"resources": {"GenericItems": [{"generictemplate": configmap(name)}]}}}
-
-
-def conditions(*types: str) -> list[dict[str, Any]]:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-    return [{"type": t, "status": "True", "reason": "Bench", "message": "",
-             "lastTransitionMicroTime": stamp, "lastUpdateMicroTime": stamp} for t in types]
 
 
 def by_hand(custom: Any, core: Any, ns: str) -> Callable[[dict[str, Any]], None]:

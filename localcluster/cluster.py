@@ -520,7 +520,7 @@ def _kwok_env() -> dict[str, str]:
     return env
 
 
-JOB_SYNCS = 25  # kube-controller-manager --concurrent-job-syncs (see _kwokctl_config)
+JOB_SYNCS = 25  # kube-controller-manager --concurrent-job-syncs (see _component_patches)
 
 
 def _component_patches() -> list[dict[str, Any]]:
