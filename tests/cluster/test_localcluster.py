@@ -12,12 +12,13 @@ import os
 import shutil
 import signal
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localcluster import Cluster, Kubectl, wait_for
-from localcluster.cluster import READY_FILE
+from localcluster.cluster import JOB_SYNCS, READY_FILE
 from localcluster.testing import (
     GPU,
     condition,
@@ -297,3 +298,26 @@ def test_reusing_a_cluster_started_without_operators_starts_them(
              "metadata": {"name": "after-reuse"},
              "spec": {"pytorchReplicaSpecs": {"Master": master}}})
     wait_pods(k, "training.kubeflow.org/job-name=after-reuse", 1, timeout=90)
+
+
+def test_controllers_run_without_leader_election_and_with_25_job_workers(
+        local_cluster: Cluster) -> None:
+    """One of each, so nothing to elect (a lease renewal that timed out on a loaded machine
+    made kube-controller-manager exit); the Job controller's workers as localcluster/
+    README.md says. A cluster whose ready file records other flags is not reused."""
+    pids = local_cluster.component_pids()
+    argv = {name: Path(f"/proc/{pids[name]}/cmdline").read_bytes().decode().split("\0")
+            for name in ("kube-controller-manager", "kube-scheduler")}
+    assert "--leader-elect=false" in argv["kube-controller-manager"]
+    assert "--leader-elect=false" in argv["kube-scheduler"]
+    assert f"--concurrent-job-syncs={JOB_SYNCS}" in argv["kube-controller-manager"]
+
+    assert local_cluster.is_running()
+    ready = local_cluster.dir / READY_FILE
+    saved = ready.read_text()
+    try:
+        ready.write_text(json.dumps({**json.loads(saved), "components": []}))
+        assert not local_cluster.is_running()
+    finally:
+        ready.write_text(saved)
+    assert local_cluster.is_running()
