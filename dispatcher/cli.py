@@ -15,6 +15,7 @@ from dispatcher.queue.policy import PolicyError
 
 if TYPE_CHECKING:
     from dispatcher.controller.kube import Kube
+    from dispatcher.controller.pod_pinning import PodPinning
     from dispatcher.controller.webhook import WebhookOptions, WebhookServer
 
 EXIT_CLUSTER = 1
@@ -117,8 +118,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         MetricsServer.default_auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
 
     async def run() -> int:
-        # The webhook shares the event loop with the controller, not its state.
-        webhook = await _start_webhook(args, args.webhook_port) if args.webhook_port else None
+        # The webhook shares the event loop with the controller; of its state, only the
+        # pod webhook reads it (holds a pod's room as it is created, pod_pinning.py).
+        webhook = None
+        if args.webhook_port:
+            from dispatcher.controller.pod_pinning import PodPinning
+
+            settings.pod_pinning = PodPinning() if args.pin_pods else None
+            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning)
         try:
             return await operate(settings)
         finally:
@@ -130,13 +137,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-async def _start_webhook(args: argparse.Namespace, port: int
+async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None
                          ) -> tuple[WebhookServer, Kube]:
+    import dataclasses
+
     from dispatcher.controller.kube import Kube
-    from dispatcher.controller.webhook import make_server
+    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server
 
     kube = await Kube.connect(args.kubeconfig)
-    server = make_server(kube, _webhook_options(args, port))
+    options = _webhook_options(args, port)
+    if pods is not None:
+        options = dataclasses.replace(options, pods_configuration=PODS_CONFIGURATION)
+    server = make_server(kube, options, pods)
     try:
         await server.start()
     except BaseException:
@@ -307,7 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "to get /metrics (TokenReview + SubjectAccessReview); default none")
     r.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
                    help="also serve the AppWrapper admission webhook (HTTPS) on PORT "
-                   "(default 0: not here; `dispatcher webhook` serves it on its own)")
+                   "(default 0: not here; `dispatcher webhook` serves it on its own), and "
+                   "the pod webhook that pins a gang's pods as they are created (with "
+                   "--pin-pods, and the MutatingWebhookConfiguration dispatcher-pods)")
     r.add_argument("--namespace", help="the dispatcher's namespace, for the webhook's "
                    "Secret (default: $POD_NAMESPACE, the pod's, else dispatcher-system)")
     add_webhook_arguments(r, "--webhook-")

@@ -334,6 +334,21 @@ class ClusterState:
             if not pinned:
                 del self._pinned[owner]
 
+    def repin(self, old: tuple[str, str], new: tuple[str, str], owner: AppWrapperKey
+              ) -> bool:
+        """The pin held under `old` for a pod of `owner` is `new`'s from now on (a pod
+        pinned before it had a name); False, and nothing changes, if `old` holds no pin
+        of `owner`'s."""
+        pin = self._pins.get(old)
+        if pin is None or pin[0] != owner:
+            return False
+        if new in self._pins:
+            self.unpin(old)  # it has one already (cannot happen: a pod is pinned once)
+            return True
+        del self._pins[old]
+        self._pins[new] = pin
+        return True
+
     def pinned(self, key: tuple[str, str]) -> str | None:
         pin = self._pins.get(key)
         return None if pin is None else pin[1]

@@ -215,12 +215,15 @@ class SecretCertificates:
     MAX_ATTEMPTS = 5
 
     def __init__(self, kube: Kube, namespace: str, name: str, hosts: Sequence[str],
-                 configuration: str | None) -> None:
+                 configuration: str | None, pods_configuration: str | None = None) -> None:
         self.kube = kube
         self.namespace = namespace
         self.name = name
         self.hosts = list(hosts)
         self.configuration = configuration
+        # The pod webhook's MutatingWebhookConfiguration (pod_pinning.py): optional, so
+        # its absence is no warning.
+        self.pods_configuration = pods_configuration
 
     async def current(self, now: datetime.datetime | None = None) -> Certificates:
         """The certificates to serve, renewed first if due. Another replica renewing at
@@ -276,19 +279,26 @@ class SecretCertificates:
                       ) -> int:
         """Patch the CA bundle into every webhook of the configurations that does not
         carry it yet; returns the number of webhooks patched."""
-        if self.configuration is None:
-            return 0
         bundle = base64.b64encode(certs.ca_bundle(now or _now())).decode()
         patched = 0
-        for resource in (MUTATING, VALIDATING):
-            path = resource.path(name=self.configuration)
+        targets = [(r, self.configuration) for r in (MUTATING, VALIDATING)
+                   if self.configuration is not None]
+        if self.pods_configuration is not None:
+            targets.append((MUTATING, self.pods_configuration))
+        for resource, name in targets:
+            path = resource.path(name=name)
             try:
                 config = await self.kube.request("GET", path)
             except ApiError as e:
-                if e.status == 404:
-                    log.warning("%s %s not found: the API server will not call this webhook "
-                                "(apply deploy/ or pass --webhook-configuration)",
-                                resource.kind, self.configuration)
+                if e.status == 404 and name == self.configuration:
+                    log.warning("%s %s not found: the API server will not call this "
+                                "webhook (apply deploy/ or pass --webhook-configuration)",
+                                resource.kind, name)
+                    continue
+                if e.status in (403, 404) and name != self.configuration:
+                    # The pod webhook is optional (deploy/components/pod-webhook): not
+                    # installed, or not this service account's to patch.
+                    log.debug("%s %s not patched: %s", resource.kind, name, e)
                     continue
                 raise
             ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",
@@ -306,5 +316,6 @@ class SecretCertificates:
                 content_type="application/json-patch+json")
             patched += len(ops)
         if patched:
-            log.info("CA bundle patched into %d webhook(s) of %s", patched, self.configuration)
+            log.info("CA bundle patched into %d webhook(s) of %s", patched,
+                     " and ".join(dict.fromkeys(name for _, name in targets)))
         return patched

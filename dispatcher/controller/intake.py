@@ -33,7 +33,7 @@ from dispatcher.review import review
 
 from .items import ours
 from .memory import GatedPod, Memory
-from .placement import let_onto
+from .placement import let_onto, token_key, token_of
 from .scaling import follow_size, scaled_in
 from .status import Change, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
@@ -124,7 +124,17 @@ class Intake:
         claim = labels.get(APPWRAPPER_LABEL)
         claimed: Key | None = (key[0], str(claim)) if claim else None
         owner: Key | None = None
-        gated = None if gone or claimed is None else _gated(obj, claimed)
+        token = token_of(obj)
+        if (token is not None and claimed is not None
+                and token_key(key[0], token) in self.m.pin_tokens
+                and self.m.state.repin(token_key(key[0], token), key, claimed)):
+            # Pinned by the pod webhook as it was created: its pin now goes by its name
+            # (only a pod of the gang it was made for takes it: the annotation is anyone's
+            # to write; a pin no pod took lapses).
+            del self.m.pin_tokens[token_key(key[0], token)]
+            self.m.lifted.pop(token_key(key[0], token), None)
+            self.m.pods_pinned["created"] += 1
+        gated = None if gone or claimed is None else gated_pod(obj, claimed)
         if gated is not None:
             self.m.gated[key] = gated
         else:
@@ -455,7 +465,8 @@ def _claim_labels(claimed: Key | None) -> dict[str, str]:
     return {APPWRAPPER_LABEL: claimed[1]} if claimed is not None else {}
 
 
-def _gated(obj: Mapping[str, Any], claimed: Key) -> GatedPod | None:
+def gated_pod(obj: Mapping[str, Any], claimed: Key) -> GatedPod | None:
+    """The pod as waiting at the placement gate, or None: it carries no such gate."""
     spec = obj.get("spec") or {}
     gates = spec.get("schedulingGates") or []
     if not any(ours(g) for g in gates):

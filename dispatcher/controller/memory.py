@@ -54,6 +54,11 @@ class Memory:
         # Pods let past the gate onto a node and not bound yet, with their claim, node and
         # request: after a restart their gang's hold is rebuilt on those nodes.
         self.lifted: dict[tuple[str, str], tuple[Key, str, dict[str, int]]] = {}
+        # Pins made by the pod webhook as a pod was created (pod_pinning.py), held under a
+        # token until the pod is seen: when they lapse (monotonic) and the pod's request.
+        self.pin_tokens: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
+        # Pods let onto their node, by how: "created" (the pod webhook), "gate" (a PATCH).
+        self.pods_pinned: dict[str, int] = {"created": 0, "gate": 0}
         self.wake = asyncio.Event()
         # Replaced, not cleared, on a node change: a cycle in the executor keeps its own.
         self.empty_answers = EmptyClusterAnswers()

@@ -119,6 +119,7 @@ class Snapshot:
     status_writes: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(WRITE_KINDS, 0))
     events_dropped: int = 0
+    pods_pinned: dict[str, int] = field(default_factory=lambda: {"created": 0, "gate": 0})
 
 
 def appwrapper_counts(dispatcher: Dispatcher) -> Tally[tuple[str, str]]:
@@ -279,6 +280,7 @@ class PrometheusObserver(Observer):
             for u in ledger.usage() for r in sorted(set(u.nominal) | set(u.used))}
         s.status_writes = {str(k): n for k, n in d.writer.written.items()}
         s.events_dropped = d.writer.events_dropped
+        s.pods_pinned = dict(d.m.pods_pinned)
         self._dirty = False
         self._computed_at = time.monotonic()
         self.snapshots_computed += 1
@@ -354,6 +356,13 @@ class _SnapshotCollector:
         for kind in WRITE_KINDS:
             writes.add_metric([kind], s.status_writes.get(kind, 0))
         yield writes
+        pinned = CounterMetricFamily(
+            f"{PREFIX}_pods_pinned", "Pods of gangs let onto the node held for them, by how: "
+            "created (by the pod webhook, as the pod was created) or gate (its scheduling "
+            "gate lifted by a PATCH).", labels=["how"])
+        for how in ("created", "gate"):
+            pinned.add_metric([how], s.pods_pinned.get(how, 0))
+        yield pinned
         yield CounterMetricFamily(
             f"{PREFIX}_events_dropped", "Events not posted because too many already waited "
             "for the API client (the conditions in status say the same).",

@@ -36,6 +36,7 @@ from .runtime import APPWRAPPERS, Dispatcher, Observer
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer
+    from .pod_pinning import PodPinning
 
 log = logging.getLogger("dispatcher")
 
@@ -65,6 +66,9 @@ class Settings:
     require_creator: bool = False
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
     pin_pods: bool = True
+    # The pod webhook served beside the controller (`run --webhook-port`): it pins with
+    # this process's memory once the loop runs.
+    pod_pinning: PodPinning | None = None
 
 
 class Operator:
@@ -129,6 +133,8 @@ class Operator:
                 self.metrics_server.dispatcher = d
             await self._start_informers(d, kube)
             d.start()
+            if s.pod_pinning is not None:
+                s.pod_pinning.dispatcher = d
             log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
                      s.policy.name, s.fit, len(d.state.nodes), len(d.tracked))
             waits = [asyncio.ensure_future(stop.wait())]
@@ -170,6 +176,8 @@ class Operator:
             await informer.listed.wait()
 
     async def _stop(self, d: Dispatcher) -> None:
+        if self.settings.pod_pinning is not None:
+            self.settings.pod_pinning.dispatcher = None
         await d.stop()
         for task in self._tasks:
             task.cancel()

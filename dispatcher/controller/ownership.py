@@ -99,6 +99,12 @@ class Ownership:
         self._waiting.setdefault(ref.uid, {})[key] = claimed
         return False
 
+    def proves(self, pod: Mapping[str, Any], claimed: Key) -> bool:
+        """Whether what is known already proves the pod belongs to `claimed` (its
+        controller owner is an item of it, or below one); looks nothing up."""
+        ref = controller_ref(pod)
+        return ref is not None and self._root.get(ref.uid) == claimed
+
     def drop_pod(self, key: PodKey) -> None:
         self._rejected.pop(key, None)
         for uid in list(self._waiting):

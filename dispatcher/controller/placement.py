@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,22 @@ log = logging.getLogger(__name__)
 
 PodKey = tuple[str, str]
 RECOUNT_SECONDS = 5.0
+# Annotation of a pod pinned by the pod webhook as it was created (pod_pinning.py): the
+# token its pin is held under until the pod, then named, is seen.
+PIN_TOKEN_ANNOTATION = "dispatcher.codeflare.dev/pin-token"
+TOKEN_PREFIX = "pin-token:"
+
+
+def token_key(namespace: str, token: str) -> PodKey:
+    """The key a pin made at admission is held under (the pod has no name yet: the API
+    server generates it after the webhooks)."""
+    return namespace, TOKEN_PREFIX + token
+
+
+def token_of(obj: Mapping[str, Any]) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    token = annotations.get(PIN_TOKEN_ANNOTATION)
+    return str(token) if token else None
 
 
 def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
@@ -44,22 +60,29 @@ def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
     Both are changes the API server allows on a gated pod; resourceVersion makes it
     apply to the pod as seen, or fail with 409."""
     spec = pod.spec
-    gates = [g for g in spec.get("schedulingGates") or [] if not ours(g)]
     if node is None:
         return {"metadata": {"resourceVersion": pod.version},
-                "spec": {"schedulingGates": gates or None}}
+                "spec": {"schedulingGates": _other_gates(spec) or None}}
+    return {"metadata": {"resourceVersion": pod.version}, "spec": let_onto_patch(spec, node)}
+
+
+def let_onto_patch(spec: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """What of the pod's spec changes when it is let onto `node`: its other scheduling
+    gates (None: none left), and the node affinity with `node` required (a merge patch of
+    ``spec.affinity``)."""
     rule = {"key": "metadata.name", "operator": "In", "values": [node]}
     terms = [{**t, "matchFields": [*(t.get("matchFields") or []), rule]}
              for t in _required_terms(spec)] or [{"matchFields": [rule]}]
     return {
-        "metadata": {"resourceVersion": pod.version},
-        "spec": {
-            "schedulingGates": gates or None,
-            "affinity": {"nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
-            }},
-        },
+        "schedulingGates": _other_gates(spec) or None,
+        "affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+        }},
     }
+
+
+def _other_gates(spec: Mapping[str, Any]) -> list[Any]:
+    return [g for g in spec.get("schedulingGates") or [] if not ours(g)]
 
 
 def let_onto(spec: Mapping[str, Any]) -> str | None:
@@ -99,6 +122,7 @@ class Placement:
         go. Runs in the loop after holds are rebuilt and before anything is admitted, so
         room a pod is pinned to is never offered to a new gang."""
         state = self.m.state
+        self.expire_tokens(time.monotonic())
         waiting = 0
         for key in sorted(self.m.gated):
             pod = self.m.gated[key]
@@ -125,7 +149,8 @@ class Placement:
                 return node_admits(state.nodes[node], c)
 
             request = pod.request
-            node = state.pin(t.key, key, request, unfit.get(t.key, ()), admits)
+            node = self.held_room(t.key, key, request, pod.constraints,
+                                  unfit.get(t.key, ()))
             if node is None:
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
@@ -135,6 +160,25 @@ class Placement:
             start(self._lift(key, pod, node))
         self.waiting = waiting
         self._recounted = {k: v for k, v in self._recounted.items() if k in self.m.gated}
+
+    def held_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
+                  constraints: PodConstraints, unfit: Collection[PlannedPod] = ()
+                  ) -> str | None:
+        """The node a member pod is pinned to within the room its gang holds (kept for
+        `key` until it binds or is unpinned), or None: no room of the gang for it."""
+        state = self.m.state
+
+        def admits(node: str) -> bool:
+            return node_admits(state.nodes[node], constraints)
+
+        return state.pin(owner, key, request, unfit, admits)
+
+    def expire_tokens(self, now: float) -> None:
+        """Drop the pins made as pods were created whose pod was never seen."""
+        for key in [k for k, (due, _) in self.m.pin_tokens.items() if due <= now]:
+            del self.m.pin_tokens[key]
+            self.m.lifted.pop(key, None)
+            self.m.state.unpin(key)
 
     def _free_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
                    admits: Callable[[str], bool]) -> str | None:
@@ -172,6 +216,8 @@ class Placement:
                             "without a node", *key, node, e)
                 await self.kube.request("PATCH", path, lift_gate(pod, None),
                                         content_type="application/merge-patch+json")
+            if node is not None:
+                self.m.pods_pinned["gate"] += 1
             if self.m.gated.get(key) is pod:
                 del self.m.gated[key]  # the watch will say so too; do not lift it twice
         except ApiError as e:

@@ -182,6 +182,12 @@ class Dispatcher:
     def wake(self) -> asyncio.Event:
         return self.m.wake
 
+    @property
+    def unfit(self) -> Mapping[Key, list[PlannedPod]]:
+        """Held pods charged to a node they do not fit on, per wrapper (no pod is pinned
+        to those)."""
+        return self._unfit
+
     # --- watch events (intake.py does the work) -----------------------------------------
 
     def on_node(self, event: str, obj: Mapping[str, Any]) -> None:

@@ -3,7 +3,9 @@
 
 kube-apiserver POSTs an AdmissionReview to ``/mutate-appwrappers`` (creator annotations)
 and ``/validate-appwrappers`` (spec, creator, RBAC per item, immutability); what is decided
-is in admission_review.py. ``/healthz`` answers once a certificate is loaded.
+is in admission_review.py. ``/healthz`` answers once a certificate is loaded. Inside
+``dispatcher run`` it also serves ``/pin-pods``, the pod webhook that pins a gang's pod as
+it is created (pod_pinning.py).
 
 Certificates come from a Secret the webhook keeps itself (certs.py: made, rotated, and
 the CA patched into its webhook configurations), or, with ``cert_dir``, from files that
@@ -21,7 +23,7 @@ import os
 import signal
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,14 @@ from .access import Access
 from .admission_review import AppWrapperReview, Verdict
 from .certs import SecretCertificates, service_hosts
 from .kube import Kube
+from .pod_pinning import PodPinning
 
 log = logging.getLogger("dispatcher.webhook")
 
 MUTATE_PATH = "/mutate-appwrappers"
 VALIDATE_PATH = "/validate-appwrappers"
+PIN_PODS_PATH = "/pin-pods"  # served by `dispatcher run` only (pod_pinning.py)
+PODS_CONFIGURATION = "dispatcher-pods"
 RECHECK_SECONDS = 60.0
 # An AdmissionReview carries the object and, on UPDATE, the old one: etcd takes objects
 # up to 1.5 MB, so a little more than twice that.
@@ -68,6 +73,8 @@ class WebhookOptions:
     cert_dir: Path | None = None
     cert_hosts: tuple[str, ...] = ()
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
+    # With `dispatcher run`: the pod webhook's configuration, its CA patched as well.
+    pods_configuration: str | None = None
 
 
 class TlsContext:
@@ -121,8 +128,10 @@ class WebhookServer:
     """The HTTPS endpoints; ``refresh()`` (re)loads the certificate from its source."""
 
     def __init__(self, review: AppWrapperReview, source: CertSource,
-                 host: str = "0.0.0.0", port: int = 9443) -> None:
+                 host: str = "0.0.0.0", port: int = 9443,
+                 pods: PodPinning | None = None) -> None:
         self.review = review
+        self.pods = pods
         self.source = source
         self.host = host
         self.port = port
@@ -134,6 +143,8 @@ class WebhookServer:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post(MUTATE_PATH, self._mutate)
         app.router.add_post(VALIDATE_PATH, self._validate)
+        if self.pods is not None:
+            app.router.add_post(PIN_PODS_PATH, self._pin_pod)
         app.router.add_get("/healthz", self._healthz)
         return app
 
@@ -194,14 +205,25 @@ class WebhookServer:
     async def _validate(self, request: web.Request) -> web.Response:
         return await self._answer(request, mutate=False)
 
-    async def _answer(self, request: web.Request, mutate: bool) -> web.Response:
+    async def _pin_pod(self, request: web.Request) -> web.Response:
+        """Always allowed: at worst the pod keeps its gate and the loop lets it go."""
+        assert self.pods is not None
+        body, review, uid = await _review_of(request)
+        if review is None:
+            return _bad_review()
+        transport = request.transport
         try:
-            body = await request.json()
-            review = body["request"]
-            uid = str(review["uid"])
-        except (ValueError, KeyError, TypeError):
-            return web.Response(status=400, text="expected an AdmissionReview with a "
-                                "request (admission.k8s.io/v1)\n")
+            patch = await self.pods.review(
+                review, lambda: transport is None or transport.is_closing())
+        except Exception:
+            log.exception("pod AdmissionReview %s failed; the pod keeps its gate", uid)
+            patch = None
+        return _answer(body, uid, Verdict(True, patch=patch))
+
+    async def _answer(self, request: web.Request, mutate: bool) -> web.Response:
+        body, review, uid = await _review_of(request)
+        if review is None:
+            return _bad_review()
         try:
             verdict = self.review.mutate(review) if mutate else \
                 await self.review.validate(review)
@@ -209,22 +231,42 @@ class WebhookServer:
             log.exception("AdmissionReview %s failed", uid)
             verdict = Verdict(False, code=500, message="the dispatcher's webhook failed "
                               "on this AppWrapper; its log says why")
-        answer: dict[str, Any] = {"apiVersion": body.get("apiVersion") or
-                                  "admission.k8s.io/v1",
-                                  "kind": "AdmissionReview", "response": verdict.response(uid)}
-        return web.json_response(answer)
+        return _answer(body, uid, verdict)
 
 
-def make_server(kube: Kube, options: WebhookOptions) -> WebhookServer:
+async def _review_of(request: web.Request
+                     ) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """The AdmissionReview posted, its request and uid; a None request if it is none."""
+    try:
+        body = await request.json()
+        review = body["request"]
+        return body, review, str(review["uid"])
+    except (ValueError, KeyError, TypeError):
+        return {}, None, ""
+
+
+def _bad_review() -> web.Response:
+    return web.Response(status=400, text="expected an AdmissionReview with a request "
+                        "(admission.k8s.io/v1)\n")
+
+
+def _answer(body: Mapping[str, Any], uid: str, verdict: Verdict) -> web.Response:
+    return web.json_response({"apiVersion": body.get("apiVersion") or "admission.k8s.io/v1",
+                              "kind": "AdmissionReview", "response": verdict.response(uid)})
+
+
+def make_server(kube: Kube, options: WebhookOptions,
+                pods: PodPinning | None = None) -> WebhookServer:
     source: CertSource
     if options.cert_dir is not None:
         source = directory_source(options.cert_dir)
     else:
         hosts = service_hosts(options.service, options.namespace, options.cert_hosts)
         source = secret_source(SecretCertificates(kube, options.namespace, options.secret,
-                                                  hosts, options.configuration))
+                                                  hosts, options.configuration,
+                                                  options.pods_configuration))
     return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds), source,
-                         options.host, options.port)
+                         options.host, options.port, pods)
 
 
 async def serve(options: WebhookOptions, kubeconfig: str | None,

@@ -54,6 +54,31 @@ def webhook_configurations(port: int) -> list[dict[str, Any]]:
     return docs
 
 
+POD_WEBHOOK = DEPLOY / "components" / "pod-webhook" / "webhook.yaml"
+PODS_CONFIGURATION = "dispatcher-pods"
+
+
+def pod_webhook_configuration(port: int) -> dict[str, Any]:
+    """deploy/components/pod-webhook's MutatingWebhookConfiguration, calling
+    https://127.0.0.1:PORT (`dispatcher run --webhook-port PORT`) instead of the Service."""
+    (doc,) = [d for d in yaml.safe_load_all(POD_WEBHOOK.read_text())
+              if d and d["kind"] == "MutatingWebhookConfiguration"]
+    for hook in doc["webhooks"]:
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}"
+                                f"{hook['clientConfig']['service']['path']}"}
+    return dict(doc)
+
+
+def register_pod_webhook(kubectl: Kubectl, port: int) -> None:
+    unregister_pod_webhook(kubectl)
+    kubectl.create(yaml.safe_dump(pod_webhook_configuration(port)))
+
+
+def unregister_pod_webhook(kubectl: Kubectl) -> None:
+    kubectl("delete", "mutatingwebhookconfiguration", PODS_CONFIGURATION,
+            "--ignore-not-found")
+
+
 def register_url_webhooks(kubectl: Kubectl, port: int) -> None:
     """(Re)register the webhook configurations with a loopback URL (replacing deploy/'s
     Service-based ones, if applied). The webhook patches in its CA when it starts."""

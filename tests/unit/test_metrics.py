@@ -23,7 +23,7 @@ FIFO = Policy("fifo", order="arrival")
 T0 = 1_800_000_000.0
 CREATED = "2027-01-15T08:00:00Z"
 ALLOWED_LABELS = {"state", "condition", "reason", "resource", "schedulable", "policy", "fit",
-                  "tree", "node", "estimate", "kind",
+                  "tree", "node", "estimate", "kind", "how",
                   "version", "python_version", "le"}
 
 
@@ -125,6 +125,7 @@ def test_values_follow_what_the_dispatcher_did() -> None:
         assert value(m, "dispatcher_status_writes_total", kind="news") == 3
         assert value(m, "dispatcher_status_writes_total", kind="details") == 0
         assert value(m, "dispatcher_events_dropped_total") == 0
+        assert value(m, "dispatcher_pods_pinned_total", how="created") == 0
 
         kube.objects = {p: o for p, o in kube.objects.items() if not p.endswith("/first")}
         d.on_appwrapper("DELETED", appwrapper("first") | {

@@ -12,6 +12,7 @@ import ssl
 from typing import Any
 
 import aiohttp
+import pytest
 from cryptography import x509
 
 from dispatcher.controller.access import CREATOR, Access
@@ -26,6 +27,7 @@ from dispatcher.controller.certs import (
     renew,
     service_hosts,
 )
+from dispatcher.controller.kube import ApiError
 from dispatcher.controller.webhook import (
     MUTATE_PATH,
     VALIDATE_PATH,
@@ -162,6 +164,30 @@ def test_the_ca_is_patched_into_every_webhook_once() -> None:
         assert [h["clientConfig"]["caBundle"] for h in hooks] == [bundle, bundle]
         assert hooks[0]["clientConfig"]["url"] == "https://127.0.0.1:1/x"
     assert run(s.publish(certs, NOW)) == 0
+
+
+def test_the_pod_webhooks_configuration_gets_the_ca_and_may_be_absent_or_forbidden() -> None:
+    api = FakeApi()
+    configs(api)
+    api.put(MUTATING.path(name="dispatcher-pods"), {
+        "metadata": {"name": "dispatcher-pods"},
+        "webhooks": [{"name": "p", "clientConfig": {"url": "https://127.0.0.1:1/pin-pods"}}]})
+    s = SecretCertificates(api, "dispatcher-system", "dispatcher-webhook-cert",  # type: ignore[arg-type]
+                           HOSTS, "dispatcher-appwrappers", "dispatcher-pods")
+    certs = run(s.current(NOW))
+    assert run(s.publish(certs, NOW)) == 5
+    hook = api.objects[MUTATING.path(name="dispatcher-pods")]["webhooks"][0]
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == certs.ca_cert
+    # Optional: not installed, or RBAC that names only the AppWrapper configurations.
+    del api.objects[MUTATING.path(name="dispatcher-pods")]
+    assert run(s.publish(certs, NOW)) == 0
+    api.fail[("GET", MUTATING.path(name="dispatcher-pods"))] = ApiError(403, "Forbidden", "no")
+    assert run(s.publish(certs, NOW)) == 0
+    # The AppWrapper configurations stay required.
+    api.fail[("GET", VALIDATING.path(name="dispatcher-appwrappers"))] = ApiError(
+        403, "Forbidden", "no")
+    with pytest.raises(ApiError):
+        run(s.publish(certs, NOW))
 
 
 # --- the HTTPS server ------------------------------------------------------------------
