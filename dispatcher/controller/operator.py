@@ -31,6 +31,7 @@ from dispatcher.queue import Policy
 from .estimates import EstimateSettings
 from .informer import Informer
 from .kube import Kube, Resource
+from .leader_pod import own_pod, step_down, take_lead
 from .lease import LeaderElector
 from .runtime import APPWRAPPERS, Dispatcher, Observer
 
@@ -107,6 +108,9 @@ class Operator:
         kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst)
         lease_kube: Kube | None = None
         try:
+            pod = own_pod() if s.pod_pinning is not None else None
+            if pod is not None:
+                await step_down(kube, pod)
             if s.leader_election:
                 # Its own connections, not paced: a renewal queued behind a burst of item
                 # creations (the client's token bucket, a pool of busy connections) missed
@@ -135,6 +139,8 @@ class Operator:
             d.start()
             if s.pod_pinning is not None:
                 s.pod_pinning.dispatcher = d
+                if pod is not None:
+                    await take_lead(kube, pod)
             log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
                      s.policy.name, s.fit, len(d.state.nodes), len(d.tracked))
             waits = [asyncio.ensure_future(stop.wait())]
