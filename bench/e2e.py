@@ -16,6 +16,10 @@ once). Prints time to drain, jobs dispatched (or created) per second, and the pa
 gangs seen by sampling pods every second: a job with some pods Running while others
 wait unschedulable — what gang dispatch exists to prevent.
 
+Mode *webhook* runs the dispatcher with its pod webhook (deploy/components/pod-webhook,
+registered with a loopback URL): each pod of a gang is created already let onto its node,
+instead of at its gate lifted by a PATCH (the default dispatcher run).
+
 With --mixed SEED the gangs fragment the nodes (1, 2, 4 or 8 pods of 1, 2, 4 or 8 GPUs,
 drawn with SEED), and the dispatcher's run also measures the decide-vs-bind gap: pods that
 kube-scheduler bound on another node than the dispatcher planned (the nodes its Dispatched
@@ -24,7 +28,7 @@ cluster did not keep.
 
 Usage: python bench/e2e.py [--wrappers 500] [--pods 4] [--nodes 64] [--run-for 10s]
        [--mixed SEED] [--dispatcher-args '--kube-qps 100']
-       [--modes direct,floor,dispatcher,unpinned]
+       [--modes direct,floor,dispatcher,unpinned,webhook]
 (starts the local cluster with a profile of --nodes 8-GPU nodes; leaves it running.)
 """
 
@@ -61,7 +65,15 @@ from localcluster.testing import container, outcome  # noqa: E402
 LABEL = "workload.codeflare.dev/appwrapper"
 BENCH_LABEL = "bench.dispatcher/job"
 # Runs through the dispatcher, and what each adds to `dispatcher run`.
-DISPATCHER_MODES = {"dispatcher": "", "unpinned": "--no-pin-pods"}
+WEBHOOK_PORT = 18443  # `dispatcher run`'s pod webhook (mode "webhook"), on loopback
+DISPATCHER_MODES = {
+    "dispatcher": "", "unpinned": "--no-pin-pods",
+    # Pods pinned as they are created (deploy/components/pod-webhook), not by a PATCH.
+    "webhook": f"--webhook-port {WEBHOOK_PORT} --webhook-host 127.0.0.1 --webhook-cert-host "
+               "127.0.0.1 --namespace default --webhook-secret dispatcher-bench-pods-cert "
+               "--webhook-configuration=",
+}
+POD_WEBHOOK = REPO / "deploy" / "components" / "pod-webhook" / "webhook.yaml"
 GPU = "nvidia.com/gpu"
 METRICS_PORT = 18089  # the dispatcher's /metrics, on loopback
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
@@ -320,12 +332,12 @@ def job_queue(pid: int | None) -> Counter[str]:
     return out
 
 
-def status_writes() -> Counter[str]:
-    """The dispatcher's status PATCHes so far, by what made them (its own metric)."""
+def dispatcher_counter(name: str, label: str) -> Counter[str]:
+    """One of the dispatcher's counters so far, by its one label (its /metrics)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics",
                                   timeout=30).read().decode()
-    return Counter({kind: int(float(n)) for kind, n in re.findall(
-        r'^dispatcher_status_writes_total\{kind="(\w+)"\} (\S+)$', text, re.M)})
+    return Counter({value: int(float(n)) for value, n in re.findall(
+        rf'^dispatcher_{name}_total\{{{label}="(\w+)"\}} (\S+)$', text, re.M)})
 
 
 def conditions(*types: str) -> list[dict[str, Any]]:
@@ -476,7 +488,11 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
         f"{key} {n / len(names):.2f}" for key, n in served.most_common() if n >= len(names) / 10))
     if dispatcher_pid is not None:
         print("  status PATCHes per job, by what made them: " + ", ".join(
-            f"{kind} {n / len(names):.2f}" for kind, n in status_writes().items()))
+            f"{kind} {n / len(names):.2f}" for kind, n in
+            dispatcher_counter("status_writes", "kind").items()))
+        print("  pods pinned per job, by how: " + ", ".join(
+            f"{how} {n / len(names):.2f}" for how, n in
+            dispatcher_counter("pods_pinned", "how").items()))
     poster.join()
     applied = posted[0] if posted else drain
     starts = sorted(first_seen.values())
@@ -499,6 +515,18 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
             "off_plan": off, "checked": checked,
             "running_gpus": gpus["Running"] / samples, "pending_gpus": gpus["Pending"] / samples,
             **{f"cpu {c}": v for c, v in cpu.items()}}
+
+
+def register_pod_webhook(kubectl: Kubectl) -> None:
+    """deploy/components/pod-webhook's configuration, calling the dispatcher on loopback
+    (the local cluster has no Service network)."""
+    (doc,) = [d for d in yaml.safe_load_all(POD_WEBHOOK.read_text())
+              if d and d["kind"] == "MutatingWebhookConfiguration"]
+    for hook in doc["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{WEBHOOK_PORT}{path}"}
+    kubectl("delete", "mutatingwebhookconfiguration", "dispatcher-pods", "--ignore-not-found")
+    kubectl.create(doc)
 
 
 def start_dispatcher(cluster: Cluster, name: str, extra: str) -> subprocess.Popen[bytes]:
@@ -547,7 +575,8 @@ def main() -> None:
                     help="more arguments for `dispatcher run`, e.g. '--kube-qps 100'")
     ap.add_argument("--modes", default="direct,dispatcher",
                     help="which runs, e.g. 'dispatcher' alone (no ratio then), or "
-                    "'direct,floor,dispatcher,unpinned' (unpinned: --no-pin-pods)")
+                    "'direct,floor,dispatcher,unpinned,webhook' (unpinned: --no-pin-pods; "
+                    "webhook: pods pinned as they are created, by the pod webhook)")
     args = ap.parse_args()
     from kubernetes import client
 
@@ -573,8 +602,14 @@ def main() -> None:
             objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = floor.create
         elif mode in DISPATCHER_MODES:
+            if mode == "webhook":
+                register_pod_webhook(kubectl)
             proc = start_dispatcher(cluster, "dispatcher-bench",
                                     f"{args.dispatcher_args} {DISPATCHER_MODES[mode]}")
+            if mode == "webhook":
+                wait_for(lambda: kubectl.json("mutatingwebhookconfiguration",
+                                              "dispatcher-pods")["webhooks"][0][
+                    "clientConfig"].get("caBundle"), 60, "the pod webhook's CA patched in")
             objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(custom.create_namespaced_custom_object,
                              "workload.codeflare.dev", "v1beta1", ns, "appwrappers")
@@ -590,6 +625,8 @@ def main() -> None:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
+            kubectl("delete", "mutatingwebhookconfiguration", "dispatcher-pods",
+                    "--ignore-not-found")
             if floor is not None and (failed := floor.finish()):
                 print(f"  floor: {failed} status writes failed")
         # Each run starts on a cluster with nothing else to do: removing the last run's
