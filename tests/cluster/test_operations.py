@@ -22,6 +22,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dispatcher.cli import build_parser
+from dispatcher.controller.leader_pod import LEADER_LABEL
+from dispatcher.controller.webhook import PIN_PODS_PATH
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, fake_gpu_nodes, outcome
 
@@ -314,6 +317,49 @@ def test_deploy_applies_and_its_pods_meet_the_restricted_standard(
                              capture_output=True, text=True, check=True).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(overlay) if d]
     assert kinds.count("ServiceMonitor") == 1
+
+
+def test_the_pod_webhook_component_adds_its_flags_service_and_rights(
+        deployed: Installed, kubectl: Kubectl, tmp_path: Path) -> None:
+    """deploy/components/pod-webhook in an overlay of deploy/: the controller serves the pod
+    webhook with its own certificate, behind a Service that reaches the leader only."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    component = DEPLOY / "components" / "pod-webhook"
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY, overlay)],
+        "components": [os.path.relpath(component, overlay)]}))
+    rendered = subprocess.run([kubectl.binary, "kustomize", str(overlay)], capture_output=True,
+                              text=True, check=True).stdout
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
+    container = docs[("Deployment", "dispatcher")]["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[-4:] == ["--webhook-port=9443", "--webhook-service=dispatcher-pods",
+                         "--webhook-secret=dispatcher-pods-cert", "--webhook-configuration="]
+    parsed = build_parser().parse_args(args)  # what `dispatcher run` makes of them
+    assert (parsed.webhook_port, parsed.webhook_service, parsed.webhook_secret,
+            parsed.webhook_configuration) == (9443, "dispatcher-pods", "dispatcher-pods-cert", "")
+    assert {"name": "pod-webhook", "containerPort": 9443, "protocol": "TCP"} in \
+        container["ports"]
+    service = docs[("Service", "dispatcher-pods")]["spec"]
+    assert service["selector"][LEADER_LABEL] == "true"
+    assert service["ports"][0]["targetPort"] == "pod-webhook"
+    hook = docs[("MutatingWebhookConfiguration", "dispatcher-pods")]["webhooks"][0]
+    assert hook["clientConfig"]["service"]["path"] == PIN_PODS_PATH
+    assert hook["failurePolicy"] == "Ignore"
+    rbac = [d for d in yaml.safe_load_all((component / "rbac.yaml").read_text()) if d]
+    kubectl.apply(rbac)
+    try:
+        pods_config = "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+        assert _can(kubectl, "patch", f"{pods_config}:dispatcher-pods")
+        assert not _can(kubectl, "patch", f"{pods_config}:another")
+        assert _can(kubectl, "update", "secrets:dispatcher-pods-cert", namespace=SA_NAMESPACE)
+        assert not _can(kubectl, "get", "secrets:dispatcher-webhook-cert",
+                        namespace=SA_NAMESPACE)
+        assert _can(kubectl, "patch", "pods", namespace=SA_NAMESPACE)  # its leader label
+    finally:
+        kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac))
 
 
 def _can(kubectl: Kubectl, verb: str, resource: str, user: str = SA_USER,
