@@ -38,10 +38,12 @@ from dispatcher.resources import pod_request
 
 from .intake import gated_pod
 from .items import PLACEMENT_GATE, ours
+from .ownership import controller_ref
 from .placement import PIN_TOKEN_ANNOTATION, let_onto, let_onto_patch, token_key, token_of
 
 if TYPE_CHECKING:
     from .runtime import Dispatcher
+    from .tracked import Tracked
 
 log = logging.getLogger("dispatcher.pinning")
 
@@ -86,7 +88,7 @@ class PodPinning:
         deadline = self.clock() + PROOF_WAIT_SECONDS
         while not d.m.ownership.proves(obj, claimed):
             t = d.m.tracked.get(claimed)
-            if t is None or t.phase != "dispatched" or self.clock() >= deadline:
+            if t is None or not _item_being_recorded(t, obj) or self.clock() >= deadline:
                 return None  # the loop proves it from its owner chain, then lets it go
             await asyncio.sleep(PROOF_POLL_SECONDS)
         if gone() or self.dispatcher is not d:
@@ -140,6 +142,17 @@ class PodPinning:
                  ((obj.get("metadata") or {}).get("labels") or {}).get(APPWRAPPER_LABEL),
                  node)
         return _unpin_patch(obj, node)
+
+
+def _item_being_recorded(t: Tracked, pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's controller may be an item of the dispatched gang whose uid is not
+    known yet (the create's answer not in): only then is its proof worth waiting for.
+    A pod two owners below an item (JobSet -> Job -> pod) is proven by the loop, which
+    looks the chain up."""
+    ref = controller_ref(pod)
+    return ref is not None and t.phase == "dispatched" and any(
+        w.kind == ref.kind and w.name == ref.name and w.uid in ("", ref.uid)
+        for w in t.status.wrappedItems)
 
 
 def _claimed(request: Mapping[str, Any], obj: Mapping[str, Any]) -> tuple[str, str] | None:

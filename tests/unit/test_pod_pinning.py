@@ -252,6 +252,23 @@ def test_a_pod_created_before_its_jobs_uid_is_recorded_waits_for_it() -> None:
     run(scenario)
 
 
+def test_a_pod_whose_owner_is_no_item_is_not_kept_waiting() -> None:
+    """A pod two owners below an item (JobSet -> Job -> pod) or forged: its proof is the
+    loop's to look up, and its creation is not held up for it."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        _, hook, job = await dispatched(kube, clock, one_pod_job("a"))
+        hook.clock = lambda: 0.0  # its deadline never comes: a wait would never end
+        below = gated_pod(job, "a-0")
+        below["metadata"]["ownerReferences"][0].update(kind="Job", name="a-workers-0",
+                                                       uid="uid-of-a-child-job")
+        forged = gated_pod(job, "a-1")
+        forged["metadata"]["ownerReferences"][0]["uid"] = "not-the-job"
+        for i, pod in enumerate((below, forged)):
+            assert await asyncio.wait_for(hook.review(creating(pod, f"r{i}")), 10) is None
+
+    run(scenario)
+
+
 def test_no_pin_when_the_api_server_stopped_waiting_for_the_answer() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
