@@ -412,8 +412,9 @@ class Cluster:
 
     # ------------------------------------------------------------------ faults
     def stop_apiserver(self) -> None:
-        """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s), the rest of the cluster left
-        running; `start_apiserver` starts it again with the same command line."""
+        """Stop kube-apiserver (SIGTERM, SIGKILL after 10 s), and kube-controller-manager
+        and kube-scheduler as their lost lease would; the rest of the cluster is left
+        running. `start_apiserver` starts them again with the same command lines."""
         pids = self.component_pids()
         if not _runs_in(pids.get("kube-apiserver", 0), self.dir):
             raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
@@ -429,6 +430,15 @@ class Cluster:
                                "cwd": os.readlink(proc / "cwd")}
         (self.dir / STOPPED_FILE).write_text(json.dumps(saved))
         _terminate_all([pids["kube-apiserver"]], grace=10)
+        # They run here without leader election (_component_patches). With it, as in
+        # production, each exits when it cannot renew its lease for 10 s, and a new one
+        # starts from a fresh listing. Left running instead, the Job controller came back
+        # from a 20 s outage with a stale view and made Jobs a pod more than they needed
+        # (the outage fault test: gangs that ran three pods of two). So they go as their
+        # lease would make them go, and `start_apiserver` starts them again.
+        followers = [pids[name] for name in LEASE_HOLDERS
+                     if _runs_in(pids.get(name, 0), self.dir)]
+        _terminate_all(followers, grace=10)
 
     def start_apiserver(self, timeout: float = 120) -> None:
         """Start the kube-apiserver `stop_apiserver` stopped, wait until it is ready, and
@@ -521,6 +531,11 @@ def _kwok_env() -> dict[str, str]:
 
 
 JOB_SYNCS = 25  # kube-controller-manager --concurrent-job-syncs (see _component_patches)
+
+
+# Components that would exit with a lost lease when the API server is away, were their
+# leader election on (see stop_apiserver).
+LEASE_HOLDERS = ("kube-controller-manager", "kube-scheduler")
 
 
 def _component_patches() -> list[dict[str, Any]]:

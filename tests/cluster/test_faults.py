@@ -113,8 +113,8 @@ def test_kube_apiserver_stopped_for_20_s_mid_run(local_cluster: Cluster, namespa
                                                 processes: list[DispatcherProcess]) -> None:
     d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs, "dispatcher-outage")
     processes.append(d)
-    # kube-controller-manager exits with the API server away; started again, it waits out
-    # its old lease and then works through every Job at once: pods of a Job made before
+    # kube-controller-manager goes with the API server (as its lease would make it go,
+    # stop_apiserver); started again, it works through every Job at once: pods of a Job made before
     # the outage may come a minute after it. A Job without pods past the admission grace
     # is requeued, as it should be, and one whose pods come just then runs twice; the
     # grace is set past what this control plane needs to recover.
