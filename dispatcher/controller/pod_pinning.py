@@ -131,8 +131,10 @@ class PodPinning:
         key = token_key(namespace, token)
         pinned = d.m.pin_tokens.get(key)
         node = let_onto(obj.get("spec") or {})
-        if pinned is None or node is None or dict(pod_request(obj.get("spec") or {})) == \
-                pinned[1]:
+        held = d.m.lifted.get(key)
+        if (pinned is None or node is None or held is None
+                or held[0] != _claimed(request, obj)  # a token copied onto another's pod
+                or dict(pod_request(obj.get("spec") or {})) == pinned[1]):
             return None
         del d.m.pin_tokens[key]
         d.m.lifted.pop(key, None)

@@ -225,6 +225,20 @@ def test_the_patch_keeps_the_pods_own_rules_gates_and_annotations_and_can_be_und
     run(scenario)
 
 
+def test_a_pod_of_another_gang_copying_a_token_cannot_undo_the_pin() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
+        patched = applied(gated_pod(job, "a-0"),
+                          await hook.review(creating(gated_pod(job, "a-0"), "r0")))
+        other = copy.deepcopy(patched)
+        other["metadata"]["labels"]["workload.codeflare.dev/appwrapper"] = "b"
+        other["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
+        assert await hook.review(creating(other, "x0")) is None
+        assert d.state.pinned(token_key("team", "r0")) == pinned_to(patched)[0]
+
+    run(scenario)
+
+
 def test_called_again_with_the_pod_unchanged_the_pin_stays() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
