@@ -125,14 +125,14 @@ class Intake:
         claimed: Key | None = (key[0], str(claim)) if claim else None
         owner: Key | None = None
         token = token_of(obj)
-        if (token is not None and claimed is not None
-                and token_key(key[0], token) in self.m.pin_tokens
-                and self.m.state.repin(token_key(key[0], token), key, claimed)):
+        pinned = None if token is None else token_key(key[0], token)
+        if (pinned is not None and claimed is not None and pinned in self.m.pin_tokens
+                and self.m.state.repin(pinned, key, claimed)):
             # Pinned by the pod webhook as it was created: its pin now goes by its name
             # (only a pod of the gang it was made for takes it: the annotation is anyone's
             # to write; a pin no pod took lapses).
-            del self.m.pin_tokens[token_key(key[0], token)]
-            self.m.lifted.pop(token_key(key[0], token), None)
+            del self.m.pin_tokens[pinned]
+            self.m.lifted.pop(pinned, None)
             self.m.pods_pinned["created"] += 1
         gated = None if gone or claimed is None else gated_pod(obj, claimed)
         if gated is not None:

@@ -55,8 +55,9 @@ class Memory:
         # request: after a restart their gang's hold is rebuilt on those nodes.
         self.lifted: dict[tuple[str, str], tuple[Key, str, dict[str, int]]] = {}
         # Pins made by the pod webhook as a pod was created (pod_pinning.py), held under a
-        # token until the pod is seen: when they lapse (monotonic) and the pod's request.
-        self.pin_tokens: dict[tuple[str, str], tuple[float, dict[str, int]]] = {}
+        # token until the pod is seen: when they lapse (monotonic). Their claim, node and
+        # request are in `lifted`, under the same token key.
+        self.pin_tokens: dict[tuple[str, str], float] = {}
         # Pods let onto their node, by how: "created" (the pod webhook), "gate" (a PATCH).
         self.pods_pinned: dict[str, int] = {"created": 0, "gate": 0}
         self.wake = asyncio.Event()

@@ -175,7 +175,7 @@ class Placement:
 
     def expire_tokens(self, now: float) -> None:
         """Drop the pins made as pods were created whose pod was never seen."""
-        for key in [k for k, (due, _) in self.m.pin_tokens.items() if due <= now]:
+        for key in [k for k, due in self.m.pin_tokens.items() if due <= now]:
             del self.m.pin_tokens[key]
             self.m.lifted.pop(key, None)
             self.m.state.unpin(key)

@@ -114,7 +114,7 @@ class PodPinning:
         except Exception:
             d.m.state.unpin(key)
             raise
-        d.m.pin_tokens[key] = (self.clock() + TOKEN_SECONDS, dict(pod.request))
+        d.m.pin_tokens[key] = self.clock() + TOKEN_SECONDS
         # Where it will bind, should its gang's hold be placed again before it is seen.
         d.m.lifted[key] = (claimed, choice, dict(pod.request))
         log.debug("%s/%s: a pod of it pinned to %s as it was created", *t.key, choice)
@@ -129,12 +129,11 @@ class PodPinning:
         if token is None or not namespace:
             return None
         key = token_key(namespace, token)
-        pinned = d.m.pin_tokens.get(key)
         node = let_onto(obj.get("spec") or {})
-        held = d.m.lifted.get(key)
-        if (pinned is None or node is None or held is None
+        held = d.m.lifted.get(key) if key in d.m.pin_tokens else None
+        if (node is None or held is None
                 or held[0] != _claimed(request, obj)  # a token copied onto another's pod
-                or dict(pod_request(obj.get("spec") or {})) == pinned[1]):
+                or dict(pod_request(obj.get("spec") or {})) == held[2]):
             return None
         del d.m.pin_tokens[key]
         d.m.lifted.pop(key, None)
