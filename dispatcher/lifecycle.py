@@ -14,6 +14,9 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
 - Admission grace: a gang with no pod at all `admission_grace` seconds after dispatch
   is requeued at once, with the likely cause (its operator is not running, a
   ResourceQuota or a webhook refuses its pods): it holds capacity it will not use.
+- A gang not running yet, one of whose pods fits neither the room the gang holds nor
+  any free room (its declared pods do not match its real ones), is requeued (or failed,
+  as the requeuing rules say) once that has lasted `admission_grace` seconds.
 - Failure grace: a running gang that falls below `minAvailable` pods up (a node gone,
   an eviction) for longer than `failure_grace` is torn down and requeued whole.
 - `dispatchDuration.limit`: a wrapper dispatched longer than that, and not finished,
@@ -41,6 +44,7 @@ WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
 REQUEUE_LIMIT_REACHED = "RequeueLimitReached"
 PODS_NOT_CREATED = "PodsNotCreated"
 PODS_LOST = "PodsLost"
+PODS_UNPLACEABLE = "PodsUnplaceable"  # a pod fits neither its gang's hold nor free room
 ITEMS_CHANGED = "ItemsChanged"  # requeued: the items were edited after dispatch
 
 # Per-AppWrapper overrides of the installation's grace periods, in seconds.
@@ -143,6 +147,7 @@ def judge(
     items: str = "its objects",
     created_at: float | None = None,
     floor: int | None = None,
+    unplaced: tuple[float, str] | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running, when `running`) AppWrapper.
 
@@ -150,7 +155,8 @@ def judge(
     up (None: it has enough). `items` names what was created, for messages;
     `created_at`: when the last of them was created (the admission grace counts from
     then: pods cannot appear before their object; None: not all created yet); `floor`:
-    an elastic gang's pods at its minimum (see min_available)."""
+    an elastic gang's pods at its minimum (see min_available); `unplaced`: since when,
+    and why, a pod of it fits neither the room it holds nor free room (None: none)."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
@@ -194,6 +200,13 @@ def judge(
                  f"(minAvailable) up for {now - since:.0f} s (a node gone, an eviction?)")
         return _requeue_or_fail(aw, requeues, PODS_LOST, short, timing)
 
+    unplaced_due = None
+    if unplaced is not None and timing.admission_grace > 0:
+        since, why = unplaced
+        unplaced_due = since + timing.admission_grace
+        if now >= unplaced_due:
+            short = f"{why} (for {now - since:.0f} s)"
+            return _requeue_or_fail(aw, requeues, PODS_UNPLACEABLE, short, timing)
     seen = pods.active + pods.succeeded + pods.failed
     waiting_for_pods = bool(expected_pods and not seen and timing.admission_grace > 0
                             and created_at is not None)
@@ -211,6 +224,8 @@ def judge(
         if waiting_for_pods:
             assert created_at is not None
             due = min(due, created_at + timing.admission_grace)
+        if unplaced_due is not None:
+            due = min(due, unplaced_due)
         return Verdict("wait", check_at=min(due, deadline) if deadline else due)
     short = (f"{up} of the {need} pods needed (minAvailable) running or succeeded "
              f"{allowed:.0f} s after dispatch ({pods.pending} pending, {pods.failed} failed)")

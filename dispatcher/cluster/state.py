@@ -10,7 +10,7 @@ is never counted twice and never released before the pod holds it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -51,6 +51,41 @@ def _likeness(held: Shape, shape: Shape, request: Mapping[str, int]) -> int | No
     if any(amounts.get(r, 0) != request.get(r, 0) for r in scarce):
         return None
     return 1 if all(amounts.get(r, 0) >= v for r, v in request.items()) else 2
+
+
+_SHARES_SCARCE = 3  # _closeness of held pods a pod takes from before free room
+
+
+def _closeness(held: Shape, shape: Shape, request: Mapping[str, int]) -> tuple[int, Shape]:
+    """Which held pods a pod uses first when it takes room by amount: those most like it
+    (_likeness), then those holding a scarce resource it asks, then those holding none,
+    last those holding one it does not ask (their GPUs are left held, not taken)."""
+    rank = _likeness(held, shape, request)
+    if rank is None:
+        scarce = {r for r, v in held if v > 0 and r not in _COMMON}
+        asked = {r for r, v in request.items() if v > 0 and r not in _COMMON}
+        rank = _SHARES_SCARCE if scarce & asked else 4 if not scarce else 5
+    return rank, held
+
+
+def _take_until_covered(held: Sequence[PlannedPod], short: Mapping[str, int]
+                        ) -> tuple[list[PlannedPod], dict[str, int]]:
+    """The held pods, in order, that give something still lacking, until nothing is;
+    and what is still lacking then."""
+    used: list[PlannedPod] = []
+    lacking = dict(short)
+    for p in held:
+        if not lacking:
+            break
+        if any(p.request.get(r, 0) > 0 for r in lacking):
+            used.append(p)
+            lacking = {r: v - p.request.get(r, 0) for r, v in lacking.items()
+                       if v > p.request.get(r, 0)}
+    return used, lacking
+
+
+def _within(amount: Mapping[str, int], room: Mapping[str, int]) -> bool:
+    return all(room.get(r, 0) >= v for r, v in amount.items())
 
 
 def _add_into(total: dict[str, int], amount: Mapping[str, int], sign: int = 1) -> None:
@@ -211,6 +246,15 @@ class ClusterState:
         index = self._reservations.get(owner, {})
         return [p for by_node in index.values() for pods in by_node.values() for p in pods]
 
+    def held_on(self, owner: AppWrapperKey) -> dict[str, dict[str, int]]:
+        """What an AppWrapper holds and no waiting member of it is pinned to, per node."""
+        out: dict[str, dict[str, int]] = {}
+        for s, by_node in self._reservations.get(owner, {}).items():
+            for node in by_node:
+                for p in self._spare(owner, node, s, ()):
+                    _add_into(out.setdefault(node, {}), p.request)
+        return out
+
     def reservations(self) -> Mapping[AppWrapperKey, list[PlannedPod]]:
         return {owner: self.reserved_for(owner) for owner in self._reservations}
 
@@ -285,11 +329,15 @@ class ClusterState:
     # --- pinning --------------------------------------------------------------
     def pin(self, owner: AppWrapperKey, key: tuple[str, str], request: Mapping[str, int],
             unfit: Collection[PlannedPod] = (),
-            admits: Callable[[str], bool] = lambda node: True) -> str | None:
-        """The node a member pod waiting at its scheduling gate is to bind on: room its gang
-        holds there that no other waiting member is pinned to — of its own size first,
-        never a hold that does not fit (`unfit`) nor one on a node the pod may not run on
-        (`admits`, its own node rules). None: its gang holds no such room.
+            admits: Callable[[str], bool] = lambda node: True,
+            top_up: bool = True) -> str | None:
+        """The node a member pod waiting at its scheduling gate is to bind on, in room its
+        gang holds that no other waiting member is pinned to: a held pod of its own size
+        (or of its GPUs with at least its cpu and memory) first; else any part of what the
+        gang holds on one node, as an amount, with free room there beyond it if `top_up`
+        (declared pod shapes need not match the real pods: custompodresources). Never a
+        hold that does not fit (`unfit`) nor a node the pod may not run on (`admits`, its
+        own node rules). None: its gang holds no such room.
         Held by the pod until it binds or `unpin`."""
         index = self._reservations.get(owner)
         if key in self._pins:
@@ -299,27 +347,94 @@ class ClusterState:
             self.unpin(key)  # its room went (released, or its node)
         if not index:
             return None
-        pinned = self._pinned.setdefault(owner, Counter())
-        shape = _shape(request)
-        ranked = sorted((rank, s) for s in index
-                        if (rank := _likeness(s, shape, request)) is not None)
-        for rank, s in ranked:
-            for node in sorted(index[s]):
-                held = index[s][node]
-                free = len(held) - sum(1 for p in held if any(p is u for u in unfit))
-                if (free <= pinned[(node, s)] or node not in self._nodes
-                        or not admits(node)):
-                    continue
-                if rank == 2:
-                    # The pod asks more cpu or memory than planned (an operator adds a
-                    # sidecar): the node must have the difference free as well.
-                    room = self.free(node)
-                    if any(dict(s).get(r, 0) + room.get(r, 0) < v for r, v in request.items()):
-                        continue
-                pinned[(node, s)] += 1
-                self._pins[key] = (owner, node, s)
+        exact = self._pin_exact(owner, key, request, unfit, admits)
+        if exact is not None:
+            return exact
+        return self._pin_amount(owner, key, request, unfit, admits, top_up)
+
+    def _pin_exact(self, owner: AppWrapperKey, key: tuple[str, str],
+                   request: Mapping[str, int], unfit: Collection[PlannedPod],
+                   admits: Callable[[str], bool]) -> str | None:
+        """A held pod of the pod's very shape."""
+        s = _shape(request)
+        for node in sorted(self._reservations[owner].get(s, {})):
+            if node in self._nodes and admits(node) and self._spare(owner, node, s, unfit):
+                self._hold_pin(owner, key, node, s)
                 return node
         return None
+
+    def _pin_amount(self, owner: AppWrapperKey, key: tuple[str, str],
+                    request: Mapping[str, int], unfit: Collection[PlannedPod],
+                    admits: Callable[[str], bool], top_up: bool) -> str | None:
+        """Room for the pod carved out of what its gang holds on one node: the held pods
+        it uses are replaced by one of its own shape, pinned, and one holding what is left
+        of them; what they lack comes out of the node's free room (`top_up`). The node
+        whose hold covers it alone comes first, then the one that needs the least free
+        room; among those, the one it leaves the least of the scarce resources on."""
+        index = self._reservations[owner]
+        best: tuple[tuple[int, int, int, str], list[PlannedPod], dict[str, int]] | None = None
+        for node in sorted({n for by_node in index.values() for n in by_node}):
+            if node not in self._nodes or not admits(node):
+                continue
+            room = self.free(node) if top_up else {}
+            used, short = self._cover(owner, node, request, unfit, room)
+            if not used or (short and not _within(short, room)):
+                continue
+            pool: dict[str, int] = {}
+            for p in used:
+                _add_into(pool, p.request)
+            scarce_left = sum(v - request.get(r, 0) for r, v in pool.items()
+                              if r not in _COMMON)
+            rank = (1 if short else 0, sum(short.values()), scarce_left, node)
+            if best is None or rank < best[0]:
+                best = (rank, used, short)
+        if best is None:
+            return None
+        (_, _, _, node), used, _ = best
+        rest: dict[str, int] = {}
+        for p in used:
+            _add_into(rest, p.request)
+        _add_into(rest, request, -1)
+        left = {r: v for r, v in rest.items() if v > 0}
+        self.unreserve(owner, used)
+        self.reserve_more(owner, [PlannedPod(node, dict(request)),
+                                  *([PlannedPod(node, left)] if left else [])])
+        self._hold_pin(owner, key, node, _shape(request))
+        return node
+
+    def _cover(self, owner: AppWrapperKey, node: str, request: Mapping[str, int],
+               unfit: Collection[PlannedPod], room: Mapping[str, int]
+               ) -> tuple[list[PlannedPod], dict[str, int]]:
+        """The held pods on `node` no waiting member is pinned to that the pod would use,
+        and what they leave uncovered: those like it first (its GPUs, a scarce resource
+        it asks); the others — room held for pods of another kind, a GPU it does not
+        ask — only for what `room` (free room there) cannot make up."""
+        index = self._reservations[owner]
+        shape = _shape(request)
+        ranked = sorted((_closeness(s, shape, request), s) for s in index if node in index[s])
+        like = [p for (rank, _), s in ranked if rank <= _SHARES_SCARCE
+                for p in self._spare(owner, node, s, unfit)]
+        unlike = [p for (rank, _), s in ranked if rank > _SHARES_SCARCE
+                  for p in self._spare(owner, node, s, unfit)]
+        used, short = _take_until_covered(like, {r: v for r, v in request.items() if v > 0})
+        if short and not _within(short, room):
+            more, short = _take_until_covered(unlike, short)
+            used += more
+        return used, short
+
+    def _spare(self, owner: AppWrapperKey, node: str, s: Shape,
+               unfit: Collection[PlannedPod]) -> list[PlannedPod]:
+        """Held pods of shape `s` on `node` that no waiting member is pinned to and that
+        fit (pins count held pods, not particular ones: any that fit will do)."""
+        held = self._reservations[owner].get(s, {}).get(node, [])
+        fitting = [p for p in held if not any(p is u for u in unfit)]
+        pinned = self._pinned.get(owner, Counter())[(node, s)]
+        return fitting[:max(0, len(fitting) - pinned)]
+
+    def _hold_pin(self, owner: AppWrapperKey, key: tuple[str, str], node: str,
+                  s: Shape) -> None:
+        self._pinned.setdefault(owner, Counter())[(node, s)] += 1
+        self._pins[key] = (owner, node, s)
 
     def unpin(self, key: tuple[str, str]) -> None:
         pin = self._pins.pop(key, None)

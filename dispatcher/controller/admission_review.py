@@ -67,9 +67,12 @@ class Verdict:
     message: str = ""
     code: int = 200
     patch: list[dict[str, Any]] | None = None
+    warnings: tuple[str, ...] = ()  # shown by kubectl as "Warning: ..."
 
     def response(self, uid: str) -> dict[str, Any]:
         out: dict[str, Any] = {"uid": uid, "allowed": self.allowed}
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         if not self.allowed:
             out["status"] = {"code": self.code, "message": self.message,
                              "reason": REASONS.get(self.code, "Invalid")}
@@ -180,7 +183,8 @@ class AppWrapperReview:
 
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
                      namespace: str, check_items: bool) -> Verdict:
-        spec = core_problems(obj, self.allowed_kinds)
+        checked = review(obj, 0.0, self.allowed_kinds)
+        spec = checked.problems
         denied: list[str] = []
         if check_items:
             try:
@@ -191,7 +195,7 @@ class AppWrapperReview:
                     f"permissions: {e}; try again"]))
         problems = [*problems, *spec, *denied]
         if not problems:
-            return ALLOW
+            return Verdict(True, warnings=tuple(checked.warnings))
         name = (obj.get("metadata") or {}).get("name") or "(unnamed)"
         log.info("refused AppWrapper %s/%s of %s: %s", namespace, name, user.username,
                  "; ".join(problems)[:1000])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds import PodConstraints
+from dispatcher.resources import format_resources
 
 from .items import ours
 from .kube import ApiError, Kube
@@ -51,6 +52,20 @@ def token_of(obj: Mapping[str, Any]) -> str | None:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     token = annotations.get(PIN_TOKEN_ANNOTATION)
     return str(token) if token else None
+
+
+def unplaced_message(pod: str, request: Mapping[str, int],
+                     held: Mapping[str, Mapping[str, int]],
+                     declared: Sequence[tuple[int, Mapping[str, int]]]) -> str:
+    """Why a gang's pod cannot be let go: what it asks, what its gang holds where, and
+    what the AppWrapper declared."""
+    where = "; ".join(f"{format_resources(amount)} on {node}"
+                      for node, amount in sorted(held.items())) or "nothing"
+    shapes = ", ".join(f"{n} x ({format_resources(r)})" for n, r in declared)
+    return (f"pod {pod} asks {format_resources(request)} on one node, which neither the "
+            f"room its gang holds ({where}) nor any node's free room can give; the "
+            f"AppWrapper declared {shapes or 'no pods'}: correct custompodresources (or "
+            "remove it to let the dispatcher count the pods)")
 
 
 def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
@@ -104,9 +119,11 @@ def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 class Placement:
     def __init__(self, kube: Kube, m: Memory,
-                 recount: Callable[[Mapping[str, Any]], None]) -> None:
+                 recount: Callable[[Mapping[str, Any]], None],
+                 clock: Callable[[], float]) -> None:
         self.kube = kube
         self.m = m
+        self.clock = clock
         # Intake again, now and then, for a gated pod its gang does not count yet: seen
         # before the dispatch was recorded (a wrapped Pod is created by the dispatch
         # itself), or before the item that proves it was (its owner then looked foreign).
@@ -115,6 +132,7 @@ class Placement:
         self._recounted: dict[PodKey, float] = {}
         self._lifting: set[PodKey] = set()
         self.waiting = 0  # gated members with no room to go to, at the last pass
+        self._unplaced: set[tuple[str, str]] = set()  # gangs with such a member
 
     def cycle(self, unfit: Mapping[tuple[str, str], list[PlannedPod]],
               start: Callable[[Coroutine[Any, Any, None]], None]) -> None:
@@ -124,6 +142,7 @@ class Placement:
         state = self.m.state
         self.expire_tokens(time.monotonic())
         waiting = 0
+        unplaced: dict[tuple[str, str], str] = {}
         for key in sorted(self.m.gated):
             pod = self.m.gated[key]
             if key in self._lifting:
@@ -150,28 +169,47 @@ class Placement:
 
             request = pod.request
             node = self.held_room(t.key, key, request, pod.constraints,
-                                  unfit.get(t.key, ()))
+                                  unfit.get(t.key, ()), top_up=True)
             if node is None:
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
                 waiting += 1
+                unplaced.setdefault(t.key, unplaced_message(
+                    key[1], request, self.m.state.held_on(t.key), t.declared()))
                 continue
             self._lifting.add(key)
             start(self._lift(key, pod, node))
         self.waiting = waiting
+        self._report(unplaced)
         self._recounted = {k: v for k, v in self._recounted.items() if k in self.m.gated}
 
     def held_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
-                  constraints: PodConstraints, unfit: Collection[PlannedPod] = ()
-                  ) -> str | None:
+                  constraints: PodConstraints, unfit: Collection[PlannedPod] = (),
+                  top_up: bool = False) -> str | None:
         """The node a member pod is pinned to within the room its gang holds (kept for
-        `key` until it binds or is unpinned), or None: no room of the gang for it."""
+        `key` until it binds or is unpinned), or None: no room of the gang for it.
+        `top_up`: free room on that node may make up what the hold there lacks."""
         state = self.m.state
 
         def admits(node: str) -> bool:
             return node_admits(state.nodes[node], constraints)
 
-        return state.pin(owner, key, request, unfit, admits)
+        return state.pin(owner, key, request, unfit, admits, top_up)
+
+    def _report(self, unplaced: Mapping[tuple[str, str], str]) -> None:
+        """Say of each dispatched gang whether a member pod of it fits neither the room it
+        holds nor free room (the lifecycle reports it, and requeues it after the
+        admission grace), from when."""
+        now = self.clock()
+        for key in self._unplaced - unplaced.keys():
+            if (t := self.m.tracked.get(key)) is not None:
+                t.unplaced = None
+        for key, message in unplaced.items():
+            t = self.m.tracked[key]
+            if t.unplaced is None or t.unplaced[1] != message:
+                since = now if t.unplaced is None else t.unplaced[0]
+                t.unplaced = (since, message)
+        self._unplaced = set(unplaced)
 
     def expire_tokens(self, now: float) -> None:
         """Drop the pins made as pods were created whose pod was never seen."""

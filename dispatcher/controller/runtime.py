@@ -49,6 +49,7 @@ from dispatcher.lifecycle import (
     ITEMS_CHANGED,
     PODS_LOST,
     PODS_NOT_CREATED,
+    PODS_UNPLACEABLE,
     WRAPPED_OBJECT_FAILED,
     Timing,
     Verdict,
@@ -58,6 +59,7 @@ from dispatcher.lifecycle import (
     timing_for,
 )
 from dispatcher.queue import AdmissionQueue, Policy
+from dispatcher.resources import PODS as POD_COUNT
 
 from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
@@ -144,7 +146,7 @@ class Dispatcher:
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership, pin=pin_pods)
         self.placement = Placement(  # gated pods onto held room (placement.py)
-            kube, self.m, lambda pod: self.intake.on_pod("MODIFIED", pod))
+            kube, self.m, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
@@ -519,6 +521,7 @@ class Dispatcher:
                   or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or t.stranded is not None or self._counts_changed(t)
+                  or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
             self._spawn(t, self._step(t, now))
@@ -630,9 +633,26 @@ class Dispatcher:
             t.below_min_since = None
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
+        await self._tell_unplaced(t, now)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor)
+                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor,
+                        None if running else t.unplaced)
         await self._apply(t, verdict, now, timing)
+
+    async def _tell_unplaced(self, t: Tracked, now: float) -> None:
+        """A pod of the gang that cannot be let go is said at once, in status and in a
+        Warning Event, once per reason."""
+        if t.unplaced is None or t.unplaced[1] == t.unplaced_told:
+            return
+        why = t.unplaced[1]
+        latest = t.status.conditions[-1] if t.status.conditions else None
+        if latest is not None:
+            change = self.writer.begin(t, now)
+            change.condition(latest.type, latest.reason or "", why)
+            if not await self._commit(change, force=True):
+                return
+        t.unplaced_told = why
+        self._side_task(self.writer.warn(t, PODS_UNPLACEABLE, why, now))
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
         change = self.writer.begin(t, now)
@@ -960,21 +980,24 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
                   capacity: Capacity, unfit: list[PlannedPod] | None = None,
                   pinned: Sequence[PlannedPod] = ()) -> list[PlannedPod]:
     """Where the gang's pods that are not bound yet can go now. Bound members (and
-    `pinned` ones, held where they were let go) are taken off by request shape; the rest
+    `pinned` ones, held where they were let go) are taken off by request shape, then by
+    amount (declared pods need not match the real ones: custompodresources); the rest
     is placed per node like a dispatch, or — if the cluster has moved on and they no
     longer fit — charged to the nodes with the most room, which errs towards holding too
     much, never too little."""
     bound = [dict(p.request) for p in state.bound_pods_of(owner)]
     bound += [dict(p.request) for p in pinned]
-    remaining: list[GangPodSet] = []
+    counts: list[int] = []
     for g in gang:
         count = g.pod_set.count
         for request in list(bound):
             if count and request == dict(g.pod_set.request):
                 bound.remove(request)
                 count -= 1
-        if count:
-            remaining.append(GangPodSet(g.item, dataclasses.replace(g.pod_set, count=count)))
+        counts.append(count)
+    counts = _taken_by_amount(gang, counts, bound)
+    remaining = [GangPodSet(g.item, dataclasses.replace(g.pod_set, count=count))
+                 for g, count in zip(gang, counts, strict=True) if count]
     if not remaining:
         return []
     placed = place(remaining, capacity)
@@ -982,6 +1005,25 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
         return [PlannedPod(p.node, p.request) for p in placed if p.node is not None]
     return _roomiest([dict(g.pod_set.request) for g in remaining
                       for _ in range(g.pod_set.count)], capacity, unfit)
+
+
+def _taken_by_amount(gang: Sequence[GangPodSet], counts: Sequence[int],
+                     others: Sequence[Mapping[str, int]]) -> list[int]:
+    """The declared pods left once `others` (member pods of no declared shape) have
+    taken, by amount, every declared pod their total covers, in the order declared (one
+    real pod may stand for several declared ones: the pod count is not compared)."""
+    pool: dict[str, int] = {}
+    for request in others:
+        for r, v in request.items():
+            pool[r] = pool.get(r, 0) + v
+    left = list(counts)
+    for i, g in enumerate(gang):
+        request = {r: v for r, v in g.pod_set.request.items() if r != POD_COUNT}
+        while left[i] and all(pool.get(r, 0) >= v for r, v in request.items()):
+            for r, v in request.items():
+                pool[r] = pool.get(r, 0) - v
+            left[i] -= 1
+    return left
 
 
 def _roomiest(requests: Sequence[Mapping[str, int]], capacity: Capacity,

@@ -97,11 +97,20 @@ class Tracked:
     written_version: str = ""  # resourceVersion our last status write produced
     # The wrappers it preempted to be admitted: they may never preempt it back.
     preempted: tuple[Key, ...] = ()
+    # A member pod of it fits neither the room it holds nor any free room: since when,
+    # and why (placement.py); and the last such reason told the user.
+    unplaced: tuple[float, str] | None = None
+    unplaced_told: str = ""
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())
         return PodCounts(pending=values.count("pending"), running=values.count("running"),
                          succeeded=values.count("succeeded"), failed=values.count("failed"))
+
+    def declared(self) -> list[tuple[int, Mapping[str, int]]]:
+        """The pods it was admitted with: how many of each request."""
+        gang = self.queued.gang if self.queued is not None else ()
+        return [(g.pod_set.count, g.pod_set.request) for g in gang if g.pod_set.count]
 
     def item_uids(self) -> dict[tuple[str, str], str]:
         """(kind, name) -> uid of the items this wrapper created, as recorded."""

@@ -8,15 +8,16 @@ plan` prints them). Both are bounded like every message (dispatcher.api.messages
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from dispatcher.api.durations import declared_duration
 from dispatcher.api.messages import cap_problems
 from dispatcher.api.models import GROWTH_TYPES, AppWrapper, GenericItem
 from dispatcher.api.names import GENERATED_SUFFIX, MAX_LABEL_VALUE
-from dispatcher.kinds import InvalidItem, group_kind, infer_pod_sets
+from dispatcher.kinds import InvalidItem, PodSet, group_kind, infer_pod_sets, item_pod_sets
 from dispatcher.kinds.scope import CLUSTER_SCOPED_KINDS, GroupKind, kind_name
+from dispatcher.resources import PODS, format_resources
 
 # How many allowed kinds a refusal lists before "…".
 _SHOWN_KINDS = 8
@@ -88,7 +89,7 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
     declared = sum(c.replicas for c in item.custompodresources)
     real = sum(s.count for s in inferred)
     if declared == real:
-        return []
+        return _declared_shapes(where, item, inferred)
     sets = [s for s in inferred if s.count]
     detail = f" ({' + '.join(f'{s.name} {s.count}' for s in sets)})" if len(sets) > 1 else ""
     template = item.generictemplate
@@ -98,6 +99,36 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
         f"room for the {declared} declared, as MCAD does: correct custompodresources, or "
         "remove it to let the dispatcher count the pods"
     ]
+
+
+def _declared_shapes(where: str, item: GenericItem, inferred: Sequence[PodSet]) -> list[str]:
+    """custompodresources declaring as many pods as the object will create, but pods that
+    ask other amounts."""
+    try:
+        custom = item_pod_sets(item.generictemplate,
+                               [c.model_dump() for c in item.custompodresources])
+    except InvalidItem:
+        return []
+    if _requests(custom) == _requests(inferred):
+        return []
+    template = item.generictemplate
+    return [
+        f"{where}.custompodresources: declares {_shapes(custom)}, but {template.get('kind')} "
+        f"{_item_name(template)} will create {_shapes(inferred, named=True)}; the dispatcher "
+        "admits and holds what is declared, and a pod takes its gang's held room on a node "
+        "by amount: one that asks more than its gang holds on any node must wait for free room. "
+        "Correct custompodresources, or remove it to let the dispatcher count the pods"
+    ]
+
+
+def _requests(sets: Sequence[PodSet]) -> list[list[tuple[str, int]]]:
+    return sorted(sorted((r, v) for r, v in s.request.items() if r != PODS and v)
+                  for s in sets for _ in range(s.count))
+
+
+def _shapes(sets: Sequence[PodSet], named: bool = False) -> str:
+    return " + ".join(f"{s.name + ' ' if named else ''}{s.count} x "
+                      f"({format_resources({**s.request, PODS: 0})})" for s in sets if s.count)
 
 
 def _long_name(where: str, template: Mapping[str, Any]) -> list[str]:

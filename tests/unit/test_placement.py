@@ -284,7 +284,10 @@ def test_a_pod_binding_takes_the_room_it_was_pinned_to_not_another_pods() -> Non
     assert state.pin(owner, ("team", "p1"), small) == "n1"
     assert state.pin(owner, ("team", "p2"), small) == "n2"  # the roomier hold: its GPUs
     state.upsert_pod(("team", "p2"), BoundPod("team", "p2", "n2", small, "a"))
-    assert [p.node for p in state.reserved_for(owner)] == ["n1"]  # p1's room stays
+    # p1's room stays; p2 took from n2's hold only what it asks: the cpu it did not ask
+    # stays held for the gang until the gang runs.
+    held = sorted((p.node, dict(p.request)) for p in state.reserved_for(owner))
+    assert held == [("n1", small), ("n2", {"cpu": 300})]
 
 
 def test_a_pod_without_a_gpu_is_never_given_room_held_for_one() -> None:
