@@ -310,6 +310,10 @@ class Kube:
         served = self._discovered[api_version]
         return None if served is None else served.get(kind)
 
+    def knows(self, api_version: str) -> bool:
+        """Whether an answer of discovery for `api_version` is kept (it may be out of date)."""
+        return api_version in self._discovered
+
     def forget(self, api_version: str) -> None:
         """Look the group/version up again next time (a CRD may have been installed)."""
         self._discovered.pop(api_version, None)
