@@ -34,6 +34,12 @@ _QUANTITY = re.compile(
 )
 # Beyond this the value is capped or rounded anyway; refusing it keeps parsing cheap.
 _MAX_EXPONENT = 1000
+# Digits of a quantity as written, leading and trailing zeros included: no amount needs
+# more (an int64 has 19, and a nano 9 after the point), and Python refuses to read an
+# integer of more than 4,300 digits with an error that is not a quantity's.
+MAX_DIGITS = 100
+# How much of an over-long value a message quotes.
+_QUOTED = 24
 _NANO = Fraction(1, 10**9)
 
 
@@ -70,21 +76,37 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if m is None or not (m["int"] or m["frac"]):
         raise _not_a_quantity(value)
     digits = (m["int"] or "") + (m["frac"] or "")
+    if len(digits) > MAX_DIGITS:
+        raise QuantityError(
+            f"{_quoted(value)} has {len(digits)} digits, more than the {MAX_DIGITS} a "
+            "quantity may have: write it with a suffix (16Gi, 2T) or an exponent (1e21)"
+        )
     amount = Fraction(int(digits), 10 ** len(m["frac"] or ""))
     if m["bin"]:
         amount *= 2 ** _BINARY[m["bin"]]
     else:
-        exponent = int(m["exp"]) if m["exp"] is not None else _DECIMAL[m["dec"]]
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityError(
-                f"{value!r} is out of range: the exponent may be at most {_MAX_EXPONENT}"
-            )
+        exponent = _exponent(value, m["exp"]) if m["exp"] is not None else _DECIMAL[m["dec"]]
         amount *= Fraction(10) ** exponent
     if amount and amount.denominator != 1:
         amount = math.ceil(amount / _NANO) * _NANO
     if m["bin"]:
         amount = min(amount, Fraction(INT64_MAX))
     return -amount if m["sign"] == "-" else amount
+
+
+def _exponent(value: str, text: str) -> int:
+    # Leading zeros dropped, and judged by length before it is read: a long exponent is
+    # out of range, and may be too long to read.
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > len(str(_MAX_EXPONENT)) or int(digits) > _MAX_EXPONENT:
+        raise QuantityError(
+            f"{_quoted(value)} is out of range: the exponent may be at most {_MAX_EXPONENT}"
+        )
+    return -int(digits) if text.startswith("-") else int(digits)
+
+
+def _quoted(value: str) -> str:
+    return repr(value) if len(value) <= _QUOTED else repr(value[:_QUOTED]) + "…"
 
 
 def _canonical(name: str, value: object, label: str) -> int:

@@ -43,6 +43,11 @@ API_VERSION = "v1beta1"
 APPWRAPPER_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 APPWRAPPER_KIND = "AppWrapper"
 
+# The most objects one AppWrapper may wrap. Every item may cost the admission webhook a
+# lookup and a SubjectAccessReview, and a gang is a few objects (MCAD's own examples wrap
+# at most three), its size being in their replicas.
+MAX_ITEMS = 1000
+
 # MCAD's first releases served AppWrappers from this group; such manifests must be
 # moved to workload.codeflare.dev before they can be applied here.
 LEGACY_API_GROUP = "mcad.ibm.com"
@@ -371,7 +376,7 @@ def parse_appwrapper(obj: Mapping[str, Any]) -> AppWrapper:
     """
     if not isinstance(obj, Mapping):
         raise InvalidSpec([f"an AppWrapper must be a mapping, got {_describe(obj)}"])
-    problems = _identity_problems(obj)
+    problems = [*_identity_problems(obj), *_count_problems(obj)]
     parsed: AppWrapper | None = None
     try:
         parsed = AppWrapper.model_validate(dict(obj))
@@ -401,6 +406,17 @@ def _identity_problems(obj: Mapping[str, Any]) -> list[str]:
     if kind is not None and kind != APPWRAPPER_KIND:
         problems.append(f"kind: must be {APPWRAPPER_KIND}, got {_describe(kind)}")
     return problems
+
+
+def _count_problems(obj: Mapping[str, Any]) -> list[str]:
+    spec = obj.get("spec")
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
+    items = resources.get("GenericItems") if isinstance(resources, Mapping) else None
+    if not isinstance(items, list) or len(items) <= MAX_ITEMS:
+        return []
+    return [f"spec.resources.GenericItems: {len(items)} items, more than the {MAX_ITEMS} an "
+            "AppWrapper may wrap: wrap fewer objects (a gang's size is in their replicas), "
+            "or split them into several AppWrappers"]
 
 
 def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:

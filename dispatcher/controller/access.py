@@ -16,10 +16,11 @@ AppWrapper waited in the queue.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.api.models import API_GROUP, AppWrapper
 
@@ -106,6 +107,10 @@ class Item:
     name: str
 
     @property
+    def group_kind(self) -> tuple[str, str]:
+        return self.api_version.rpartition("/")[0], self.kind
+
+    @property
     def where(self) -> str:
         name = f" {self.name!r}" if self.name else ""
         return f"spec.resources.GenericItems[{self.index}] ({self.kind}{name})"
@@ -142,19 +147,50 @@ def resource_name(resource: Resource) -> str:
     return f"{resource.plural}.{group}" if group else resource.plural
 
 
+# Discovery lookups or SubjectAccessReviews one review has in flight at once, at most.
+LOOKUPS_AT_ONCE = 4
+# A review that has found this many kinds the cluster does not serve looks up no more
+# group/versions: the answer is a refusal whatever the rest are, and the refusal's message
+# (capped) would have room for few more lines.
+MAX_UNSERVED = 8
+
+T = TypeVar("T")
+VersionKind = tuple[str, str]  # (apiVersion, kind)
+
+
+async def _few_at_a_time(calls: Sequence[Callable[[], Awaitable[T]]],
+                         enough: Callable[[list[T]], bool] = lambda _: False) -> list[T]:
+    """The calls' answers, in order, with at most :data:`LOOKUPS_AT_ONCE` of them in
+    flight; once the answers so far are ``enough``, the calls not made yet are not."""
+    answers: list[T] = []
+    for start in range(0, len(calls), LOOKUPS_AT_ONCE):
+        if enough(answers):
+            break
+        batch = calls[start:start + LOOKUPS_AT_ONCE]
+        answers += await asyncio.gather(*(call() for call in batch))
+    return answers
+
+
 @dataclass
 class Access:
     """Discovery and SubjectAccessReviews through one API client."""
 
     kube: Kube
 
-    async def resource(self, api_version: str, kind: str) -> Resource | None:
-        """The REST resource of a kind; looked up afresh once when unknown (its CRD may
-        have been installed since the last look)."""
-        found = await self.kube.resource(api_version, kind)
-        if found is None:
+    async def _kinds_of(self, api_version: str, kinds: Sequence[str]
+                       ) -> dict[str, Resource | None]:
+        """The REST resource of each of ``kinds`` of one group/version (None: not served),
+        in one lookup; a kept answer that misses one is looked up afresh once (its CRD
+        may have been installed since). A miss is not kept: anyone may make up
+        group/versions."""
+        kept = self.kube.knows(api_version)
+        found = {kind: await self.kube.resource(api_version, kind) for kind in kinds}
+        if None in found.values():
             self.kube.forget(api_version)
-            found = await self.kube.resource(api_version, kind)
+            if kept:
+                found = {kind: await self.kube.resource(api_version, kind) for kind in kinds}
+                if None in found.values():
+                    self.kube.forget(api_version)
         return found
 
     async def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str) -> bool:
@@ -170,17 +206,45 @@ class Access:
         review = await self.kube.request("POST", SUBJECT_ACCESS_REVIEWS.path(), body)
         return bool((review.get("status") or {}).get("allowed"))
 
+    async def _resources(self, items: Sequence[Item], stop_after: int | None
+                         ) -> dict[VersionKind, Resource | None]:
+        """The resource of each item's kind (None: not served), each group/version looked
+        up once, in the items' order; with ``stop_after``, no more lookups once that many
+        kinds are found not served (the items not looked up are not in the answer)."""
+        versions: dict[str, dict[str, None]] = {}
+        for item in items:
+            versions.setdefault(item.api_version, {})[item.kind] = None
+
+        def enough(answers: list[dict[str, Resource | None]]) -> bool:
+            return stop_after is not None and stop_after <= sum(
+                r is None for answer in answers for r in answer.values())
+
+        answers = await _few_at_a_time(
+            [functools.partial(self._kinds_of, v, list(kinds)) for v, kinds in versions.items()],
+            enough)
+        # Fewer answers than versions when it stopped early.
+        return {(version, kind): resource
+                for version, answer in zip(versions, answers, strict=False)
+                for kind, resource in answer.items()}
+
     async def denials(self, user: UserInfo, namespace: str, items: Sequence[Item],
                       unserved: bool = True) -> list[str]:
         """One line per item ``user`` may not create in ``namespace`` (or that is
         cluster-scoped; or, with ``unserved``, whose kind the cluster does not serve).
-        Each distinct resource is reviewed once, all of them at the same time.
+        Each distinct group/version is looked up once, each distinct resource reviewed
+        once, a few at a time. With ``unserved``, once :data:`MAX_UNSERVED` kinds are
+        found not served the rest is not looked up, and a first line says so.
 
         Raises :class:`ApiError` when the API server cannot answer."""
-        resolved = await asyncio.gather(*(self.resource(i.api_version, i.kind) for i in items))
+        resolved = await self._resources(items, MAX_UNSERVED if unserved else None)
         problems: dict[int, str] = {}
+        unchecked: list[Item] = []
         to_review: dict[Resource, list[Item]] = {}
-        for item, resource in zip(items, resolved, strict=True):
+        for item in items:
+            if (item.api_version, item.kind) not in resolved:
+                unchecked.append(item)
+                continue
+            resource = resolved[item.api_version, item.kind]
             if resource is None:
                 if unserved:
                     problems[item.index] = (
@@ -194,8 +258,8 @@ class Access:
             else:
                 to_review.setdefault(resource, []).append(item)
         resources = list(to_review)
-        answers = await asyncio.gather(*(self.may(user, "create", r, namespace)
-                                         for r in resources))
+        answers = await _few_at_a_time(
+            [functools.partial(self.may, user, "create", r, namespace) for r in resources])
         for resource, allowed in zip(resources, answers, strict=True):
             if allowed:
                 continue
@@ -203,7 +267,13 @@ class Access:
                 problems[item.index] = (
                     f"{item.where}: {user.username} may not create {resource_name(resource)} "
                     f"in namespace {namespace}")
-        return [problems[i] for i in sorted(problems)]
+        lines = [problems[i] for i in sorted(problems)]
+        if unchecked:  # first: a capped message may not show the last line
+            lines.insert(0, (
+                f"spec.resources.GenericItems: {len(unchecked)} wrapped objects were not "
+                f"checked (from {unchecked[0].where} on): those before them already name "
+                f"{MAX_UNSERVED} kinds this cluster does not serve; correct those first"))
+        return lines
 
 
 async def creator_denials(kube: Kube, aw: AppWrapper | Mapping[str, Any], *,
@@ -237,6 +307,8 @@ async def creator_denials(kube: Kube, aw: AppWrapper | Mapping[str, Any], *,
 
 __all__ = [
     "CREATOR_ANNOTATIONS",
+    "LOOKUPS_AT_ONCE",
+    "MAX_UNSERVED",
     "Access",
     "ApiError",
     "Item",

@@ -11,7 +11,9 @@ Validating, on CREATE and UPDATE:
   not change;
 - every wrapped object: its kind must be served and namespaced, and the requester must
   be allowed to ``create`` its resource in the AppWrapper's namespace (checked on CREATE,
-  and on an UPDATE that changes the items);
+  and on an UPDATE that changes the items). Only the items of kinds the installation
+  allows are looked up, and none of an AppWrapper of more than ``MAX_ITEMS``: the core
+  refuses those without costing the API server anything;
 - ``spec.resources.GenericItems`` may change only while the AppWrapper waits in the
   queue: its latest condition is none yet, ``Init``, ``Queueing`` or ``Backoff``
   (:data:`EDITABLE`). From ``HeadOfLine``/``Dispatched`` on, what was checked is what gets
@@ -34,11 +36,11 @@ from typing import Any
 
 from dispatcher.api.conditions import ConditionType
 from dispatcher.api.messages import cap_problems, problems_message
-from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND
+from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.review import review
 
-from .access import CREATOR_ANNOTATIONS, Access, UserInfo, wrapped_items
+from .access import CREATOR_ANNOTATIONS, Access, Item, UserInfo, wrapped_items
 from .kube import ApiError
 
 log = logging.getLogger("dispatcher.webhook")
@@ -181,6 +183,16 @@ class AppWrapperReview:
             return await self._judge([], obj, user, namespace, check_items=False)
         return ALLOW
 
+    def _checked(self, obj: Mapping[str, Any]) -> list[Item]:
+        """The items to ask the API server about: those of kinds this installation
+        allows, and none when there are more than an AppWrapper may have. The core
+        refuses the others without a lookup, so a user cannot make one review cost
+        thousands of API calls."""
+        items = _items(obj)
+        if isinstance(items, list) and len(items) > MAX_ITEMS:
+            return []
+        return [i for i in wrapped_items(obj) if i.group_kind in self.allowed_kinds]
+
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
                      namespace: str, check_items: bool) -> Verdict:
         checked = review(obj, 0.0, self.allowed_kinds)
@@ -188,7 +200,7 @@ class AppWrapperReview:
         denied: list[str] = []
         if check_items:
             try:
-                denied = await self.access.denials(user, namespace, wrapped_items(obj))
+                denied = await self.access.denials(user, namespace, self._checked(obj))
             except ApiError as e:
                 return Verdict(False, code=500, message=capped([
                     f"could not check the wrapped objects against {user.username}'s "

@@ -5,35 +5,82 @@ The scraper sends ``Authorization: Bearer <token>`` (Prometheus: its service acc
 token). The token is checked with a TokenReview, then the API server is asked whether
 that user may ``get`` the path (a SubjectAccessReview on a non-resource URL), the way
 kube-apiserver and kubelet guard their own /metrics: grant it with a ClusterRole rule
-``nonResourceURLs: ["/metrics"], verbs: ["get"]``. Answers are kept for a minute per
-token, so a scrape every 30 s costs two API calls a minute.
+``nonResourceURLs: ["/metrics"], verbs: ["get"]``. A grant is kept for a minute per
+token, so a scrape every 30 s costs two API calls a minute; a refusal for 10 s.
+
+Anyone who can reach the port can send tokens, so what they cost the API server is
+bounded: tokens not known good are checked at most one a second on average (five at
+once); beyond that the answer is 429 without asking. The tokens known good (a scraper's)
+are checked again, once their minute is up, within a budget of their own that no
+stranger's tokens use up, and are kept apart from the refusals, so a flood of made-up
+tokens evicts none of them. Each kind of answer is kept for at most 1,000 tokens, the
+least recently used going first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from .access import SUBJECT_ACCESS_REVIEWS, UserInfo
-from .kube import ApiError, Kube, Resource
+from .kube import ApiError, Kube, Resource, TokenBucket
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False)
 CACHE_SECONDS = 60.0
+REFUSAL_SECONDS = 10.0  # short: a grant just given is seen soon
 MAX_CACHED = 1000
+# Reviews (a TokenReview and a SubjectAccessReview) a second, and at once, of tokens not
+# known good, and of known-good tokens whose answer is out of date.
+NEW_TOKENS_PER_SECOND = 1.0
+NEW_TOKENS_BURST = 5
+RENEWALS_PER_SECOND = 1.0
+RENEWALS_BURST = 5
 
 Refusal = tuple[int, str]
+BUSY: Refusal = (429, "too many tokens to check now; try again in a few seconds\n")
+
+
+class Answers:
+    """Answers per token until they expire, the least recently used dropped first when
+    more than ``size`` are kept. An expired answer stays until it is dropped or replaced:
+    it says who was known."""
+
+    def __init__(self, size: int = MAX_CACHED) -> None:
+        self.size = size
+        self._kept: OrderedDict[tuple[str, str], tuple[float, Refusal | None]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> tuple[float, Refusal | None] | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, str], until: float, answer: Refusal | None) -> None:
+        self._kept[key] = (until, answer)
+        self._kept.move_to_end(key)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+
+    def drop(self, key: tuple[str, str]) -> None:
+        self._kept.pop(key, None)
 
 
 class TokenReviewAuth:
     def __init__(self, connect: Callable[[], Awaitable[Kube]],
                  ttl: float = CACHE_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 refusal_ttl: float = REFUSAL_SECONDS) -> None:
         self._connect = connect
         self._kube: Kube | None = None
         self.ttl = ttl
+        self.refusal_ttl = refusal_ttl
         self.clock = clock
-        self._cache: dict[tuple[str, str], tuple[float, Refusal | None]] = {}
+        self._granted: Answers = Answers()
+        self._refused: Answers = Answers()
+        self._new_tokens = TokenBucket(NEW_TOKENS_PER_SECOND, NEW_TOKENS_BURST, clock)
+        self._renewals = TokenBucket(RENEWALS_PER_SECOND, RENEWALS_BURST, clock)
 
     async def check(self, authorization: str | None, path: str) -> Refusal | None:
         """None if the request may read ``path``, else (HTTP status, reason)."""
@@ -43,16 +90,25 @@ class TokenReviewAuth:
                         f"to get {path}\n"
         key = (hashlib.sha256(token.strip().encode()).hexdigest(), path)
         now = self.clock()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        granted = self._granted.get(key)
+        if granted is not None and granted[0] > now:
+            return None
+        refused = self._refused.get(key)
+        if refused is not None and refused[0] > now:
+            return refused[1]
+        budget = self._renewals if granted is not None else self._new_tokens
+        if not budget.try_take():
+            return BUSY
         try:
             answer = await self._review(token.strip(), path)
         except ApiError as e:
-            return 503, f"cannot check the token now: {e}\n"  # not cached: try again
-        if len(self._cache) >= MAX_CACHED:
-            self._cache.clear()
-        self._cache[key] = (now + self.ttl, answer)
+            return 503, f"cannot check the token now: {e}\n"  # not kept: try again
+        if answer is None:
+            self._granted.put(key, now + self.ttl, None)
+            self._refused.drop(key)
+        else:
+            self._refused.put(key, now + self.refusal_ttl, answer)
+            self._granted.drop(key)
         return answer
 
     async def _review(self, token: str, path: str) -> Refusal | None:

@@ -121,9 +121,7 @@ class TokenBucket:
                 raise
         self._busy = True
         try:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-            self._at = now
+            self._refill()
             if self._tokens < 1:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
                 self._at = self._clock()
@@ -131,6 +129,23 @@ class TokenBucket:
             self._tokens -= 1
         finally:
             self._next()
+
+    def try_take(self) -> bool:
+        """Take a token if one is there now; False, without waiting, if none is."""
+        if self.qps <= 0:
+            return True
+        if self._busy:
+            return False  # the token coming next is promised to a waiting request
+        self._refill()
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+        self._at = now
 
     def _next(self) -> None:
         for queue in self._queues:
@@ -294,6 +309,10 @@ class Kube:
                 }
         served = self._discovered[api_version]
         return None if served is None else served.get(kind)
+
+    def knows(self, api_version: str) -> bool:
+        """Whether an answer of discovery for `api_version` is kept (it may be out of date)."""
+        return api_version in self._discovered
 
     def forget(self, api_version: str) -> None:
         """Look the group/version up again next time (a CRD may have been installed)."""

@@ -13,7 +13,7 @@ another controller, say) are counted as ``Other``.
 dispatcher runs on, so the gauges are read where they are written and nothing needs a
 lock. Every handler returns without awaiting anything slow, except that with
 ``--metrics-auth kubernetes`` a new bearer token is first checked with the API server
-(bearer.py; answers are kept for a minute).
+(bearer.py: a grant is kept a minute, and new tokens are checked at most one a second).
 
 See docs/operations.md for the list of metrics.
 """

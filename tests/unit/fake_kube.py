@@ -98,6 +98,9 @@ class FakeKube:
         served = SERVED.get((api_version, kind))
         return None if served is None else Resource(api_version, kind, *served)
 
+    def knows(self, api_version: str) -> bool:
+        return True  # what it answers may be out of date, as the real one's
+
     def forget(self, api_version: str) -> None:
         pass
 

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import pytest
 
-from dispatcher.api.models import parse_appwrapper
+from dispatcher.api.models import MAX_ITEMS, parse_appwrapper
 from dispatcher.controller.access import (
     CREATOR,
     CREATOR_EXTRA,
     CREATOR_GROUPS,
     CREATOR_UID,
+    LOOKUPS_AT_ONCE,
+    MAX_UNSERVED,
     Access,
     UserInfo,
     creator_denials,
@@ -28,8 +30,9 @@ from dispatcher.controller.admission_review import (
     AppWrapperReview,
     Verdict,
 )
-from dispatcher.controller.kube import ApiError
+from dispatcher.controller.kube import ApiError, Kube
 from dispatcher.controller.runtime import Dispatcher
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 from dispatcher.queue import Policy
 
 from .fake_authz import FakeApi, apply_json_patch
@@ -217,7 +220,11 @@ def test_every_item_the_user_may_not_create_is_named() -> None:
                                               "verbs": ["*"]}]}])
 def test_cluster_scoped_items_are_refused_even_to_an_admin(item: dict[str, Any]) -> None:
     admin_rights = {"namespaces", "clusterroles.rbac.authorization.k8s.io"}
-    review, _ = reviewer(FakeApi({"admin": admin_rights}))
+    # Even where the installation allows the kind: discovery says it is cluster-scoped.
+    allowed = DEFAULT_ALLOWED_KINDS | {("", "Namespace"),
+                                       ("rbac.authorization.k8s.io", "ClusterRole")}
+    review = AppWrapperReview(Access(FakeApi({"admin": admin_rights})),  # type: ignore[arg-type]
+                              allowed)
     wrapped = appwrapper(item)
     wrapped["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
         {"replicas": 1, "requests": {"cpu": "1"}}]
@@ -229,14 +236,16 @@ def test_cluster_scoped_items_are_refused_even_to_an_admin(item: dict[str, Any])
 
 
 def test_a_kind_the_cluster_does_not_serve_is_refused_after_a_fresh_look() -> None:
-    review, api = reviewer()
+    api = FakeApi(RIGHTS)
+    review = AppWrapperReview(Access(api),  # type: ignore[arg-type]
+                              DEFAULT_ALLOWED_KINDS | {("example.com", "Widget")})
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     wrapped = appwrapper(widget)
     wrapped["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [{"replicas": 1}]
     _, verdict = admitted(review, wrapped, ALICE)
     assert not verdict.allowed
     assert "kind Widget (example.com/v1) is not served by this cluster" in verdict.message
-    assert api.forgotten == ["example.com/v1"]
+    assert api.forgotten[0] == "example.com/v1"
 
 
 def test_an_api_error_refuses_with_a_message_to_try_again() -> None:
@@ -343,6 +352,115 @@ def test_other_resources_and_operations_pass() -> None:
     other = {**request(appwrapper(job()), BOB), "kind": {"group": "", "kind": "Pod"}}
     assert run(review.validate(other)).allowed and review.mutate(other).patch is None
     assert run(review.validate(request(appwrapper(job()), BOB, "DELETE"))).allowed
+
+
+# --- what one review may cost the API server -----------------------------------------------
+
+class CountingApiServer(Kube):
+    """The real client, its discovery cache included, before an API server that serves
+    Jobs in batch/v1 only, allows every SubjectAccessReview, and counts what it is asked
+    and how many requests it has in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__(None)  # type: ignore[arg-type]  # _once is all it calls
+        self.sent: list[tuple[str, str]] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def _once(self, method: str, path: str, body: Any, query: Any, content_type: str,
+                    timeout: Any) -> Any:
+        self.sent.append((method, path))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0)  # the answer takes a while: others may be sent meanwhile
+            if (method, path) == ("GET", "/apis/batch/v1"):
+                return {"resources": [{"name": "jobs", "kind": "Job", "namespaced": True},
+                                      {"name": "jobs/status", "kind": "Job",
+                                       "namespaced": True}]}
+            if method == "POST" and path.endswith("/subjectaccessreviews"):
+                return {"status": {"allowed": True}}
+            raise ApiError(404, "NotFound", "404 page not found")
+        finally:
+            self.in_flight -= 1
+
+    def discovery(self) -> list[str]:
+        return [path for method, path in self.sent if method == "GET"]
+
+
+def many(count: int, template: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    return appwrapper(*(template(i) for i in range(count)))
+
+
+def widget_of_group(i: int) -> dict[str, Any]:
+    """A kind of a group of its own, which no cluster serves and no installation allows."""
+    return {"apiVersion": f"g{i}.example.com/v1", "kind": "Widget",
+            "metadata": {"name": f"w{i}"}}
+
+
+def job_of_version(i: int) -> dict[str, Any]:
+    """A Job, a kind every installation allows, in a version of its own no cluster serves."""
+    return {**job(f"j{i}"), "apiVersion": f"batch/v{i + 2}"}
+
+
+def test_an_appwrapper_of_more_items_than_allowed_is_refused_without_a_lookup() -> None:
+    api = CountingApiServer()
+    _, verdict = admitted(AppWrapperReview(Access(api)), many(5000, widget_of_group), ALICE)
+    assert not verdict.allowed and verdict.code == 422
+    assert verdict.message.startswith(
+        f"spec.resources.GenericItems: 5000 items, more than the {MAX_ITEMS} an AppWrapper "
+        "may wrap")
+    assert api.sent == []
+
+
+def test_kinds_the_installation_does_not_allow_are_refused_without_a_lookup() -> None:
+    api = CountingApiServer()
+    obj = many(MAX_ITEMS, widget_of_group)
+    for item in obj["spec"]["resources"]["GenericItems"]:
+        item["custompodresources"] = [{"replicas": 1}]
+    _, verdict = admitted(AppWrapperReview(Access(api)), obj, ALICE)
+    assert not verdict.allowed
+    assert "Widget.g0.example.com; it creates" in verdict.message
+    assert api.sent == []
+
+
+def test_unserved_versions_are_looked_up_once_each_a_few_at_a_time_and_only_until_refused(
+        ) -> None:
+    api = CountingApiServer()
+    _, verdict = admitted(AppWrapperReview(Access(api)), many(MAX_ITEMS, job_of_version),
+                          ALICE)
+    assert not verdict.allowed and verdict.code == 403
+    looked_up = api.discovery()
+    assert len(looked_up) == len(set(looked_up))  # each version once
+    # Enough to fill the refusal's message; the other versions are not looked up at all.
+    assert len(looked_up) < MAX_UNSERVED + LOOKUPS_AT_ONCE
+    assert api.most_in_flight <= LOOKUPS_AT_ONCE
+    assert verdict.message.startswith(
+        f"spec.resources.GenericItems: {MAX_ITEMS - len(looked_up)} wrapped objects were not "
+        f"checked (from spec.resources.GenericItems[{len(looked_up)}] (Job "
+        f"'j{len(looked_up)}') on): those before them already name {MAX_UNSERVED} kinds this "
+        "cluster does not serve; correct those first; spec.resources.GenericItems[0] (Job "
+        "'j0'): kind Job (batch/v2) is not served by this cluster")
+
+
+def test_one_unserved_version_is_looked_up_once_however_many_items_name_it() -> None:
+    api = CountingApiServer()
+    obj = many(MAX_ITEMS, lambda i: {**job(f"j{i}"), "apiVersion": "batch/v2"})
+    _, verdict = admitted(AppWrapperReview(Access(api)), obj, ALICE)
+    assert not verdict.allowed
+    assert api.discovery() == ["/apis/batch/v2"]
+    assert verdict.message.count("is not served by this cluster") > 1  # every item named
+
+
+def test_a_served_kind_is_looked_up_once_and_reviewed_once_per_appwrapper() -> None:
+    api = CountingApiServer()
+    review = AppWrapperReview(Access(api))
+    for _ in range(2):
+        _, verdict = admitted(review, many(MAX_ITEMS, lambda i: job(f"j{i}")), ALICE)
+        assert verdict.allowed
+    assert api.discovery() == ["/apis/batch/v1"]  # kept from the first review
+    assert [p for m, p in api.sent if m == "POST"] == [
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews"] * 2
 
 
 # --- the creator's rights again, at dispatch ----------------------------------------------

@@ -11,6 +11,7 @@ import yaml
 
 from dispatcher.api import (
     MAX_CONDITIONS,
+    MAX_ITEMS,
     AppWrapper,
     Condition,
     InvalidSpec,
@@ -201,6 +202,14 @@ def _job(name: str = "j", **meta: Any) -> dict[str, Any]:
 def test_no_items_says_wrap_something() -> None:
     assert _invalid(_aw([])) == [
         "spec.resources.GenericItems is empty: wrap at least one object"]
+
+
+def test_an_appwrapper_wraps_at_most_max_items_objects() -> None:
+    parse_appwrapper(_aw([_job(f"j{i}") for i in range(MAX_ITEMS)]))
+    assert _invalid(_aw([_job(f"j{i}") for i in range(MAX_ITEMS + 1)])) == [
+        f"spec.resources.GenericItems: {MAX_ITEMS + 1} items, more than the {MAX_ITEMS} an "
+        "AppWrapper may wrap: wrap fewer objects (a gang's size is in their replicas), or "
+        "split them into several AppWrappers"]
 
 
 def test_wrong_types_name_the_field_and_the_value() -> None:

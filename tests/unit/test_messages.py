@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api import (
+    MAX_ITEMS,
     MAX_MESSAGE_CHARS,
     MAX_PROBLEM_CHARS,
     InvalidSpec,
@@ -46,10 +47,13 @@ def test_a_megabyte_of_problems_makes_a_short_message() -> None:
     with pytest.raises(InvalidSpec) as info:
         parse_appwrapper(doc)
     error = info.value
-    assert error.count == 10_000
+    assert error.count == 10_001  # twice per item, and once for their number
     assert len(str(error)) <= MAX_MESSAGE_CHARS
     assert len("; ".join(error.problems)) <= MAX_MESSAGE_CHARS  # as the controller joins them
-    assert error.problems[0].startswith("spec.resources.GenericItems[0].replicas: must be ≥ 0")
+    assert error.problems[0].startswith(
+        f"spec.resources.GenericItems: 5001 items, more than the {MAX_ITEMS} an AppWrapper "
+        "may wrap")
+    assert error.problems[1].startswith("spec.resources.GenericItems[0].replicas: must be ≥ 0")
     assert error.problems[-1].startswith("… and ")
     assert error.problems[-1].endswith(" more problems")
     shown = len(error.problems) - 1

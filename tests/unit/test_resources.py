@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dispatcher.resources import (
     INT64_MAX,
+    MAX_DIGITS,
     QuantityError,
     ResourceSpecError,
     add,
@@ -111,6 +112,28 @@ def test_non_quantity_values_are_rejected(value: Any) -> None:
 def test_absurd_exponents_are_refused_rather_than_computed() -> None:
     with pytest.raises(QuantityError, match="out of range"):
         parse_quantity("1e100000000")
+
+
+@given(st.integers(min_value=MAX_DIGITS + 1, max_value=20_000),
+       st.sampled_from(["{}", "0.{}", "{}.5", "{}Gi", "{}e3", "1e{}", "1e-{}", "1e+0{}"]),
+       st.sampled_from("19"))
+def test_an_overlong_quantity_is_refused_as_a_quantity(digits: int, form: str,
+                                                       digit: str) -> None:
+    # Python reads no integer of more than 4,300 digits: such a value must still be
+    # refused with a quantity's message, which a wrapper's status can show.
+    text = form.format(digit * digits)
+    with pytest.raises(QuantityError, match=f"more than the {MAX_DIGITS} a quantity may "
+                       "have|out of range") as e:
+        parse_quantity(text)
+    assert len(str(e.value)) < 200  # quotes the start of the value, not all of it
+
+
+def test_digits_are_counted_as_written_and_an_exponent_without_its_leading_zeros() -> None:
+    with pytest.raises(QuantityError, match=f"has 5000 digits, more than the {MAX_DIGITS}"):
+        parse_quantity("0" * 5000)
+    assert parse_quantity("0" * MAX_DIGITS + "Ki") == 0
+    assert parse_quantity("1e" + "0" * 5000 + "3") == 1000
+    assert parse_quantity("2e-" + "0" * 5000 + "3") == Fraction(2, 1000)
 
 
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(sorted(BINARY)))

@@ -331,6 +331,28 @@ def test_bad_input_fails_alone_and_the_queue_goes_on() -> None:
     run(scenario)
 
 
+def test_a_quantity_too_long_to_read_fails_the_wrapper_with_a_message() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        huge = job("huge", 1, 1)
+        limits = huge["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        limits["cpu"] = "1" * 5000  # more digits than Python reads as an int
+        kube.put(appwrapper("huge", huge, created=1))
+        kube.put(appwrapper("good", job("good", 1, 1), created=2))
+        d = await started(kube, clock)
+        await d.cycle()
+        status = aw_status(kube, "huge")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "InvalidSpec"
+        assert status["message"].startswith(
+            "spec.resources.GenericItems[0]: spec.template.spec.containers[0] (c): "
+            "resources.limits.cpu '1111")
+        assert "has 5000 digits, more than the 100 a quantity may have" in status["message"]
+        assert types(kube, "good")[-1] == "Dispatched"
+
+    run(scenario)
+
+
 def test_deleted_appwrapper_frees_its_reservation() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
