@@ -140,6 +140,9 @@ class Intake:
         else:
             self.m.gated.pop(key, None)  # its pin, if any, stays until it binds
         lifted = None if gone or claimed is None or gated is not None else _lifted(obj)
+        if (lifted is not None and claimed is not None and self.m.state.pinned(key) is None
+                and self.m.ownership.disproves(obj, claimed)):
+            lifted = None  # its label is all it has: it holds no room of the gang's
         if lifted is not None:
             assert claimed is not None
             self.m.lifted[key] = (claimed, *lifted)

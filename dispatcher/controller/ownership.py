@@ -105,6 +105,14 @@ class Ownership:
         ref = controller_ref(pod)
         return ref is not None and self._root.get(ref.uid) == claimed
 
+    def disproves(self, pod: Mapping[str, Any], claimed: Key) -> bool:
+        """Whether what is known already proves the pod does not belong to `claimed`: it
+        has no controller owner, or one known to be foreign; looks nothing up."""
+        ref = controller_ref(pod)
+        if ref is None:
+            return str((pod.get("metadata") or {}).get("uid", "")) not in self._root
+        return ref.uid in self._root and self._root[ref.uid] != claimed
+
     def drop_pod(self, key: PodKey) -> None:
         self._rejected.pop(key, None)
         for uid in list(self._waiting):

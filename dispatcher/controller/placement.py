@@ -23,18 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from dispatcher.cluster.state import PlannedPod
+from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.cluster.state import FreeMatrix, PlannedPod
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds import PodConstraints
 from dispatcher.resources import format_resources
 
 from .items import ours
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, Resource
 from .memory import GatedPod, Memory
 
 log = logging.getLogger(__name__)
 
 PodKey = tuple[str, str]
+POD_RESOURCE = Resource("v1", "Pod", "pods", True)
 RECOUNT_SECONDS = 5.0
 # Annotation of a pod pinned by the pod webhook as it was created (pod_pinning.py): the
 # token its pin is held under until the pod, then named, is seen.
@@ -133,6 +135,7 @@ class Placement:
         self._lifting: set[PodKey] = set()
         self.waiting = 0  # gated members with no room to go to, at the last pass
         self._unplaced: set[tuple[str, str]] = set()  # gangs with such a member
+        self._looking: set[PodKey] = set()  # lapsed pins whose pod is being looked for
 
     def cycle(self, unfit: Mapping[tuple[str, str], list[PlannedPod]],
               start: Callable[[Coroutine[Any, Any, None]], None]) -> None:
@@ -140,7 +143,8 @@ class Placement:
         go. Runs in the loop after holds are rebuilt and before anything is admitted, so
         room a pod is pinned to is never offered to a new gang."""
         state = self.m.state
-        self.expire_tokens(time.monotonic())
+        if self.lapsing_tokens(time.monotonic()):
+            start(self.lapse_tokens(time.monotonic()))
         waiting = 0
         unplaced: dict[tuple[str, str], str] = {}
         for key in sorted(self.m.gated):
@@ -170,7 +174,9 @@ class Placement:
             request = pod.request
             node = self.held_room(t.key, key, request, pod.constraints,
                                   unfit.get(t.key, ()), top_up=True)
-            if node is None:
+            if node is None and t.counts().active <= t.expected_pods:
+                # Free room only for a pod its gang was admitted with: one more (a Job's
+                # parallelism raised after dispatch) was admitted by nobody.
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
                 waiting += 1
@@ -211,9 +217,41 @@ class Placement:
                 t.unplaced = (since, message)
         self._unplaced = set(unplaced)
 
-    def expire_tokens(self, now: float) -> None:
-        """Drop the pins made as pods were created whose pod was never seen."""
-        for key in [k for k, due in self.m.pin_tokens.items() if due <= now]:
+    def lapsing_tokens(self, now: float) -> list[PodKey]:
+        """Pins made as pods were created whose pod has not been seen in time, not being
+        looked for already."""
+        return [k for k, due in self.m.pin_tokens.items()
+                if due <= now and k not in self._looking]
+
+    async def lapse_tokens(self, now: float) -> None:
+        """Drop the pins made as pods were created whose pod does not exist. Its watch
+        event may only be late (a loaded API server): the pod is looked for first, and
+        one found takes its pin (intake) — dropped, its room would go to the next pod
+        of the gang while the late one binds there too."""
+        for key in self.lapsing_tokens(now):
+            self._looking.add(key)
+            try:
+                await self._look_for(key)
+            finally:
+                self._looking.discard(key)
+
+    async def _look_for(self, key: PodKey) -> None:
+        held = self.m.lifted.get(key)
+        token = key[1].removeprefix(TOKEN_PREFIX)
+        if held is not None:
+            try:
+                pods = await self.kube.list(POD_RESOURCE, f"{APPWRAPPER_LABEL}={held[0][1]}",
+                                            key[0])
+            except ApiError as e:
+                log.info("pin %s of %s/%s: could not look for its pod (%s); kept",
+                         token, *held[0], e)
+                return
+            for pod in pods:
+                if token_of(pod) == token:
+                    self.recount(pod)  # late: its watch event will say the same
+                    if key not in self.m.pin_tokens:
+                        return
+        if key in self.m.pin_tokens:
             del self.m.pin_tokens[key]
             self.m.lifted.pop(key, None)
             self.m.state.unpin(key)
@@ -224,6 +262,7 @@ class Placement:
         names, resources, free = state.free_matrix()
         if any(r not in resources for r, v in request.items() if v > 0):
             return None  # no node has any of something it asks
+        free = self._less_held_for_preemptors(owner, names, resources, free)
         fits = np.ones(len(names), dtype=bool)
         for r, v in request.items():
             if v > 0:
@@ -238,6 +277,23 @@ class Placement:
                     state.unreserve(owner, [held])
                 return node
         return None
+
+    def _less_held_for_preemptors(self, owner: tuple[str, str], names: Sequence[str],
+                                  resources: Sequence[str], free: FreeMatrix) -> FreeMatrix:
+        """Free room less what is kept for preemptors (sharing.Hold: the room their
+        victims give back as they go), which is nobody else's."""
+        holds = [h for key, h in self.m.sharing.holds.items() if key != owner]
+        if not holds:
+            return free
+        free = free.copy()
+        row = {name: i for i, name in enumerate(names)}
+        column = {r: j for j, r in enumerate(resources)}
+        for hold in holds:
+            for p in hold.planned:
+                for r, v in p.request.items():
+                    if p.node in row and r in column:
+                        free[row[p.node], column[r]] -= v
+        return free
 
     async def _lift(self, key: PodKey, pod: GatedPod, node: str | None) -> None:
         path = f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"

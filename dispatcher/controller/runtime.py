@@ -461,7 +461,7 @@ class Dispatcher:
                 room_lost, t.room_lost = t.room_lost, False
                 planned: list[PlannedPod] = []
                 unfit: list[PlannedPod] = []
-                pinned = self._lifted_of(t.key)
+                pinned = self._lifted_of(t)
                 held_pinned = [p for _, p in pinned]
                 if t.phase == "dispatched" and t.queued is not None:
                     # Its pods not bound yet, the lost ones among them; those let onto a
@@ -504,11 +504,26 @@ class Dispatcher:
                 log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
                          "held for their replacements", *t.key, len(planned))
 
-    def _lifted_of(self, owner: Key) -> list[tuple[tuple[str, str], PlannedPod]]:
-        """The gang's pods let onto a node that is still there and not bound yet."""
-        return [(key, PlannedPod(node, request))
-                for key, (claimed, node, request) in sorted(self.m.lifted.items())
-                if claimed == owner and node in self.m.state.nodes]
+    def _lifted_of(self, t: Tracked) -> list[tuple[tuple[str, str], PlannedPod]]:
+        """The gang's pods let onto a node that is still there and not bound yet (intake
+        keeps none a label alone claims), and no more of them than the room the gang
+        was admitted with — less its bound members — covers: the rest hold nothing."""
+        room: dict[str, int] = {}
+        for count, request in t.declared():
+            for r, v in request.items():
+                room[r] = room.get(r, 0) + count * v
+        for p in self.m.state.bound_pods_of(t.key):
+            for r, v in p.request.items():
+                room[r] = room.get(r, 0) - v
+        out = []
+        for key, (claimed, node, request) in sorted(self.m.lifted.items()):
+            if (claimed != t.key or node not in self.m.state.nodes
+                    or any(room.get(r, 0) < v for r, v in request.items())):
+                continue
+            for r, v in request.items():
+                room[r] -= v
+            out.append((key, PlannedPod(node, request)))
+        return out
 
     # --- dispatched wrappers ------------------------------------------------------------
 

@@ -151,7 +151,7 @@ def test_a_pin_whose_pod_never_came_lapses_and_its_room_goes_to_the_next_pod() -
         # Refused after the webhook (another admission plugin): no pod, the Job retries.
         assert await hook.review(creating(pod, "r1")) is None
         assert d.state.pinned(token_key("team", "r0")) is not None
-        d.placement.expire_tokens(hook.clock() + TOKEN_SECONDS + 1)
+        await d.placement.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
         assert d.state.pinned(token_key("team", "r0")) is None
         assert await hook.review(creating(pod, "r2")) is not None
 

@@ -1,0 +1,167 @@
+"""What a tenant who may create pods in its own namespace can make the dispatcher do to
+another team's room: nothing. Pods are anyone's to label, annotate, give a node rule or
+an owner reference; only the room the tenant's own gang was admitted with is ever theirs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from dispatcher.cluster.state import PlannedPod
+from dispatcher.controller.items import PLACEMENT_GATE
+from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION
+from dispatcher.controller.pod_pinning import TOKEN_SECONDS
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.preemption import Hold
+
+from .fake_kube import FakeKube
+from .test_placement import arrive, gated_pod, one_pod_job, pinned_to, pinning, seen, two_pod_job
+from .test_pod_pinning import applied, creating, dispatched
+from .test_runtime import (
+    Clock,
+    appwrapper,
+    created_job,
+    job,
+    node,
+    pod,
+    run,
+    started,
+    types,
+)
+
+GPU = "nvidia.com/gpu"
+
+
+def let_onto(pod_obj: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """A pod the tenant made by hand: not bound, required onto `node_name`, as a pod
+    the dispatcher let go would be."""
+    obj = copy.deepcopy(pod_obj)
+    obj["spec"].pop("nodeName", None)
+    obj["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In",
+                              "values": [node_name]}]}]}}}
+    obj["status"] = {"phase": "Pending"}
+    return obj
+
+
+async def running_small_gang(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """Two 8-GPU nodes; alice's 'mine' (one 1-GPU pod) running on n1."""
+    kube.put(node("n1"))
+    kube.put(node("n2"))
+    kube.put(appwrapper("mine", job("mine", 1, 1), created=0))
+    d = await started(kube, clock)
+    await d.cycle()
+    mine0 = pod("mine", "mine-0", "n1", "Running", 1, created_job(kube, "mine"))
+    d.on_pod("ADDED", copy.deepcopy(kube.put(mine0)))
+    await d.cycle()
+    assert types(kube, "mine")[-1] == "Running"
+    return d
+
+
+def test_pods_with_only_the_appwrapper_label_hold_no_room() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d = await running_small_gang(kube, clock)
+        for i, where in enumerate(("n1", "n2")):
+            fake = let_onto(pod("mine", f"fake-{i}", where, "Pending", 1000), where)
+            d.on_pod("ADDED", copy.deepcopy(kube.put(fake)))
+        await d.cycle()
+        assert d.state.free("n1")[GPU] == 7 and d.state.free("n2")[GPU] == 8
+        # After a restart too (the rebuild reads what was let onto a node).
+        d = await started(kube, clock)
+        await d.cycle()
+        assert d.state.free("n1")[GPU] == 7 and d.state.free("n2")[GPU] == 8
+        kube.put(appwrapper("theirs", job("theirs", 1, 8), created=5))
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "theirs") or {})
+        await d.cycle()
+        assert types(kube, "theirs")[-1] == "Dispatched"
+
+    run(scenario)
+
+
+def test_pods_with_a_forged_owner_hold_no_more_than_their_gang_was_admitted_with() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d = await running_small_gang(kube, clock)
+        mine = created_job(kube, "mine")
+        for i, where in enumerate(("n1", "n2")):
+            fake = let_onto(pod("mine", f"fake-{i}", where, "Pending", 1000, mine), where)
+            d.on_pod("ADDED", copy.deepcopy(kube.put(fake)))
+        await d.cycle()
+        d = await started(kube, clock)
+        await d.cycle()
+        assert d.state.free("n1")[GPU] == 7 and d.state.free("n2")[GPU] == 8
+
+    run(scenario)
+
+
+def test_a_pod_beyond_its_gangs_admitted_count_gets_no_free_room() -> None:
+    """The owner of a running Job raises its parallelism: the extra pod was admitted by
+    nobody, and waits at its gate."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("a", one_pod_job("a")))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        a = created_job(kube, "a")
+        arrive(kube, d, gated_pod(a, "a-0"))
+        await d.cycle()
+        a0 = seen(kube, d, "a-0")
+        (where,) = pinned_to(a0)
+        a0["spec"]["nodeName"] = where
+        a0["status"]["phase"] = "Running"
+        d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        arrive(kube, d, gated_pod(a, "a-1"))  # parallelism 2 now
+        await d.cycle()
+        await d.cycle()
+        assert seen(kube, d, "a-1")["spec"]["schedulingGates"] == [{"name": PLACEMENT_GATE}]
+
+    run(scenario)
+
+
+def test_room_kept_for_a_preemptor_goes_to_no_other_gangs_pod() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("a", one_pod_job("a", completions=2), created=0))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        a = created_job(kube, "a")
+        arrive(kube, d, gated_pod(a, "a-0"))
+        await d.cycle()
+        a0 = seen(kube, d, "a-0")
+        (a_node,) = pinned_to(a0)
+        a0["spec"]["nodeName"] = a_node
+        a0["status"]["phase"] = "Running"
+        d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
+        await d.cycle()
+        # n1's room is kept for a preemptor whose victims just left it.
+        d.m.sharing.holds[("team", "big")] = Hold((PlannedPod("n1", {GPU: 8}),))
+        a0["status"]["phase"] = "Succeeded"
+        d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
+        arrive(kube, d, gated_pod(a, "a-1"))  # the Job's next pod
+        await d.cycle()
+        assert pinned_to(seen(kube, d, "a-1")) == ["n2"]
+
+    run(scenario)
+
+
+def test_a_pin_whose_pods_watch_event_is_late_is_not_given_to_another_pod() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d, hook, job_obj = await dispatched(kube, clock, two_pod_job("a"))
+        first = gated_pod(job_obj, "a-0")
+        patch = await hook.review(creating(first, "r0"))
+        assert patch is not None
+        made = applied(first, patch)
+        assert made["metadata"]["annotations"][PIN_TOKEN_ANNOTATION] == "r0"
+        kube.put(made)  # created, but its watch event has not come
+        await d.placement.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
+        second = gated_pod(job_obj, "a-1")
+        patch = await hook.review(creating(second, "r1"))
+        assert patch is not None
+        assert pinned_to(applied(second, patch)) != pinned_to(made)
+
+    run(scenario)
