@@ -59,6 +59,20 @@ async def running_small_gang(kube: FakeKube, clock: Clock) -> Dispatcher:
     return d
 
 
+async def first_pod_running(kube: FakeKube, d: Dispatcher, a: dict[str, Any]
+                            ) -> dict[str, Any]:
+    """a's first pod made, let go, bound where it was pinned and running."""
+    arrive(kube, d, gated_pod(a, "a-0"))
+    await d.cycle()
+    a0 = seen(kube, d, "a-0")
+    (where,) = pinned_to(a0)
+    a0["spec"]["nodeName"] = where
+    a0["status"]["phase"] = "Running"
+    d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
+    await d.cycle()
+    return a0
+
+
 def test_pods_with_only_the_appwrapper_label_hold_no_room() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d = await running_small_gang(kube, clock)
@@ -105,14 +119,7 @@ def test_a_pod_beyond_its_gangs_admitted_count_gets_no_free_room() -> None:
         d = await pinning(kube, clock)
         await d.cycle()
         a = created_job(kube, "a")
-        arrive(kube, d, gated_pod(a, "a-0"))
-        await d.cycle()
-        a0 = seen(kube, d, "a-0")
-        (where,) = pinned_to(a0)
-        a0["spec"]["nodeName"] = where
-        a0["status"]["phase"] = "Running"
-        d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
-        await d.cycle()
+        await first_pod_running(kube, d, a)
         assert types(kube, "a")[-1] == "Running"
         arrive(kube, d, gated_pod(a, "a-1"))  # parallelism 2 now
         await d.cycle()
@@ -130,14 +137,7 @@ def test_room_kept_for_a_preemptor_goes_to_no_other_gangs_pod() -> None:
         d = await pinning(kube, clock)
         await d.cycle()
         a = created_job(kube, "a")
-        arrive(kube, d, gated_pod(a, "a-0"))
-        await d.cycle()
-        a0 = seen(kube, d, "a-0")
-        (a_node,) = pinned_to(a0)
-        a0["spec"]["nodeName"] = a_node
-        a0["status"]["phase"] = "Running"
-        d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
-        await d.cycle()
+        a0 = await first_pod_running(kube, d, a)
         # n1's room is kept for a preemptor whose victims just left it.
         d.m.sharing.holds[("team", "big")] = Hold((PlannedPod("n1", {GPU: 8}),))
         a0["status"]["phase"] = "Succeeded"
