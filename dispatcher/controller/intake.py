@@ -307,8 +307,10 @@ class Intake:
             else:
                 t.generation = generation
             return
-        # Dispatched or running: only an edit of what it creates matters.
+        # Dispatched or running: only an edit of what it creates matters now; whatever
+        # requeues it later queues the spec as it is then, as a restart would.
         t.generation = generation
+        t.latest = obj
         try:
             aw = parse_appwrapper(obj)
         except InvalidSpec:
@@ -319,6 +321,17 @@ class Intake:
         else:
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
             t.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
+
+    def queue_again(self, t: Tracked) -> None:
+        """A requeued wrapper (its objects torn down, Pending written) back in the queue:
+        as its spec now is, checked and fitted anew if it was edited since its dispatch."""
+        self.edited.discard(t.key)
+        if t.latest is None:
+            if t.queued is not None:
+                self.m.queue.put(t.queued)
+            return
+        self.m.forget(t)
+        self._intake(t.key, t.latest, keep=t)
 
     def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
                 requeue_failed: bool = False) -> Tracked | None:
@@ -391,8 +404,9 @@ class Intake:
                              "waiting for the first admission cycle")
             status.controllerfirsttimestamp = now_dt(t.first_seen)
             status.state = "Pending"
-            status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
-                                       for g in queued.gang)
+        # What it asks for as its spec now is (an edit changes it).
+        status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
+                                   for g in queued.gang)
         for uid in (i.uid for i in status.wrappedItems if i.uid):
             self.m.ownership.add_item(uid, key)
         last = latest(status.conditions)

@@ -770,8 +770,7 @@ class Dispatcher:
         t.outcome = None
         t.check_at = None
         t.below_min_since = None
-        if t.queued is not None:
-            self.m.queue.put(t.queued)
+        self.intake.queue_again(t)
 
     # --- admission ----------------------------------------------------------------------
 
@@ -892,8 +891,7 @@ class Dispatcher:
             return
         self.m.state.release(t.key)
         t.phase = "queued"
-        if t.queued is not None:
-            self.m.queue.put(t.queued)
+        self.intake.queue_again(t)
 
     async def _dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None

@@ -97,6 +97,9 @@ class Tracked:
     written_version: str = ""  # resourceVersion our last status write produced
     # The wrappers it preempted to be admitted: they may never preempt it back.
     preempted: tuple[Key, ...] = ()
+    # The API object as last seen, when its spec changed after dispatch: `aw` stays what
+    # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
+    latest: Mapping[str, Any] | None = None
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())
