@@ -346,6 +346,9 @@ class Intake:
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, written=written, first_seen=now)
+        # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
+        t.preempted = tuple((ns, name) for ns, _, name in
+                            (k.partition("/") for k in status.preempted) if name)
         if keep is not None:
             t.written_version = keep.written_version
             t.last_write_at = keep.last_write_at
@@ -394,6 +397,7 @@ class Intake:
             status.numberOfRequeueings = 0
             status.wrappedItems = []
             status.admittedDigest = ""
+            status.preempted = []
             change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
                              "the spec changed after the failure: queued again")
             self.m.unwritten.add(key)

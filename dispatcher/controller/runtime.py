@@ -752,6 +752,7 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         t.status.state = "Pending"
         t.status.admittedDigest = ""
+        t.status.preempted = []
         self.scaling.requeued(t)
         t.pods.clear()
         self._set_counts(t)
@@ -921,6 +922,10 @@ class Dispatcher:
         t.status.state = "Running"
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
+        # Durable with the dispatch: its victims may not preempt it back after a failover.
+        hold = self.m.sharing.holds.get(t.key)
+        preempted = hold.preempted if hold is not None else ()
+        t.status.preempted = [f"{ns}/{name}" for ns, name in preempted]
         # What will be created, by name: removable even if the spec is edited later.
         t.status.wrappedItems = [
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
@@ -930,8 +935,8 @@ class Dispatcher:
         if not await self._commit(change):
             return
         # Durable: now memory follows.
-        hold = self.m.sharing.release(t.key)
-        t.preempted = hold.preempted if hold is not None else ()
+        self.m.sharing.release(t.key)
+        t.preempted = preempted
         t.phase = "dispatched"
         t.dispatched_at = now
         t.pods = {}
