@@ -319,6 +319,7 @@ class Intake:
         if t.aw is not None and items_digest(aw) != items_digest(t.aw):
             self.edited.add(t.key)
         else:
+            self.edited.discard(t.key)  # back to the items admitted: nothing to redo
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
             t.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
 

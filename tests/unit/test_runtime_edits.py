@@ -149,3 +149,22 @@ def test_an_edit_while_the_dispatch_is_written_is_what_is_created() -> None:
         assert posted[1:] == [(2, 4)]  # only the edited Job was ever created
 
     run(scenario)
+
+
+def test_an_edit_undone_before_the_requeue_leaves_the_running_wrapper_alone() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", job("a", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "a")
+        d.on_pod("ADDED", pod("a", "a-0", "n1", "Running", 1, j))
+        await d.cycle()
+        edit(kube, d, "a", job("a", 4, 8))
+        edit(kube, d, "a", job("a", 1, 1))  # the user thinks better of it at once
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        assert "PreemptCandidate" not in types(kube, "a")
+        assert created_job(kube, "a")["metadata"]["uid"] == j["metadata"]["uid"]
+
+    run(scenario)
