@@ -333,6 +333,9 @@ class AppWrapperStatus(_Model):
     # admitted (an edit of the items after dispatch is noticed, even across restarts).
     wrappedItems: list[WrappedItem] = Field(default_factory=list)
     admittedDigest: str = ""
+    # The AppWrappers ("namespace/name") it preempted to be admitted, written with its
+    # dispatch: they may not preempt it back while it stays admitted, whoever leads then.
+    preempted: list[str] = Field(default_factory=list)
     # An elastic gang's size: pods per elastic pod set, in the gang's order, as last
     # admitted or scaled (dispatcher.elastic); empty for a rigid one or before dispatch.
     elasticPods: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)

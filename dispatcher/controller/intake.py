@@ -310,8 +310,10 @@ class Intake:
             else:
                 t.generation = generation
             return
-        # Dispatched or running: only an edit of what it creates matters.
+        # Dispatched or running: only an edit of what it creates matters now; whatever
+        # requeues it later queues the spec as it is then, as a restart would.
         t.generation = generation
+        t.latest = obj
         try:
             aw = parse_appwrapper(obj)
         except InvalidSpec:
@@ -320,8 +322,20 @@ class Intake:
         if t.aw is not None and items_digest(aw) != items_digest(t.aw):
             self.edited.add(t.key)
         else:
+            self.edited.discard(t.key)  # back to the items admitted: nothing to redo
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
             t.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
+
+    def queue_again(self, t: Tracked) -> None:
+        """A requeued wrapper (its objects torn down, Pending written) back in the queue:
+        as its spec now is, checked and fitted anew if it was edited since its dispatch."""
+        self.edited.discard(t.key)
+        if t.latest is None:
+            if t.queued is not None:
+                self.m.queue.put(t.queued)
+            return
+        self.m.forget(t)
+        self._intake(t.key, t.latest, keep=t)
 
     def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
                 requeue_failed: bool = False) -> Tracked | None:
@@ -336,6 +350,9 @@ class Intake:
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, written=written, first_seen=now)
+        # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
+        t.preempted = tuple((ns, name) for ns, _, name in
+                            (k.partition("/") for k in status.preempted) if name)
         if keep is not None:
             t.written_version = keep.written_version
             t.last_write_at = keep.last_write_at
@@ -384,6 +401,7 @@ class Intake:
             status.numberOfRequeueings = 0
             status.wrappedItems = []
             status.admittedDigest = ""
+            status.preempted = []
             change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
                              "the spec changed after the failure: queued again")
             self.m.unwritten.add(key)
@@ -394,8 +412,9 @@ class Intake:
                              "waiting for the first admission cycle")
             status.controllerfirsttimestamp = now_dt(t.first_seen)
             status.state = "Pending"
-            status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
-                                       for g in queued.gang)
+        # What it asks for as its spec now is (an edit changes it).
+        status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
+                                   for g in queued.gang)
         for uid in (i.uid for i in status.wrappedItems if i.uid):
             self.m.ownership.add_item(uid, key)
         last = latest(status.conditions)

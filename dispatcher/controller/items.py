@@ -119,11 +119,16 @@ def ours(gate: object) -> bool:
 
 def gate_pods(obj: dict[str, Any]) -> None:
     """Add the placement gate to every pod template of `obj` (to `obj` itself if a Pod)
-    whose node choice the dispatcher's fit can make."""
+    whose node choice the dispatcher's fit can make and kube-scheduler would carry out.
+
+    A template that names its node (spec.nodeName) is left ungated: its pods are never
+    scheduled, they go to that node as they are made, which is where the fit planned
+    them (the only node it lets them use). The API server refuses a pod with both a node
+    name and a scheduling gate, so gated, none would ever be made."""
     for path in pod_template_paths(obj):
         template = _at(obj, path) if path else obj
         spec = template.get("spec")
-        if not isinstance(spec, dict) or _beyond_fit(spec):
+        if not isinstance(spec, dict) or spec.get("nodeName") or _beyond_fit(spec):
             continue
         gates = spec.get("schedulingGates")
         if not isinstance(gates, list):

@@ -787,6 +787,7 @@ class Dispatcher:
         change = self.writer.begin(t, now)
         t.status.state = "Pending"
         t.status.admittedDigest = ""
+        t.status.preempted = []
         self.scaling.requeued(t)
         t.pods.clear()
         self._set_counts(t)
@@ -805,8 +806,7 @@ class Dispatcher:
         t.outcome = None
         t.check_at = None
         t.below_min_since = None
-        if t.queued is not None:
-            self.m.queue.put(t.queued)
+        self.intake.queue_again(t)
 
     # --- admission ----------------------------------------------------------------------
 
@@ -927,8 +927,7 @@ class Dispatcher:
             return
         self.m.state.release(t.key)
         t.phase = "queued"
-        if t.queued is not None:
-            self.m.queue.put(t.queued)
+        self.intake.queue_again(t)
 
     async def _dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None
@@ -958,6 +957,10 @@ class Dispatcher:
         t.status.state = "Running"
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
+        # Durable with the dispatch: its victims may not preempt it back after a failover.
+        hold = self.m.sharing.holds.get(t.key)
+        preempted = hold.preempted if hold is not None else ()
+        t.status.preempted = [f"{ns}/{name}" for ns, name in preempted]
         # What will be created, by name: removable even if the spec is edited later.
         t.status.wrappedItems = [
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
@@ -967,8 +970,8 @@ class Dispatcher:
         if not await self._commit(change):
             return
         # Durable: now memory follows.
-        hold = self.m.sharing.release(t.key)
-        t.preempted = hold.preempted if hold is not None else ()
+        self.m.sharing.release(t.key)
+        t.preempted = preempted
         t.phase = "dispatched"
         t.dispatched_at = now
         t.pods = {}

@@ -69,6 +69,7 @@ def copy_status(status: AppWrapperStatus) -> AppWrapperStatus:
     copy.conditions = list(status.conditions)
     copy.wrappedItems = list(status.wrappedItems)
     copy.elasticPods = list(status.elasticPods)
+    copy.preempted = list(status.preempted)
     return copy
 
 

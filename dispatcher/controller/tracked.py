@@ -95,12 +95,16 @@ class Tracked:
     sending: bool = False  # a status PATCH of it is on the wire
     last_write_at: float = 0.0
     written_version: str = ""  # resourceVersion our last status write produced
-    # The wrappers it preempted to be admitted: they may never preempt it back.
+    # The wrappers it preempted to be admitted: they may never preempt it back. Kept in
+    # status.preempted too, so that the next leader knows them.
     preempted: tuple[Key, ...] = ()
     # A member pod of it fits neither the room it holds nor any free room: since when,
     # and why (placement.py); and the last such reason told the user.
     unplaced: tuple[float, str] | None = None
     unplaced_told: str = ""
+    # The API object as last seen, when its spec changed after dispatch: `aw` stays what
+    # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
+    latest: Mapping[str, Any] | None = None
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())

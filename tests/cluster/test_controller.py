@@ -330,3 +330,18 @@ def test_schema_errors_are_refused_by_the_api_server(dispatched: DispatcherProce
         {"replicas": 1, "requests": {"cpu": "1"}} | patch]
     proc = k.run("apply", "-f", "-", input=__import__("yaml").safe_dump(doc), check=False)
     assert proc.returncode != 0 and field in proc.stderr
+
+
+def test_a_template_that_names_its_node_runs_its_pods_there(
+        dispatched: DispatcherProcess, kubectl: Kubectl, k: Kubectl) -> None:
+    """The API server refuses a pod with spec.nodeName beside a scheduling gate: gated,
+    such a Job never made a pod and was requeued for ever. Its pods go to the node they
+    name, the one the dispatcher planned them on."""
+    nodes = sorted(n["metadata"]["name"] for n in kubectl.items("nodes", "-l", "type=kwok"))
+    named = job("named", pods=2, gpus=4)
+    named["spec"]["template"]["spec"]["nodeName"] = nodes[-1]
+    k.apply(appwrapper("named", named))
+    pods = running_pods(k, "named", 2)
+    assert {p["spec"]["nodeName"] for p in pods} == {nodes[-1]}
+    aw = wait_condition(k, "named", "Running")
+    assert aw["status"].get("numberOfRequeueings", 0) == 0

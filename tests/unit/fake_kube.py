@@ -168,6 +168,11 @@ class FakeKube:
             full = f"{path}/{meta['name']}"
             if full in self.objects:
                 raise ApiError(409, "AlreadyExists", f"{meta['name']} already exists")
+            spec = obj.get("spec") or {}
+            if obj.get("kind") == "Pod" and spec.get("nodeName") and spec.get("schedulingGates"):
+                raise ApiError(422, "Invalid", f"Pod {meta['name']!r} is invalid: spec.nodeName: "
+                               "Forbidden: cannot be set until all schedulingGates have been "
+                               "cleared")
             meta["uid"] = f"uid-{next(self._uids)}"
             meta["creationTimestamp"] = datetime.fromtimestamp(
                 self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

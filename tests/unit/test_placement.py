@@ -418,3 +418,61 @@ def test_a_gang_whose_room_went_with_a_node_and_fits_nowhere_else_is_requeued() 
         assert d.state.reserved_for(("team", "a")) == []
 
     run(scenario)
+
+
+def node_named_job(name: str, on: str) -> dict[str, Any]:
+    job = one_pod_job(name)
+    job["spec"]["template"]["spec"]["nodeName"] = on
+    return job
+
+
+async def made_by_job_controller(kube: FakeKube, d: Dispatcher, job: dict[str, Any],
+                                 name: str) -> dict[str, Any]:
+    """The Job controller creates a pod from the Job's template, through the API (which
+    refuses a node name beside a scheduling gate), and the watch brings it."""
+    pod = gated_pod(job, name)
+    made: dict[str, Any] = await kube.request("POST", "/api/v1/namespaces/team/pods", pod)
+    d.on_pod("ADDED", copy.deepcopy(made))
+    return made
+
+
+def test_a_template_that_names_its_node_makes_pods_that_run_there() -> None:
+    """Issue 31 item 7: the gate went on a template with spec.nodeName, the API server
+    refused every pod made from it ("cannot be set until all schedulingGates have been
+    cleared"), and the wrapper was requeued for ever. Such a pod is never scheduled: the
+    fit plans it on its node alone (n2, though n1 is as free), and it goes there as made."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(node("n2"))
+        kube.put(appwrapper("a", node_named_job("a", "n2")))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        assert [p.node for p in d.state.reserved_for(("team", "a"))] == ["n2"]
+        job = created_job(kube, "a")
+        template = job["spec"]["template"]["spec"]
+        assert template["nodeName"] == "n2" and "schedulingGates" not in template
+        made = await made_by_job_controller(kube, d, job, "a-0")
+        assert made["spec"]["nodeName"] == "n2"
+        made["status"]["phase"] = "Running"
+        d.on_pod("MODIFIED", copy.deepcopy(made))
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Running"
+        assert d.state.reserved_for(("team", "a")) == []  # its pod holds the room now
+
+    run(scenario)
+
+
+def test_a_wrapped_pod_that_names_its_node_is_created() -> None:
+    """The same for a Pod item, which the dispatcher creates itself: it failed with
+    ItemCreationFailure quoting the API server."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("a", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                  "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        assert aw_status(kube, "a")["state"] == "Running"
+        made = kube.get("v1", "Pod", "team", "p")
+        assert made is not None and made["spec"]["nodeName"] == "n1"
+
+    run(scenario)

@@ -309,3 +309,22 @@ def test_finished_appwrappers_are_left_out_and_quota_problems_are_shown(
     assert [line.split()[1] for line in lines[2:3]] == ["team/next"]
     assert ("quota problem: quota tree t cannot be used: it has no root: exactly one "
             "QuotaSubtree of a tree has no spec.parent") in lines
+
+
+def test_a_template_that_names_its_node_is_planned_there_or_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the controller runs it: a pod that names its node is planned on that node alone
+    (it goes there without the scheduler), and waits while that node has no room."""
+    cluster = write(tmp_path, "c.yaml", node("n1"), node("n2"), pod("busy", "n2", 4))
+    named = aw("named", 1, 8)
+    named["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["template"][
+        "spec"]["nodeName"] = "n2"
+    small = aw("small", 1, 4)
+    small["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["template"][
+        "spec"]["nodeName"] = "n2"
+    out = plan_json(capsys, "--cluster", cluster, write(tmp_path, "a.yaml", named, small),
+                    "--policy", "backfill")
+    by_name = {d["name"]: d for d in out["decisions"]}
+    assert by_name["named"]["decision"] == "wait"
+    assert by_name["small"]["decision"] == "dispatch"
+    assert [p["node"] for p in by_name["small"]["placements"]] == ["n2"]

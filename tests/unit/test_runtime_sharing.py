@@ -167,3 +167,45 @@ def test_deleting_the_preemptor_gives_the_held_room_back() -> None:
         assert not d.m.sharing.holds
 
     run(scenario)
+
+
+def test_a_victim_whose_priority_grew_never_preempts_its_preemptor_even_after_a_restart(
+) -> None:
+    """The ping-pong guard: "low" (priority 1, growing by 1 a second while it waits) is
+    preempted by "high" (priority 100). Minutes later low's priority is past high's; it
+    may still never take its room back from high — not from this dispatcher, nor from the
+    one that leads after a failover and knows only what the API says."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("low", job("low", 1, 8), created=1, priority=1,
+                            priorityslope=1.0))
+        d = await started(kube, clock, trees=[])
+        await d.cycle()
+        running(kube, d, "low", 1, 8, ["n1"])
+        await d.cycle()
+        clock.now += 10
+        kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=100))
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "high"))
+        await d.cycle()
+        assert [c for c in aw_status(kube, "low")["conditions"]
+                if c["type"] == "PreemptCandidate"][-1]["reason"] == "Preempted"
+        kube.objects.pop("/api/v1/namespaces/team/pods/low-0", None)
+        d.on_pod("DELETED", pod("low", "low-0", "n1", "Running", 8))
+        await d.cycle()
+        running(kube, d, "high", 1, 8, ["n1"])
+        await d.cycle()
+        assert types(kube, "high")[-1] == "Running"
+        assert aw_status(kube, "high")["preempted"] == ["team/low"]
+        clock.now += 600  # low's priority is now past 600
+        await d.cycle()
+        assert types(kube, "high")[-1] == "Running"
+        await d.stop()
+        d = await started(kube, clock, trees=[])  # the next leader, from the API
+        await d.cycle()
+        await d.cycle()
+        assert types(kube, "high")[-1] == "Running"
+        assert kube.get("batch/v1", "Job", "team", "high") is not None
+        assert aw_status(kube, "low")["state"] == "Pending"
+
+    run(scenario)
