@@ -254,6 +254,9 @@ class SchedulingSpec(_Model):
 class AppWrapperResources(_Model):
     model_config = ConfigDict(extra="allow")
 
+    # MCAD's old list of items: its CRD still lists it and codeflare-sdk writes it empty;
+    # never read (a wrapper with only Items is refused, see _semantic_problems).
+    Items: list[dict[str, Any]] | None = None
     GenericItems: list[GenericItem] = Field(default_factory=list)
 
 

@@ -285,3 +285,17 @@ def test_status_round_trips_in_the_api_servers_time_format() -> None:
     dumped = aw.model_dump(mode="json", exclude_none=True)
     assert dumped["status"]["conditions"][0]["lastUpdateMicroTime"] == \
         "2026-11-01T10:00:00.123456Z"
+
+
+def test_mcad_s_old_items_field_is_in_the_crd_as_in_mcad_s() -> None:
+    """codeflare-sdk writes `spec.resources.Items: []` beside GenericItems, and MCAD's CRD
+    lists the field: without it, kubectl's strict field validation refuses the manifest
+    ('unknown field "spec.resources.Items"')."""
+    resources = crd_schema()["properties"]["spec"]["properties"]["resources"]["properties"]
+    assert resources["Items"]["type"] == "array"
+    aw = parse_appwrapper({
+        "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+        "metadata": {"name": "jobtest", "namespace": "default"},
+        "spec": {"resources": {"Items": [], "GenericItems": [{"generictemplate": {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}]}}})
+    assert len(aw.spec.resources.GenericItems) == 1
