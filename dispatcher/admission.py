@@ -255,7 +255,7 @@ def admit(
     )
     answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
     never = answers.never
-    holds = holds or {}
+    holds, expired = _live_holds(holds or {}, admitted, policy, now, quota)
     held = apply_holds(capacity, holds)
     ledger = quota if quota is not None and quota.active else None
     search = (PreemptionSearch(policy, now, admitted, ledger, fit_gang)
@@ -414,7 +414,35 @@ def admit(
         gone = shrinking.scaled | (search.gone if search is not None else set())
         _grow(decisions, seen, elastic_pool if scaling is not None else [], gone, capacity,
               policy, ledger, scaling)
+    if expired:
+        decisions = [dataclasses.replace(d, message=f"gave up the room held for it: "
+                                         f"{expired[d.key]}; {d.message}")
+                     if d.key in expired and d.decision != "dispatch" else d
+                     for d in decisions]
     return decisions
+
+
+def _live_holds(holds: Mapping[WrapperKey, Hold], admitted: Sequence[AdmittedWrapper],
+                policy: Policy, now: float, quota: QuotaLedger | None
+                ) -> tuple[dict[WrapperKey, Hold], dict[WrapperKey, str]]:
+    """The holds still alive, and why each of the others was given up: older than
+    `policy.max_hold_seconds`, or waiting for a wrapper to scale in that is admitted as
+    not elastic now (its resize was refused). Their room and the quota counted for them
+    are everyone's again, and their owners compete as any queued wrapper: a victim that
+    never goes, or never shrinks, would otherwise hold the room, and the line, for ever."""
+    rigid = {a.key for a in admitted if a.elastic is None}
+    expired: dict[WrapperKey, str] = {}
+    for key, hold in holds.items():
+        stuck = next((k for k in hold.shrinks if k in rigid), None)
+        if stuck is not None:
+            expired[key] = f"{stuck[0]}/{stuck[1]} cannot be scaled in now"
+        elif now - hold.since >= policy.max_hold_seconds:
+            expired[key] = (f"what it waited for was not gone after "
+                            f"{policy.max_hold_seconds:.0f} s")
+    if quota is not None:
+        for key in expired:
+            quota.remove(key)
+    return {k: h for k, h in holds.items() if k not in expired}, expired
 
 
 # Waits that room on a node would not end: they never keep an elastic gang from growing.

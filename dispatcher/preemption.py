@@ -105,11 +105,14 @@ class Hold:
     """Capacity kept for a preemptor until it dispatches: its planned pods.
 
     Built from the ``preempt`` decision (placements as PlannedPods, the wrapper's labels
-    and effective priority, the victims). Release it when the owner dispatches (reserve
-    its placement instead), is deleted, or gets any decision other than ``preempt`` or a
-    wait with reason ``AwaitingPreemption``. A caller that keeps one QuotaLedger across
-    cycles (instead of ``quota_ledger`` each cycle) removes the owner from it then too:
-    the quota counted for the hold goes back with the room.
+    and effective priority, the victims, the wrappers it scales in, when it was decided).
+    Release it when the owner dispatches (reserve its placement instead), is deleted, or
+    gets any decision other than ``preempt`` or a wait with reason ``AwaitingPreemption``
+    (``admit`` gives a hold up after ``Policy.max_hold_seconds``, or once a wrapper it
+    waits for to scale in is admitted as not elastic: it will not scale in). A caller
+    that keeps one QuotaLedger across cycles (instead of ``quota_ledger`` each cycle)
+    removes the owner from it then too: the quota counted for the hold goes back with
+    the room.
     """
 
     planned: tuple[PlannedPod, ...]
@@ -117,6 +120,7 @@ class Hold:
     priority: float = 0.0
     preempted: tuple[WrapperKey, ...] = ()
     since: float = 0.0
+    shrinks: tuple[WrapperKey, ...] = ()  # the elastic wrappers it waits for to scale in
 
     @property
     def demand(self) -> dict[str, int]:

@@ -819,7 +819,7 @@ class Dispatcher:
         capacity = Capacity.of(self.m.state)
         sharing = self.m.sharing
         forest = sharing.forest()
-        admitted = sharing.admitted(self.m.tracked, self.m.state) \
+        admitted = sharing.admitted(self.m.tracked, self.m.state, self.scaling.rigid(now)) \
             if forest is not None or self.policy.preemption != "never" or elastic else []
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()

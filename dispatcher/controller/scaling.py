@@ -10,8 +10,17 @@ carries the sizes out on the live objects.
   the latest condition's reason (ScaledOut / ScaledIn) and message ("scaled out to 6
   workers …"), then an Event; then the replicas of the live object are patched. A
   scale-out's pods hold their nodes at once (a reservation, as at dispatch). A patch that
-  fails is owed and tried again at the wrapper's next step: the recorded size is what the
-  object must get.
+  fails for a while (the API server overloaded or down) is owed and tried again at the
+  wrapper's next step: the recorded size is what the object must get.
+- A patch refused for good (403: the service account lacks `patch` on the kind; 404: the
+  object is gone; 422: the operator's webhook refuses the size) is a resize that did not
+  happen: the status records again the size the object asks for (so the quota charged and
+  the pods expected are those that run), a scale-out's added pods hold nothing more, the
+  condition and a Warning Event say why and what to grant, and the gang is neither grown
+  nor shrunk for RESIZE_RETRY_SECONDS (the core sees it at its size, not elastic), so a
+  refusal is met once per that interval, not at every cycle. A preemptor whose room
+  waited for its pods to go gives that room up at once (dispatcher.admission): it does
+  not wait for a scale-in that will not happen.
 - The gang's health follows: the pods expected are those of its current size, and the
   pods that must run for it to count as running (when minAvailable is not given) are
   those of its minimum, so a scale-out's pods still starting, or a scale-in's going,
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.admission import Decision
@@ -35,11 +45,16 @@ from dispatcher.fit.elastic import describe, lowest, sized
 from dispatcher.kinds.elastic import ElasticSet
 
 from .items import prepared_items
-from .kube import ApiError, Kube
+from .kube import ApiError, Kube, Resource
 from .status import StatusWriter, event_body
 from .tracked import Tracked
 
 log = logging.getLogger("dispatcher")
+
+RESIZE_REFUSED = "ResizeRefused"
+# How long a gang whose resize was refused keeps its size: an administrator has time to
+# grant what is missing, and the refusal is not met again at every cycle.
+RESIZE_RETRY_SECONDS = 300.0
 
 
 def pods_of(counts: Sequence[int], t: Tracked) -> int:
@@ -84,6 +99,37 @@ def _set(obj: dict[str, Any], path: Sequence[str | int], value: int) -> None:
     at[path[-1]] = value
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """A set's patch the API server refused for good."""
+
+    set: int  # its index among the gang's elastic sets
+    resource: Resource
+    name: str
+    error: ApiError
+
+    def why(self) -> str:
+        e = self.error
+        group = self.resource.api_version.rpartition("/")[0]
+        plural = f"{self.resource.plural}.{group}" if group else self.resource.plural
+        text = f"{self.resource.kind} {self.name}: {e.reason or e.status}: {e.message}"
+        if e.status == 403:
+            text += f" (grant the dispatcher's service account the verb patch on {plural})"
+        return text
+
+
+def _replicas_at(obj: Mapping[str, Any], path: Sequence[str | int]) -> int | None:
+    at: Any = obj
+    for step in path:
+        if isinstance(step, int):
+            at = at[step] if isinstance(at, list) and -len(at) <= step < len(at) else None
+        else:
+            at = at.get(step) if isinstance(at, Mapping) else None
+        if at is None:
+            return None
+    return at if isinstance(at, int) and not isinstance(at, bool) else None
+
+
 def _patch(s: ElasticSet, replicas: int, removing: Sequence[str] = ()) -> tuple[Any, str]:
     """A patch setting the set's replicas: a merge patch through maps, a JSON patch where
     the path crosses a list (a Ray worker group, which is also told which pods to remove:
@@ -119,6 +165,10 @@ class Scaling:
         # Gangs whose objects this process knows to have the recorded size: the others
         # (found after a restart) get it patched once, in case a patch was cut short.
         self.synced: set[tuple[str, str]] = set()
+        # A scale-out's added pods, per set name, held until its patch is done.
+        self.added: dict[tuple[str, str], list[tuple[str, PlannedPod]]] = {}
+        # Gangs whose resize was refused: until when they keep their size, and why.
+        self.refused: dict[tuple[str, str], tuple[float, str]] = {}
 
     @staticmethod
     def any_elastic(tracked: Mapping[tuple[str, str], Tracked],
@@ -138,9 +188,17 @@ class Scaling:
             self.synced.add(t.key)  # created at that size
         follow_size(t)
 
+    def rigid(self, now: float) -> set[tuple[str, str]]:
+        """The gangs to be neither grown nor shrunk now: their last resize was refused."""
+        for key in [k for k, (until, _) in self.refused.items() if until <= now]:
+            del self.refused[key]
+        return set(self.refused)
+
     def requeued(self, t: Tracked) -> None:
         t.status.elasticPods = []
         self.owed.pop(t.key, None)
+        self.added.pop(t.key, None)
+        self.refused.pop(t.key, None)
         self.removing.pop(t.key, None)
         self.synced.discard(t.key)
         self.deferred.pop(t.key, None)
@@ -149,6 +207,9 @@ class Scaling:
     def running(self, t: Tracked, reason: str, message: str) -> tuple[str, str]:
         """The Running condition's reason and message: after a change of size, its
         reason (ScaledOut, ScaledIn) and what changed, beside the pod counts."""
+        refused = self.refused.get(t.key)
+        if refused is not None:
+            return RESIZE_REFUSED, f"{refused[1]}; {message}"
         s = self.last.get(t.key)
         if s is None or list(s.after) != t.status.elasticPods:
             return reason, message
@@ -176,17 +237,18 @@ class Scaling:
             self.synced.add(t.key)
             self.owed.setdefault(t.key, recorded_counts(t.queued, t.status.elasticPods))
         if t.key in self.owed:
-            await self.patch(t)
+            await self.patch(t, now)
 
     async def scale(self, t: Tracked, s: Scale, now: float) -> None:
         """Record the new size, then patch the object (see the module docstring)."""
         if t.phase not in ("dispatched", "running") or t.queued is None:
             return
         before = self.state.holdings(t.key)
-        if s.out:
+        added = [(p.pod_set, PlannedPod(p.node, p.request)) for p in s.placements
+                 if p.node is not None] if s.out else []
+        if added:
             # The added pods hold their nodes from now on, beside what the gang holds.
-            added = [PlannedPod(p.node, p.request) for p in s.placements if p.node is not None]
-            self.state.reserve(t.key, [*before, *added])
+            self.state.reserve(t.key, [*before, *(p for _, p in added)])
         change = self.writer.begin(t, now)
         t.status.elasticPods = list(s.after)
         current = latest(t.status.conditions)
@@ -204,19 +266,23 @@ class Scaling:
         self.owed[t.key] = s.after
         self.removing[t.key] = s.removed_names
         self.last[t.key] = s
+        if added:
+            self.added[t.key] = added
         log.info("%s/%s: %s", *t.key, s.message)
         await self.writer.event(t.key[0], event_body(t, s.reason, s.message, False, now))
-        await self.patch(t)
+        await self.patch(t, now)
 
-    async def patch(self, t: Tracked) -> None:
+    async def patch(self, t: Tracked, now: float) -> None:
         """Set the replicas of the live objects to the size owed (transient failures
         raise: the step is tried again). Objects not created yet are left alone: they
-        are created at the size recorded."""
+        are created at the size recorded. A patch refused for good undoes the resize
+        (see the module docstring)."""
         counts = self.owed.get(t.key)
         if counts is None or t.queued is None or t.needs_items:
             return
         objs = sized_items(t)
         removing = self.removing.get(t.key, ())
+        refusals: list[_Refusal] = []
         for j, (s, pods) in enumerate(zip(t.queued.elastic, counts, strict=True)):
             obj = objs[s.item]
             resource = await self.kube.resource(obj["apiVersion"], obj["kind"])
@@ -231,11 +297,68 @@ class Scaling:
             except ApiError as e:
                 if e.transient:
                     raise
-                # Gone (its wrapper is being torn down) or refused: nothing to retry; the
-                # gang's lifecycle says what happens to it.
-                log.warning("%s/%s: %s %s not resized: %s", *t.key, obj["kind"],
-                            obj["metadata"]["name"], e)
-        if self.owed.get(t.key) == counts:
+                refusals.append(_Refusal(j, resource, obj["metadata"]["name"], e))
+        if refusals:
+            await self._undo(t, counts, refusals, now)
+        else:
+            log.info("%s/%s: %s now", *t.key, describe(t.queued.elastic, counts))
+        if self.owed.get(t.key) == counts:  # (not if the step raised: it is tried again)
             del self.owed[t.key]
             self.removing.pop(t.key, None)
-        log.info("%s/%s: %s now", *t.key, describe(t.queued.elastic, counts))
+            self.added.pop(t.key, None)
+
+    async def _undo(self, t: Tracked, counts: tuple[int, ...], refusals: Sequence[_Refusal],
+                    now: float) -> None:
+        """A resize refused for some sets: record the size their objects ask for, give
+        back what their added pods held, and say why (module docstring)."""
+        assert t.queued is not None
+        sets = t.queued.elastic
+        kept = list(counts)
+        for r in refusals:
+            kept[r.set] = await self._size_of(t, sets[r.set], r, counts)
+        message = (f"could not resize to {describe(sets, counts)}: "
+                   + "; ".join(r.why() for r in refusals)
+                   + f"; it keeps {describe(sets, kept)} and is not resized for "
+                   f"{RESIZE_RETRY_SECONDS:.0f} s")
+        log.warning("%s/%s: %s", *t.key, message)
+        change = self.writer.begin(t, now)
+        t.status.elasticPods = kept
+        current = latest(t.status.conditions)
+        change.condition(current.type if current is not None else "Running", RESIZE_REFUSED,
+                         message)
+        if not await self.writer.commit(change, force=True):
+            return
+        follow_size(t)
+        refused = {sets[r.set].name for r in refusals}
+        self._give_back(t, [p for name, p in self.added.pop(t.key, ()) if name in refused])
+        self.last.pop(t.key, None)
+        self.refused[t.key] = (now + RESIZE_RETRY_SECONDS, message)
+        await self.writer.event(t.key[0], event_body(t, RESIZE_REFUSED, message, True, now))
+
+    async def _size_of(self, t: Tracked, s: ElasticSet, r: _Refusal,
+                       counts: tuple[int, ...]) -> int:
+        """The pods the set's live object asks for; if it cannot be read, the size
+        before the refused change (or, not knowing it, the size owed)."""
+        try:
+            obj = await self.kube.request("GET", r.resource.path(t.key[0], r.name))
+        except ApiError:
+            obj = None
+        replicas = _replicas_at(obj, s.path) if isinstance(obj, Mapping) else None
+        if replicas is not None:
+            return min(max(replicas * s.unit, s.low), s.high)
+        last = self.last.get(t.key)
+        return last.before[r.set] if last is not None and last.after == counts \
+            else counts[r.set]
+
+    def _give_back(self, t: Tracked, pods: Sequence[PlannedPod]) -> None:
+        """Take pods of a scale-out that will not come off the gang's reservation: what
+        is still held on their nodes at their requests (the very objects, as unreserve
+        wants them)."""
+        held = self.state.reserved_for(t.key)
+        drop: list[PlannedPod] = []
+        for p in pods:
+            i = next((i for i, q in enumerate(held)
+                      if q.node == p.node and q.request == p.request), None)
+            if i is not None:
+                drop.append(held.pop(i))
+        self.state.unreserve(t.key, drop)

@@ -15,7 +15,8 @@ core's (dispatcher.quota, dispatcher.preemption); this module only feeds and kee
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from dispatcher.admission import Decision, admitted_record
@@ -79,8 +80,10 @@ class Sharing:
 
     # --- admitted wrappers and holds ---------------------------------------------------
 
-    def admitted(self, tracked: Mapping[Key, Tracked], state: ClusterState
-                 ) -> list[AdmittedWrapper]:
+    def admitted(self, tracked: Mapping[Key, Tracked], state: ClusterState,
+                 rigid: Container[Key] = ()) -> list[AdmittedWrapper]:
+        """The admitted wrappers as the core counts them; an elastic one named in `rigid`
+        at its recorded size, as if it were not elastic: it is neither grown nor shrunk."""
         out = []
         for t in tracked.values():
             if t.phase not in ("dispatching", "dispatched", "running") or t.queued is None:
@@ -88,9 +91,10 @@ class Sharing:
             q = t.queued
             pods = [(p.name, PlannedPod(p.node, p.request)) for p in state.bound_pods_of(t.key)
                     ] if q.elastic else []
-            out.append(admitted_record(
+            record = admitted_record(
                 q, t.status.systempriority or float(q.priority), state.holdings(t.key),
-                t.dispatched_at, t.preempted, t.status.elasticPods, pods))
+                t.dispatched_at, t.preempted, t.status.elasticPods, pods)
+            out.append(replace(record, elastic=None) if t.key in rigid else record)
         return out
 
     def ledger_for(self, forest: QuotaForest | None,
@@ -101,7 +105,8 @@ class Sharing:
         assert t.queued is not None
         self.holds[t.key] = Hold(
             tuple(PlannedPod(p.node, p.request) for p in d.placements if p.node is not None),
-            t.queued.labels, d.effective_priority, d.preempts, now)
+            t.queued.labels, d.effective_priority, d.preempts, now,
+            tuple(s.key for s in d.shrinks))
         for victim in d.preempts:
             self.preempting[victim] = (t.key, victim in d.reclaims)
 

@@ -36,6 +36,11 @@ from dispatcher.kinds.podset import PodSet
 # Kinds whose pod count is `spec.replicas` and whose pods come and go freely.
 REPLICATED = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"),
                         ("apps", "ReplicaSet")})
+RAY_CLUSTER = ("ray.io", "RayCluster")
+PYTORCH_JOB = ("kubeflow.org", "PyTorchJob")
+# Every kind an elastic set can belong to: the dispatcher patches the replicas of these
+# (and no other kind), so deploy/ grants it `patch` on exactly these.
+RESIZABLE: frozenset[tuple[str, str]] = REPLICATED | {RAY_CLUSTER, PYTORCH_JOB}
 
 
 @dataclass(frozen=True)
@@ -111,13 +116,13 @@ def declared_sets(obj: Mapping[str, Any], sets: Sequence[PodSet], item: int,
     `offset` in the gang."""
     gk = _group_kind(obj)
     out: list[ElasticSet] = []
-    if gk == ("ray.io", "RayCluster"):
+    if gk == RAY_CLUSTER:
         for i, low, high, hosts, path in _ray_groups(obj, only_declared=True):
             position = _position(sets, offset, _ray_name(obj, i))
             if position is not None:
                 out.append(ElasticSet(position, item, sets[position - offset].name,
                                       low * hosts, high * hosts, path, hosts))
-    elif gk == ("kubeflow.org", "PyTorchJob"):
+    elif gk == PYTORCH_JOB:
         worker = _pytorch_worker(obj)
         if worker is not None and worker[1] < worker[2]:
             key, low, high, _ = worker
@@ -137,7 +142,7 @@ def tolerant_sets(obj: Mapping[str, Any], sets: Sequence[PodSet], item: int,
     if gk in REPLICATED and sets and sets[0].count > 1:
         out.append(ElasticSet(offset, item, sets[0].name, 1, sets[0].count,
                               ("spec", "replicas")))
-    elif gk == ("ray.io", "RayCluster"):
+    elif gk == RAY_CLUSTER:
         for i, low, _high, hosts, path in _ray_groups(obj, only_declared=False):
             position = _position(sets, offset, _ray_name(obj, i))
             if position is None:
@@ -147,7 +152,7 @@ def tolerant_sets(obj: Mapping[str, Any], sets: Sequence[PodSet], item: int,
             if declared > lowest:
                 out.append(ElasticSet(position, item, sets[position - offset].name,
                                       lowest, declared, path, hosts))
-    elif gk == ("kubeflow.org", "PyTorchJob"):
+    elif gk == PYTORCH_JOB:
         worker = _pytorch_worker(obj)
         if worker is not None:
             key, low, _high, declared = worker

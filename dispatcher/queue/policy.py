@@ -16,6 +16,11 @@ Preemption = Literal["never", "reclaim", "lowerPriority"]
 PREEMPTION_MODES: tuple[Preemption, ...] = ("never", "reclaim", "lowerPriority")
 
 
+# Long enough for pods to finish their termination grace period (30 s by default) and
+# their controllers to notice; a victim still there after that is not going soon.
+DEFAULT_MAX_HOLD_SECONDS = 300.0
+
+
 class PolicyError(ValueError):
     pass
 
@@ -37,6 +42,9 @@ class Policy:
         quota trees).
     min_running_seconds: a wrapper admitted less than this long ago is never preempted
         (the preemptionGuard), so that no gang is torn down just after it started.
+    max_hold_seconds: how long room stays held for a preemptor whose victims have not
+        gone (or shrunk) yet; then it gives that plan up and competes again, so that a
+        victim that never goes cannot stop the queue for ever.
     """
 
     name: str
@@ -46,6 +54,7 @@ class Policy:
     description: str = ""
     preemption: Preemption = "never"
     min_running_seconds: float = 0.0
+    max_hold_seconds: float = DEFAULT_MAX_HOLD_SECONDS
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
@@ -77,11 +86,15 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
         raise PolicyError(f"{source}: 'preemption' must be one of {', '.join(PREEMPTION_MODES)}, "
                           f"got {preemption!r}")
     pguard = data.get("preemptionGuard") or {}
-    if not isinstance(pguard, Mapping) or set(pguard) - {"minRunningSeconds"}:
-        raise PolicyError(f"{source}: 'preemptionGuard' takes only minRunningSeconds")
+    if not isinstance(pguard, Mapping) or set(pguard) - {"minRunningSeconds", "maxHoldSeconds"}:
+        raise PolicyError(f"{source}: 'preemptionGuard' takes only minRunningSeconds and "
+                          "maxHoldSeconds")
     running = pguard.get("minRunningSeconds", 0)
     if isinstance(running, bool) or not isinstance(running, int | float) or running < 0:
         raise PolicyError(f"{source}: preemptionGuard.minRunningSeconds must be a number ≥ 0")
+    hold = pguard.get("maxHoldSeconds", DEFAULT_MAX_HOLD_SECONDS)
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or hold <= 0:
+        raise PolicyError(f"{source}: preemptionGuard.maxHoldSeconds must be a number > 0")
     return Policy(
         name=name,
         order=order,
@@ -90,4 +103,5 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
         description=str(data.get("description", "")),
         preemption=preemption,
         min_running_seconds=float(running),
+        max_hold_seconds=float(hold),
     )

@@ -60,8 +60,10 @@ def wait_workers(k: Kubectl, aw: str, job_name: str, count: int, timeout: float 
     running_pods(k, aw, count, timeout)
 
 
-def test_elastic_pytorchjob_grows_when_room_frees_and_shrinks_for_priority(
-        dispatcher: DispatcherProcess, k: Kubectl) -> None:
+def grows_then_shrinks(k: Kubectl) -> None:
+    """An elastic PyTorchJob of 2 to 4 workers is admitted at 2 beside a blocker, grows to
+    4 when the blocker completes and gives one worker (the highest index) to a wrapper of
+    higher priority: the object's replicas and its Running pods follow each step."""
     k.apply(appwrapper("blocker", job("blocker", 2, 8)))
     running_pods(k, "blocker", 2)
 
@@ -95,6 +97,11 @@ def test_elastic_pytorchjob_grows_when_room_frees_and_shrinks_for_priority(
     assert aw["status"]["elasticPods"] == [3]
     assert latest(aw)["reason"] == "ScaledIn"
     assert "scaled in to 3 workers (from 4 workers) to make room for" in latest(aw)["message"]
+
+
+def test_elastic_pytorchjob_grows_when_room_frees_and_shrinks_for_priority(
+        dispatcher: DispatcherProcess, k: Kubectl) -> None:
+    grows_then_shrinks(k)
 
     # Another needs 2 nodes: shrinking to the minimum frees only one. The gang keeps its
     # 3 workers (never below 2, never shrunk for nothing) and stays Running; that one waits.

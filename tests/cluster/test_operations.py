@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dispatcher.cli import build_parser
 from dispatcher.controller.leader_pod import LEADER_LABEL
 from dispatcher.controller.webhook import PIN_PODS_PATH
+from dispatcher.kinds.elastic import RESIZABLE
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, fake_gpu_nodes, outcome
 
@@ -392,14 +393,19 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                ("get", "replicasets.apps"), ("create", "networkpolicies.networking.k8s.io"),
                ("create", "serviceaccounts"), ("create", "ingresses.networking.k8s.io"),
                # the placement gate lifted from a gang's pod onto its node (--pin-pods)
-               ("patch", "pods")]
+               ("patch", "pods"),
+               # the replicas of every kind an elastic gang can be made of
+               *(("patch", f"{kind.lower()}s.{group}") for group, kind in sorted(RESIZABLE))]
     refused = [("create", "secrets"), ("get", "secrets"), ("create", "endpoints"),
                ("create", "roles.rbac.authorization.k8s.io"),
                ("create", "rolebindings.rbac.authorization.k8s.io"),
                ("create", "resourcequotas"), ("patch", "appwrappers.workload.codeflare.dev"),
                ("delete", "appwrappers.workload.codeflare.dev"), ("update", "nodes"),
                ("create", "pods/binding"), ("list", "customresourcedefinitions"),
-               ("update", "leases.coordination.k8s.io:dispatcher"), ("*", "*")]
+               ("update", "leases.coordination.k8s.io:dispatcher"), ("*", "*"),
+               # no patch on a kind whose size it never changes
+               ("patch", "jobs.batch"), ("patch", "rayjobs.ray.io"),
+               ("patch", "tfjobs.kubeflow.org"), ("patch", "services")]
     assert [a for a in allowed if not _can(kubectl, *a)] == []
     assert [r for r in refused if _can(kubectl, *r)] == []
     # Leader election: its own Lease, in its own namespace, and nothing else.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dispatcher.admission import AWAITING_PREEMPTION, QUOTA_EXCEEDED
 from dispatcher.cluster import PlannedPod
 from dispatcher.fit import FRAGMENTED, INSUFFICIENT
 from dispatcher.preemption import Hold, apply_holds
 from dispatcher.queue import Policy
+from dispatcher.queue.policy import PolicyError, policy_from_mapping
 
 from .builders import GPU, capacity, node
 from .quota_world import World, appwrapper, subtree
@@ -121,6 +124,42 @@ def test_the_freed_room_is_held_for_the_preemptor_until_the_victims_pods_are_gon
     decisions = {d.name: d for d in w.cycle()}
     assert decisions["high"].decision == "dispatch"
     assert "high" not in [k[1] for k in w.holds]
+
+
+def test_a_hold_is_given_up_after_the_policys_deadline_and_the_queue_moves_on() -> None:
+    """The victim's pods never go (a stuck finalizer, a node that stopped answering): the
+    room held for the preemptor is held for `max_hold_seconds`, not for ever. Then the
+    preemptor waits as any wrapper that does not fit, saying why, and the 2 free GPUs it
+    held go to the small wrapper behind it."""
+    backfill = Policy("bf", order="priority", backfill=True, preemption="lowerPriority",
+                      max_hold_seconds=120)
+    w = World(gpu_nodes(1), backfill, instant_teardown=False)  # type: ignore[arg-type]
+    w.submit(appwrapper("low", gpu=6))
+    w.settle()
+    w.submit(appwrapper("high", gpu=8, priority=10))
+    w.submit(appwrapper("small", gpu=2, priority=1))
+    assert {d.name: d for d in w.cycle()}["high"].decision == "preempt"
+    since = w.holds[("test", "high")].since
+    w.now = since + 119
+    decisions = {d.name: d for d in w.cycle()}
+    assert decisions["high"].reason == AWAITING_PREEMPTION
+    assert decisions["small"].decision == "wait"
+    w.now = since + 120
+    decisions = {d.name: d for d in w.cycle()}
+    high = decisions["high"]
+    assert (high.decision, high.reason) == ("wait", INSUFFICIENT)
+    assert high.message.startswith("gave up the room held for it: what it waited for was "
+                                   "not gone after 120 s; ")
+    assert decisions["small"].decision == "dispatch"
+    assert not w.holds
+
+
+def test_a_policy_file_sets_the_hold_deadline_and_every_policy_has_one() -> None:
+    assert policy_from_mapping({"name": "p", "preemptionGuard": {
+        "maxHoldSeconds": 60}}).max_hold_seconds == 60
+    assert policy_from_mapping({"name": "p"}).max_hold_seconds == 300
+    with pytest.raises(PolicyError, match="maxHoldSeconds must be a number > 0"):
+        policy_from_mapping({"name": "p", "preemptionGuard": {"maxHoldSeconds": 0}})
 
 
 def test_a_hold_takes_only_free_room_and_gives_its_owner_all_of_it() -> None:

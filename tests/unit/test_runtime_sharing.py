@@ -71,21 +71,27 @@ def running(kube: FakeKube, d: Dispatcher, name: str, pods: int, gpus: int,
         d.on_pod("ADDED", p)
 
 
+async def low_then_high(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """`low` (priority 1) runs 2 pods on the 2 nodes; then `high` (priority 9) comes,
+    needing one of them: one cycle decides."""
+    kube.put(node("n1"))
+    kube.put(node("n2"))
+    kube.put(appwrapper("low", job("low", 2, 8), created=1, priority=1))
+    d = await started(kube, clock, trees=[])
+    await d.cycle()
+    running(kube, d, "low", 2, 8, ["n1", "n2"])
+    await d.cycle()
+    assert types(kube, "low")[-1] == "Running"
+    clock.now += 10
+    d.on_appwrapper("ADDED", kube.put(appwrapper("high", job("high", 1, 8), created=2,
+                                                 priority=9)))
+    await d.cycle()
+    return d
+
+
 def test_a_high_priority_wrapper_preempts_a_low_one_whole_and_waits_for_its_pods() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        kube.put(node("n1"))
-        kube.put(node("n2"))
-        kube.put(appwrapper("low", job("low", 2, 8), created=1, priority=1))
-        d = await started(kube, clock, trees=[])
-        await d.cycle()
-        running(kube, d, "low", 2, 8, ["n1", "n2"])
-        await d.cycle()
-        assert types(kube, "low")[-1] == "Running"
-        clock.now += 10
-        kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=9))
-        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
-                                          "team", "high"))
-        await d.cycle()
+        d = await low_then_high(kube, clock)
         low = aw_status(kube, "low")
         preempted = [c for c in low["conditions"] if c["type"] == "PreemptCandidate"][-1]
         assert preempted["reason"] == "Preempted"
@@ -207,5 +213,28 @@ def test_a_victim_whose_priority_grew_never_preempts_its_preemptor_even_after_a_
         assert types(kube, "high")[-1] == "Running"
         assert kube.get("batch/v1", "Job", "team", "high") is not None
         assert aw_status(kube, "low")["state"] == "Pending"
+
+    run(scenario)
+
+
+def test_a_preemptor_whose_victims_never_go_gives_up_its_hold_after_the_deadline() -> None:
+    """The preempted gang's pods stay (a finalizer nobody removes): the preemptor holds
+    the room for the policy's maxHoldSeconds, then gives it up and says so, instead of
+    waiting (and holding the line) for ever."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        d = await low_then_high(kube, clock)
+        assert kube.get("batch/v1", "Job", "team", "low") is None  # preempted whole
+        since = clock.now
+        while clock.now - since < PREEMPTION.max_hold_seconds - 30:
+            clock.now += 30
+            await d.cycle()
+            assert aw_status(kube, "high")["message"].startswith("AwaitingPreemption: ")
+        clock.now = since + PREEMPTION.max_hold_seconds
+        await d.cycle()
+        message = aw_status(kube, "high")["message"]
+        assert message.startswith("InsufficientResources: gave up the room held for it: "
+                                  "what it waited for was not gone after 300 s; "), message
+        assert not d.m.sharing.holds
+        assert kube.get("batch/v1", "Job", "team", "high") is None
 
     run(scenario)
