@@ -170,12 +170,16 @@ def take_hold(cap: Capacity, planned: Iterable[PlannedPod]) -> Taken:
         if part:
             cap.take(node, part)
             taken.append((node, part))
+            for r, v in part.items():
+                cap.held[r] = cap.held.get(r, 0) + v
     return taken
 
 
 def give_hold(cap: Capacity, taken: Taken) -> None:
     for node, part in taken:
         cap.give(node, part)
+        for r, v in part.items():
+            cap.held[r] = cap.held.get(r, 0) - v
 
 
 def apply_holds(cap: Capacity, holds: Mapping[WrapperKey, Hold]) -> dict[WrapperKey, Taken]:

@@ -475,6 +475,13 @@ class ClusterState:
     def reserved(self, node: str) -> Mapping[str, int]:
         return self._reserved.get(node, {})
 
+    def held_total(self) -> dict[str, int]:
+        """Everything held for gangs dispatched whose pods are not bound yet."""
+        total: dict[str, int] = {}
+        for amounts in self._reserved.values():
+            _add_into(total, amounts)
+        return {r: v for r, v in total.items() if v > 0}
+
     def free(self, node: str) -> dict[str, int]:
         n = self._nodes[node]
         free = dict(n.allocatable)

@@ -90,6 +90,10 @@ class Capacity:
         self.extended: tuple[str, ...] = tuple(self.resources[j] for j in extended)
         self._eligible: dict[PodConstraints, IndexArray] = {}
         self._requests: dict[tuple[tuple[str, int], ...], _Ask] = {}
+        # Room not free because it is promised: to gangs dispatched whose pods are not
+        # bound yet, to preemptors. Only what a waiting wrapper is told: "held", not
+        # "the cluster lacks it".
+        self.held: dict[str, int] = {}
 
     def _total(self) -> None:
         every = self.schedulable_count == len(self.names)
@@ -112,7 +116,9 @@ class Capacity:
             template = cls.__new__(cls)
             template._setup([state.nodes[n] for n in names], resources, matrix)
             known = _LAYOUTS[state] = (state.layout, template)
-        return known[1]._with_free(matrix.copy(order="F"))
+        cap = known[1]._with_free(matrix.copy(order="F"))
+        cap.held = state.held_total()
+        return cap
 
     def _with_free(self, free: IntArray) -> Capacity:
         cap = Capacity.__new__(Capacity)
@@ -135,6 +141,7 @@ class Capacity:
         cap.__dict__.update(self.__dict__)
         cap._free = self._free.copy(order="F")
         cap.free_total = dict(self.free_total)
+        cap.held = dict(self.held)
         cap._max = dict(self._max)
         # Request vectors depend on the columns, which a copy may grow on its own.
         cap._requests = dict(self._requests)

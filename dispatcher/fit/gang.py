@@ -66,14 +66,20 @@ def _size(ps: PodSet) -> tuple[int, int, int]:
 
 
 def _total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
-    short = [
-        f"needs {format_amount(r, v)}, {format_amount(r, max(cap.free_total.get(r, 0), 0))} free"
-        for r, v in sorted(demand(gang).items())
-        if v > cap.free_total.get(r, 0)
-    ]
-    if short:
-        return Shortfall(INSUFFICIENT, "the cluster lacks it in total: " + "; ".join(short))
-    return None
+    lacking = [(r, v) for r, v in sorted(demand(gang).items())
+               if v > cap.free_total.get(r, 0)]
+    if not lacking:
+        return None
+    short = [f"needs {format_amount(r, v)}, "
+             f"{format_amount(r, max(cap.free_total.get(r, 0), 0))} free"
+             + (f" and {format_amount(r, cap.held[r])} held" if cap.held.get(r, 0) > 0 else "")
+             for r, v in lacking]
+    held = all(v <= cap.free_total.get(r, 0) + cap.held.get(r, 0) for r, v in lacking)
+    # Room promised to gangs whose pods are not bound yet, or kept for preemptors, is
+    # not room the cluster lacks: it frees as they start (or give it up).
+    where = ("the room it needs is held for gangs dispatched but not running yet, or for "
+             "preemptors: " if held else "the cluster lacks it in total: ")
+    return Shortfall(INSUFFICIENT, where + "; ".join(short))
 
 
 def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) -> Shortfall:

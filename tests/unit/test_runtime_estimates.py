@@ -73,9 +73,11 @@ def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
         await settle(d, clock)
         second = aw_status(kube, "second")
         assert second["estimatedStart"] == "2027-01-15T10:10:00Z"
+        # first's pods are not bound yet: its room is held, not lacking.
         assert second["message"] == (
-            "InsufficientResources: the cluster lacks it in total: needs 8 nvidia.com/gpu, "
-            "0 nvidia.com/gpu free; estimated start in about 2 h 10 m (at 10:10 UTC)")
+            "InsufficientResources: the room it needs is held for gangs dispatched but not "
+            "running yet, or for preemptors: needs 8 nvidia.com/gpu, 0 nvidia.com/gpu free "
+            "and 8 nvidia.com/gpu held; estimated start in about 2 h 10 m (at 10:10 UTC)")
         assert second["conditions"][-1]["message"] == second["message"]
         # A wrapper that cannot fit this cluster gets no estimate, only its reason.
         huge = aw_status(kube, "huge")
@@ -90,16 +92,20 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
         d = await behind_an_hour(kube, clock)
         assert aw_status(kube, "second")["estimatedStart"] == "2027-01-15T09:00:00Z"
         writes = kube.status_writes("second")
-        # Unrelated events (the first gang's pods start) and ten minutes of cycles and
-        # rounds of estimates: the estimate stays, and nothing is written.
+        # The first gang's pods start: the room second waits for is no longer held for
+        # a gang not running yet but used (its message says so, once: a minor write).
         j = created_job(kube, "first")
         d.on_pod("ADDED", pod("first", "first-0", "n1", "Running", 4, j))
         d.on_pod("ADDED", pod("first", "first-1", "n1", "Running", 4, j))
+        # Ten minutes of cycles and rounds of estimates: the estimate stays, and nothing
+        # else is written.
         for _ in range(20):
             await settle(d, clock, 30.0)
         assert aw_status(kube, "first")["state"] == "Running"
         assert d.estimates.rounds >= 20
-        assert kube.status_writes("second") == writes
+        assert "held" not in aw_status(kube, "second")["message"]
+        assert kube.status_writes("second") == writes + 1
+        writes = kube.status_writes("second")
         # The first says it needs 30 s more: less than the threshold, still nothing.
         first = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", "first")
         assert first is not None
@@ -154,6 +160,12 @@ def test_an_estimate_shown_while_a_status_write_is_under_way_is_written_after_it
 def test_a_restart_rewrites_no_estimate_that_still_holds() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d = await behind_an_hour(kube, clock, appwrapper("third", job("third", 1, 1), created=3))
+        # first's pods are made and bound (not running yet): without them it would be
+        # requeued for having none, and what second waits for would change meanwhile.
+        j = created_job(kube, "first")
+        for i in range(2):
+            d.on_pod("ADDED", kube.put(pod("first", f"first-{i}", "n1", "Pending", 4, j)))
+        await settle(d, clock, 61.0)
         shown = {n: aw_status(kube, n) for n in ("second", "third")}
         assert all("estimated start in about" in st["message"] for st in shown.values())
         writes = {n: kube.status_writes(n) for n in shown}
