@@ -26,6 +26,7 @@ from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrappe
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
 from dispatcher.cluster.model import is_terminal
 from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
+from dispatcher.kinds.checks import pods_made
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU, pod_request
@@ -392,6 +393,7 @@ class Intake:
         if queued.elastic:
             self.m.elastic.add(key)
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
+        t.made_pods = pods_made(aw)
         follow_size(t)  # an elastic gang's pods follow its size
         t.completable = deciding_items(
             [(item.generictemplate, item.completionstatus)

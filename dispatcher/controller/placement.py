@@ -174,9 +174,9 @@ class Placement:
             request = pod.request
             node = self.held_room(t.key, key, request, pod.constraints,
                                   unfit.get(t.key, ()), top_up=True)
-            if node is None and t.counts().active <= t.expected_pods:
-                # Free room only for a pod its gang was admitted with: one more (a Job's
-                # parallelism raised after dispatch) was admitted by nobody.
+            if node is None and t.counts().active <= max(t.expected_pods, t.made_pods):
+                # Free room only for a pod its gang's objects make as admitted: one more
+                # (a Job's parallelism raised after dispatch) was admitted by nobody.
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
                 waiting += 1

@@ -51,6 +51,9 @@ class Tracked:
     phase: Phase = "queued"
     queued: QueuedWrapper | None = None
     expected_pods: int = 0
+    # Pods its objects make as admitted (what the dispatcher infers from them; it may be
+    # more than custompodresources declares, as in MCAD's own manifests).
+    made_pods: int = 0
     dispatched_at: float = 0.0
     # Pods proven to belong to the gang (owner chain to one of its items): name -> bucket.
     pods: dict[str, Bucket] = field(default_factory=dict)

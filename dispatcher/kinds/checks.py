@@ -101,6 +101,22 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
     ]
 
 
+def pods_made(aw: AppWrapper) -> int:
+    """How many pods the wrapped objects make: what the dispatcher infers from each,
+    what custompodresources declares for a kind it cannot count."""
+    total = 0
+    for item in aw.spec.resources.GenericItems:
+        try:
+            inferred = infer_pod_sets(item.generictemplate)
+        except InvalidItem:
+            inferred = None
+        if inferred is None:
+            total += sum(c.replicas for c in item.custompodresources)
+        else:
+            total += sum(s.count for s in inferred)
+    return total
+
+
 def _declared_shapes(where: str, item: GenericItem, inferred: Sequence[PodSet]) -> list[str]:
     """custompodresources declaring as many pods as the object will create, but pods that
     ask other amounts."""

@@ -312,3 +312,22 @@ def test_declared_pods_unlike_the_real_ones_get_a_warning_at_apply() -> None:
     answer = verdict.response("u")
     assert answer["allowed"] is True
     assert any("custompodresources" in w for w in answer["warnings"])
+
+
+def test_pods_the_objects_make_beyond_what_was_declared_get_free_room() -> None:
+    """MCAD's 0006 manifest declares one pod for a Job of parallelism 3: the two pods it
+    holds no room for take free room (as kube-scheduler would under MCAD)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(two_gpu_node("v100"))
+        aw = glue_like(gpus_declared=1, gpus_asked=1)
+        aw["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"].update(
+            parallelism=2, completions=2)
+        kube.put(aw)
+        d = await pinning(kube, clock)
+        await d.cycle()
+        for i in range(2):
+            arrive(kube, d, gated_pod(created_job(kube, "glue"), f"glue-{i}"))
+        await d.cycle()
+        assert [pinned_to(seen(kube, d, f"glue-{i}")) for i in range(2)] == [["v100"]] * 2
+
+    run(scenario)
