@@ -158,14 +158,17 @@ class Access:
         return found
 
     async def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str,
-                  name: str = "") -> bool:
-        """Whether ``user`` may ``verb`` ``resource`` (the one called ``name``, if given)
-        in ``namespace``, by the API server's authorizers (RBAC and any other)."""
+                  name: str = "", subresource: str = "") -> bool:
+        """Whether ``user`` may ``verb`` ``resource`` (the one called ``name``, its
+        ``subresource``, if given) in ``namespace``, by the API server's authorizers
+        (RBAC and any other)."""
         group, _, version = resource.api_version.rpartition("/")
         attributes = {"namespace": namespace, "verb": verb, "group": group,
                       "version": version, "resource": resource.plural}
         if name:
             attributes["name"] = name
+        if subresource:
+            attributes["subresource"] = subresource
         body = {
             "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version, "kind": "SubjectAccessReview",
             "spec": {**user.sar_subject(), "resourceAttributes": attributes},

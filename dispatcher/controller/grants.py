@@ -9,16 +9,18 @@ AppWrapper's namespace):
 
 - a label ``<tree>: <node>`` where ``<tree>`` is the name of a quota tree and ``<node>``
   is not ``default`` (every tenant may use a tree's default leaf, as MCAD gives it to
-  wrappers without a label): ``use`` on ``quotasubtrees.quota.codeflare.dev`` named
-  ``<tree>:<node>``;
-- ``spec.priority`` above 0: ``use`` on ``appwrapperpriorities.workload.codeflare.dev``
-  named the value (``"1000"``), as a PriorityClass names a value a pod may use;
+  wrappers without a label): ``use`` on ``quotasubtrees`` (API group
+  ``quota.codeflare.dev``) named ``<tree>:<node>``;
+- ``spec.priority`` above 0: ``use`` on ``appwrappers/priority`` (API group
+  ``workload.codeflare.dev``) named the value (``"1000"``), as a PriorityClass names a
+  value a pod may use;
 - ``spec.priorityslope`` above 0 (a priority that grows while it waits, without bound):
-  ``use`` on ``appwrapperpriorities.workload.codeflare.dev`` named ``slope``.
+  ``use`` on ``appwrappers/priority`` named ``slope``.
 
-The verb ``use`` means nothing to the API server for these resources: a grant lets its
-holder do nothing to any object. A cluster-admin (every verb on every resource) holds
-every grant.
+Both are resources the API server serves (``appwrappers/priority`` as a subresource
+only RBAC knows), so ``kubectl auth can-i`` can ask about them. The verb ``use`` means
+nothing to the API server for them: a grant lets its holder do nothing to any object. A
+cluster-admin (every verb on every resource) holds every grant.
 
 The admission webhook asks as the requester (admission_review.py); the controller asks
 again as the recorded creator before it admits a wrapper (grant_screen.py).
@@ -32,16 +34,15 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.api.models import API_GROUP
 from dispatcher.quota import DEFAULT_NODE, TREE_LABEL
 
-from .access import Access, UserInfo, resource_name
+from .access import Access, UserInfo
 from .kube import ApiError, Kube, Resource
+from .status import APPWRAPPERS
 
 USE = "use"
 QUOTA_SUBTREES = Resource("quota.codeflare.dev/v1alpha1", "QuotaSubtree", "quotasubtrees", True)
-PRIORITIES = Resource(f"{API_GROUP}/v1beta1", "AppWrapperPriority", "appwrapperpriorities",
-                      True)
+PRIORITY = "priority"  # the subresource of appwrappers a priority is granted on
 SLOPE = "slope"
 
 # A tree's name is the value of a QuotaSubtree's `tree` label: only a label key that is
@@ -57,11 +58,15 @@ class Grant:
     what: str  # "quota node gold of tree quota_context", "priority 1000"
     resource: Resource
     name: str  # the grant's resourceName
+    subresource: str = ""
 
     def denial(self, user: str, namespace: str) -> str:
-        return (f"{self.field}: {user} may not use {self.what} in namespace {namespace}: "
-                f"not granted (RBAC verb {USE} on {resource_name(self.resource)} "
-                f"named {self.name!r})")
+        """What is missing, in the words of an RBAC rule that grants it."""
+        group = self.resource.api_version.rpartition("/")[0]
+        resource = "/".join(filter(None, (self.resource.plural, self.subresource)))
+        return (f"{self.field}: {user} may not use {self.what} in namespace {namespace}: no "
+                f"RBAC grant of verb {USE} on {resource} (apiGroup {group}), resourceName "
+                f"{self.name!r}")
 
 
 def may_name_tree(key: str) -> bool:
@@ -78,11 +83,11 @@ def needed(labels: Mapping[str, str], trees: Collection[str], priority: object,
               for tree, node in sorted(labels.items())
               if tree in trees and node != DEFAULT_NODE]
     if _positive(priority):
-        grants.append(Grant("spec.priority", f"priority {priority}", PRIORITIES,
-                            str(priority)))
+        grants.append(Grant("spec.priority", f"priority {priority}", APPWRAPPERS,
+                            str(priority), PRIORITY))
     if _positive(slope):
-        grants.append(Grant("spec.priorityslope", f"priority slope {slope}", PRIORITIES,
-                            SLOPE))
+        grants.append(Grant("spec.priorityslope", f"priority slope {slope}", APPWRAPPERS,
+                            SLOPE, PRIORITY))
     return tuple(grants)
 
 
@@ -114,14 +119,14 @@ async def denials(access: Access, user: UserInfo, namespace: str,
                   grants: Sequence[Grant]) -> list[str]:
     """One line per grant ``user`` does not hold in ``namespace``. Raises
     :class:`ApiError` when the API server cannot answer."""
-    answers = await asyncio.gather(*(access.may(user, USE, g.resource, namespace, g.name)
-                                     for g in grants))
+    answers = await asyncio.gather(*(access.may(user, USE, g.resource, namespace, g.name,
+                                                g.subresource) for g in grants))
     return [g.denial(user.username, namespace)
             for g, allowed in zip(grants, answers, strict=True) if not allowed]
 
 
 __all__ = [
-    "PRIORITIES",
+    "PRIORITY",
     "QUOTA_SUBTREES",
     "SLOPE",
     "USE",

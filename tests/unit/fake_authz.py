@@ -48,8 +48,9 @@ class FakeApi:
                  tokens: Mapping[str, dict[str, Any]] | None = None) -> None:
         # subject (user name, or "group:NAME") -> what it may create ("jobs.batch", "pods",
         # or a non-resource path such as "/metrics" it may get), or another verb on one
-        # named resource ("use quotasubtrees.quota.codeflare.dev/quota_gpu:gold"); "*"
-        # is everything (a cluster-admin)
+        # named resource, as an RBAC rule says it: "use quota.codeflare.dev quotasubtrees
+        # quota_gpu:gold", "use workload.codeflare.dev appwrappers/priority 1000"; "*" is
+        # everything (a cluster-admin)
         self.rights = {k: set(v) for k, v in (rights or {}).items()}
         self.tokens = dict(tokens or {})
         self.served = dict(SERVED)
@@ -84,7 +85,8 @@ class FakeApi:
             attrs = spec["resourceAttributes"]
             want = attrs["resource"] + (f".{attrs['group']}" if attrs["group"] else "")
             if attrs["verb"] != "create":
-                want = f"{attrs['verb']} {want}/{attrs.get('name', '')}"
+                resource = "/".join(filter(None, (attrs["resource"], attrs.get("subresource"))))
+                want = f"{attrs['verb']} {attrs['group']} {resource} {attrs.get('name', '')}"
         else:
             want = spec["nonResourceAttributes"]["path"]
         return any(want in (rights := self.rights.get(str(s), set())) or "*" in rights

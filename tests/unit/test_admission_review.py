@@ -293,7 +293,7 @@ def test_messages_are_capped() -> None:
                                        "PreemptCandidate", "Completed", "Failed"])
 def test_items_cannot_change_once_dispatched(condition: str) -> None:
     review, api = reviewer()
-    api.rights["alice"].add("use appwrapperpriorities.workload.codeflare.dev/3")
+    api.rights["alice"].add("use workload.codeflare.dev appwrappers/priority 3")
     old, _ = admitted(review, appwrapper(job()), ALICE)
     old = with_status(old, condition)
     new = json.loads(json.dumps(old))

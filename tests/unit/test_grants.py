@@ -18,8 +18,8 @@ from dispatcher.controller.kube import ApiError
 from .fake_authz import FakeApi
 from .test_admission_review import ALICE, BOB, admitted, appwrapper, job, request, run
 
-QUOTA = "use quotasubtrees.quota.codeflare.dev"
-PRIORITY = "use appwrapperpriorities.workload.codeflare.dev"
+QUOTA = "use quota.codeflare.dev quotasubtrees"
+PRIORITY = "use workload.codeflare.dev appwrappers/priority"
 ADMIN = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
 SUBTREE = ("quota.codeflare.dev/v1alpha1", "QuotaSubtree")
 
@@ -92,31 +92,33 @@ def test_another_teams_quota_node_and_a_huge_priority_are_refused_naming_each_gr
     assert not allowed
     assert message == (
         "metadata.labels.quota_context: bob may not use quota node gold of tree "
-        "quota_context in namespace evil: not granted (RBAC verb use on "
-        "quotasubtrees.quota.codeflare.dev named 'quota_context:gold'); "
-        "spec.priority: bob may not use priority 1000000000 in namespace evil: not granted "
-        "(RBAC verb use on appwrapperpriorities.workload.codeflare.dev named '1000000000')")
+        "quota_context in namespace evil: no RBAC grant of verb use on quotasubtrees "
+        "(apiGroup quota.codeflare.dev), resourceName 'quota_context:gold'; "
+        "spec.priority: bob may not use priority 1000000000 in namespace evil: no RBAC grant "
+        "of verb use on appwrappers/priority (apiGroup workload.codeflare.dev), resourceName "
+        "'1000000000'")
     assert grant_reviews(api) == [
         {"namespace": "evil", "verb": "use", "group": "quota.codeflare.dev",
          "version": "v1alpha1", "resource": "quotasubtrees", "name": "quota_context:gold"},
         {"namespace": "evil", "verb": "use", "group": "workload.codeflare.dev",
-         "version": "v1beta1", "resource": "appwrapperpriorities", "name": "1000000000"}]
+         "version": "v1beta1", "resource": "appwrappers", "name": "1000000000",
+         "subresource": "priority"}]
 
 
 def test_a_priority_slope_needs_its_own_grant() -> None:
-    api = cluster(alice={f"{PRIORITY}/10"})
+    api = cluster(alice={f"{PRIORITY} 10"})
     allowed, message = apply(api, claiming(priority=10, slope=0.5), ALICE)
     assert not allowed
     assert message == (
-        "spec.priorityslope: alice may not use priority slope 0.5 in namespace team-a: not "
-        "granted (RBAC verb use on appwrapperpriorities.workload.codeflare.dev named "
-        "'slope')")
-    api.rights["alice"].add(f"{PRIORITY}/slope")
+        "spec.priorityslope: alice may not use priority slope 0.5 in namespace team-a: no RBAC "
+        "grant of verb use on appwrappers/priority (apiGroup workload.codeflare.dev), "
+        "resourceName 'slope'")
+    api.rights["alice"].add(f"{PRIORITY} slope")
     assert apply(api, claiming(priority=10, slope=0.5), ALICE) == (True, "")
 
 
 def test_the_granted_node_and_priority_are_accepted_and_only_those() -> None:
-    api = cluster(alice={f"{QUOTA}/quota_context:gold", f"{PRIORITY}/1000"})
+    api = cluster(alice={f"{QUOTA} quota_context:gold", f"{PRIORITY} 1000"})
     assert apply(api, claiming(priority=1000, quota_context="gold"), ALICE) == (True, "")
     # The same node name in another tree is another grant; another value another one.
     allowed, message = apply(api, claiming(priority=999, quota_context="gold",
@@ -127,7 +129,7 @@ def test_the_granted_node_and_priority_are_accepted_and_only_those() -> None:
 
 
 def test_grants_through_a_group_count_and_the_admin_holds_every_grant() -> None:
-    api = cluster(**{"group:team-a": {f"{QUOTA}/quota_context:silver"}})
+    api = cluster(**{"group:team-a": {f"{QUOTA} quota_context:silver"}})
     assert apply(api, claiming(quota_context="silver"), ALICE) == (True, "")
     assert apply(api, claiming("anywhere", priority=1000000000, slope=2.0,
                                quota_context="gold", quota_service="gold"), ADMIN) == (True, "")
@@ -179,12 +181,12 @@ def test_an_edit_adding_a_foreign_quota_label_or_priority_is_refused_at_any_stag
 
 
 def test_an_edit_asks_only_for_what_is_new() -> None:
-    api = cluster(alice={f"{QUOTA}/quota_context:gold", f"{PRIORITY}/5"})
+    api = cluster(alice={f"{QUOTA} quota_context:gold", f"{PRIORITY} 5"})
     old = created(api, claiming(priority=5, quota_context="gold"), ALICE)
     api.reviews.clear()
     # Her gold grant was revoked since: a change of something else does not take it away
     # (the dispatcher asks again before it admits the AppWrapper).
-    api.rights["alice"].discard(f"{QUOTA}/quota_context:gold")
+    api.rights["alice"].discard(f"{QUOTA} quota_context:gold")
     assert edit(api, old, ALICE, labels={"quota_context": "gold", "app": "x"}) == (True, "")
     assert edit(api, old, ALICE, spec={"priority": 5, "schedulingSpec": {}}) == (True, "")
     assert grant_reviews(api) == []
@@ -193,7 +195,7 @@ def test_an_edit_asks_only_for_what_is_new() -> None:
 def test_an_editor_cannot_lend_a_grant_the_creator_lacks() -> None:
     """The dispatcher asks for the creator's grants: an edit by someone who holds them
     would otherwise pass here and only wait later."""
-    api = cluster(alice={f"{QUOTA}/quota_context:gold"})
+    api = cluster(alice={f"{QUOTA} quota_context:gold"})
     old = created(api, claiming(), BOB)
     allowed, message = edit(api, old, ALICE, labels={"quota_context": "gold"})
     assert not allowed
@@ -215,17 +217,17 @@ CLAIMS = {"quota_context": "quota_context:gold", "quota_service": "quota_service
 @given(labels=st.dictionaries(st.sampled_from(["quota_context", "quota_service", "app"]),
                               st.sampled_from(["gold", "default"])),
        priority=st.integers(-3, 3), slope=st.sampled_from([-1.0, 0.0, 0.5]),
-       held=st.sets(st.sampled_from([f"{QUOTA}/quota_context:gold",
-                                     f"{QUOTA}/quota_service:gold", f"{PRIORITY}/1",
-                                     f"{PRIORITY}/2", f"{PRIORITY}/slope"])))
+       held=st.sets(st.sampled_from([f"{QUOTA} quota_context:gold",
+                                     f"{QUOTA} quota_service:gold", f"{PRIORITY} 1",
+                                     f"{PRIORITY} 2", f"{PRIORITY} slope"])))
 def test_an_appwrapper_is_accepted_exactly_when_its_creator_holds_every_claim(
         labels: dict[str, str], priority: int, slope: float, held: set[str]) -> None:
     api = cluster(alice=held)
-    wanted = {f"{QUOTA}/{CLAIMS[k]}" for k, v in labels.items() if k in CLAIMS and v != "default"}
+    wanted = {f"{QUOTA} {CLAIMS[k]}" for k, v in labels.items() if k in CLAIMS and v != "default"}
     if priority > 0:
-        wanted.add(f"{PRIORITY}/{priority}")
+        wanted.add(f"{PRIORITY} {priority}")
     if slope > 0:
-        wanted.add(f"{PRIORITY}/slope")
+        wanted.add(f"{PRIORITY} slope")
     allowed, message = apply(api, claiming(priority=priority, slope=slope, **labels), ALICE)
     assert allowed == (wanted <= held), message
     assert message.count("alice may not use") == len(wanted - held)

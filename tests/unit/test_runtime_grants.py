@@ -22,8 +22,8 @@ from .test_runtime import Clock, appwrapper, aw_status, job, node, types
 from .test_runtime_sharing import quota, running, subtree, team
 from .test_runtime_sharing import started as sharing_started
 
-GOLD = "use quotasubtrees.quota.codeflare.dev/quota_gpu:gold"
-TOP = "use appwrapperpriorities.workload.codeflare.dev/1000000000"
+GOLD = "use quota.codeflare.dev quotasubtrees quota_gpu:gold"
+TOP = "use workload.codeflare.dev appwrappers/priority 1000000000"
 # gold is a hard leaf of 8 GPUs: whoever is charged to it takes the gold team's quota.
 HARD = [subtree("root", [quota("root", 16)]),
         subtree("teams", [quota("gold", 8, hard=True), quota("bronze", 8)], parent="root")]
@@ -88,10 +88,10 @@ def grab(user: str = "mallory") -> dict[str, Any]:
 
 NOT_GRANTED = (
     "NotGranted: metadata.labels.quota_gpu: mallory may not use quota node gold of tree "
-    "quota_gpu in namespace team: not granted (RBAC verb use on "
-    "quotasubtrees.quota.codeflare.dev named 'quota_gpu:gold'); spec.priority: mallory may "
-    "not use priority 1000000000 in namespace team: not granted (RBAC verb use on "
-    "appwrapperpriorities.workload.codeflare.dev named '1000000000')")
+    "quota_gpu in namespace team: no RBAC grant of verb use on quotasubtrees (apiGroup "
+    "quota.codeflare.dev), resourceName 'quota_gpu:gold'; spec.priority: mallory may not "
+    "use priority 1000000000 in namespace team: no RBAC grant of verb use on "
+    "appwrappers/priority (apiGroup workload.codeflare.dev), resourceName '1000000000'")
 
 
 def test_an_ungranted_quota_node_and_priority_preempt_nobody_and_wait_naming_the_grants(
