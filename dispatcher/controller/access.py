@@ -193,15 +193,21 @@ class Access:
                     self.kube.forget(api_version)
         return found
 
-    async def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str) -> bool:
-        """Whether ``user`` may ``verb`` ``resource`` in ``namespace``, by the API
-        server's authorizers (RBAC and any other)."""
+    async def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str,
+                  name: str = "", subresource: str = "") -> bool:
+        """Whether ``user`` may ``verb`` ``resource`` (the one called ``name``, its
+        ``subresource``, if given) in ``namespace``, by the API server's authorizers
+        (RBAC and any other)."""
         group, _, version = resource.api_version.rpartition("/")
+        attributes = {"namespace": namespace, "verb": verb, "group": group,
+                      "version": version, "resource": resource.plural}
+        if name:
+            attributes["name"] = name
+        if subresource:
+            attributes["subresource"] = subresource
         body = {
             "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version, "kind": "SubjectAccessReview",
-            "spec": {**user.sar_subject(), "resourceAttributes": {
-                "namespace": namespace, "verb": verb, "group": group, "version": version,
-                "resource": resource.plural}},
+            "spec": {**user.sar_subject(), "resourceAttributes": attributes},
         }
         review = await self.kube.request("POST", SUBJECT_ACCESS_REVIEWS.path(), body)
         return bool((review.get("status") or {}).get("allowed"))

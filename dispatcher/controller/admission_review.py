@@ -14,6 +14,10 @@ Validating, on CREATE and UPDATE:
   and on an UPDATE that changes the items). Only the items of kinds the installation
   allows are looked up, and none of an AppWrapper of more than ``MAX_ITEMS``: the core
   refuses those without costing the API server anything;
+- what the AppWrapper claims (grants.py): a label naming a quota node other than a
+  tree's ``default``, a priority or a priority slope above 0 each need an RBAC grant
+  (verb ``use``), checked on CREATE, and on an UPDATE that claims something new — for the
+  editor and for the recorded creator, whose grants the dispatcher asks for;
 - ``spec.resources.GenericItems`` may change only while the AppWrapper waits in the
   queue: its latest condition is none yet, ``Init``, ``Queueing`` or ``Backoff``
   (:data:`EDITABLE`). From ``HeadOfLine``/``Dispatched`` on, what was checked is what gets
@@ -21,7 +25,7 @@ Validating, on CREATE and UPDATE:
   are being deleted), ``Completed`` and ``Failed`` all refuse. A requeued AppWrapper is
   back in ``Queueing``, its objects deleted, and may be edited again.
 
-Other updates (labels, annotations, finalizers, the garbage collector's) pass, and
+Other updates (other labels, annotations, finalizers, the garbage collector's) pass, and
 nothing is checked on an object that is being deleted, so deletion never hangs on us.
 """
 
@@ -38,9 +42,11 @@ from dispatcher.api.conditions import ConditionType
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.quota import DEFAULT_NODE
 from dispatcher.review import review
 
 from .access import CREATOR_ANNOTATIONS, Access, Item, UserInfo, wrapped_items
+from .grants import claims, denials, may_name_tree, needed, tree_names
 from .kube import ApiError
 
 log = logging.getLogger("dispatcher.webhook")
@@ -102,6 +108,10 @@ def latest_condition(obj: Mapping[str, Any]) -> str:
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("labels")
 
 
 def _items(obj: Mapping[str, Any]) -> Any:
@@ -170,7 +180,8 @@ class AppWrapperReview:
                 f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
                 "and cannot be changed; keep the annotations as they are (kubectl apply and "
                 "kubectl edit do; kubectl replace with a file without them does not)"))
-        if _items(old) != _items(obj):
+        items_changed = _items(old) != _items(obj)
+        if items_changed:
             state = latest_condition(old)
             if state not in EDITABLE:
                 return Verdict(False, code=403, message=(
@@ -178,9 +189,10 @@ class AppWrapperReview:
                     f"the queue (its latest condition is {state}): what was checked is "
                     "what the dispatcher creates; delete the AppWrapper and apply the new "
                     "one"))
-            return await self._judge([], obj, user, namespace, check_items=True)
-        if old.get("spec") != obj.get("spec"):
-            return await self._judge([], obj, user, namespace, check_items=False)
+        spec_changed = old.get("spec") != obj.get("spec")
+        if items_changed or spec_changed or _labels(old) != _labels(obj):
+            return await self._judge([], obj, user, namespace, check_items=items_changed,
+                                     check_spec=spec_changed, old=old)
         return ALLOW
 
     def _checked(self, obj: Mapping[str, Any]) -> list[Item]:
@@ -194,9 +206,10 @@ class AppWrapperReview:
         return [i for i in wrapped_items(obj) if i.group_kind in self.allowed_kinds]
 
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
-                     namespace: str, check_items: bool) -> Verdict:
-        checked = review(obj, 0.0, self.allowed_kinds)
-        spec = checked.problems
+                     namespace: str, check_items: bool, check_spec: bool = True,
+                     old: Mapping[str, Any] | None = None) -> Verdict:
+        checked = review(obj, 0.0, self.allowed_kinds) if check_spec else None
+        spec = checked.problems if checked is not None else []
         denied: list[str] = []
         if check_items:
             try:
@@ -205,10 +218,45 @@ class AppWrapperReview:
                 return Verdict(False, code=500, message=capped([
                     f"could not check the wrapped objects against {user.username}'s "
                     f"permissions: {e}; try again"]))
+        try:
+            denied += await self._ungranted(user, namespace, obj, old)
+        except ApiError as e:
+            return Verdict(False, code=500, message=capped([
+                f"could not check the quota node and priority against {user.username}'s "
+                f"grants: {e}; try again"]))
         problems = [*problems, *spec, *denied]
         if not problems:
-            return Verdict(True, warnings=tuple(checked.warnings))
+            return Verdict(True, warnings=tuple(checked.warnings) if checked else ())
         name = (obj.get("metadata") or {}).get("name") or "(unnamed)"
         log.info("refused AppWrapper %s/%s of %s: %s", namespace, name, user.username,
                  "; ".join(problems)[:1000])
         return Verdict(False, code=422 if spec else 403, message=capped(problems))
+
+    async def _ungranted(self, user: UserInfo, namespace: str, obj: Mapping[str, Any],
+                         old: Mapping[str, Any] | None) -> list[str]:
+        """What ``obj`` claims (grants.py) that ``old`` did not, and that ``user`` — or,
+        on an edit by someone else, the recorded creator, whose grants the dispatcher
+        asks for — was not granted. The quota trees are looked up only when a label
+        that may name one is new."""
+        labels, priority, slope = claims(obj)
+        old_labels, old_priority, old_slope = claims(old) if old is not None else ({}, 0, 0)
+        changed = {k: v for k, v in labels.items()
+                   if old_labels.get(k) != v and v != DEFAULT_NODE and may_name_tree(k)}
+        trees = await tree_names(self.access.kube) if changed else frozenset()
+        had = needed({}, trees, old_priority, old_slope)
+        wanted = [g for g in needed(changed, trees, priority, slope) if g not in had]
+        if not wanted:
+            return []
+        subjects = [user]
+        creator = _recorded_creator(old) if old is not None else None
+        if creator is not None and creator != user:
+            subjects.append(creator)
+        return [line for subject in subjects
+                for line in await denials(self.access, subject, namespace, wanted)]
+
+
+def _recorded_creator(obj: Mapping[str, Any]) -> UserInfo | None:
+    try:
+        return UserInfo.from_annotations(_annotations(obj))
+    except ValueError:
+        return None

@@ -29,6 +29,7 @@ from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 
 from .estimates import EstimateSettings
+from .grants import QUOTA_SUBTREES
 from .informer import Informer
 from .kube import Kube, Resource
 from .leader_pod import own_pod, step_down, take_lead
@@ -43,7 +44,6 @@ log = logging.getLogger("dispatcher")
 
 NODES = Resource("v1", "Node", "nodes", False)
 PODS = Resource("v1", "Pod", "pods", True)
-QUOTA_SUBTREES = Resource("quota.codeflare.dev/v1alpha1", "QuotaSubtree", "quotasubtrees", True)
 
 EXIT_LOST_LEADERSHIP = 3
 

@@ -58,12 +58,13 @@ from dispatcher.lifecycle import (
     pods_allowed_seconds,
     timing_for,
 )
-from dispatcher.queue import AdmissionQueue, Policy
+from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper
 from dispatcher.resources import PODS as POD_COUNT
 
 from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
+from .grant_screen import GrantScreen
 from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
@@ -104,6 +105,8 @@ BLIND_RETRY_SECONDS = 0.2
 RETRY_SECONDS = 2.0
 # The reason of the Warning Events about a spec accepted as it is (kinds.checks).
 SPEC_WARNING = "AppWrapperWarning"
+# Why a wrapper waits whose creator was not granted its quota node or priority.
+NOT_GRANTED = "NotGranted"
 
 
 class Observer:
@@ -149,6 +152,9 @@ class Dispatcher:
             kube, self.m, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
+        # Quota nodes and priorities only as granted (grant_screen.py).
+        self.grants = GrantScreen(kube, require_creator, clock, self._side_task,
+                                  self.m.wake.set)
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
         self._task: asyncio.Task[None] | None = None
         self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
@@ -819,6 +825,7 @@ class Dispatcher:
         capacity = Capacity.of(self.m.state)
         sharing = self.m.sharing
         forest = sharing.forest()
+        ordered = self._granted(ordered, now)
         admitted = sharing.admitted(self.m.tracked, self.m.state, self.scaling.rigid(now)) \
             if forest is not None or self.policy.preemption != "never" or elastic else []
         ledger = sharing.ledger_for(forest, admitted)
@@ -861,6 +868,25 @@ class Dispatcher:
                 self._waiting(t, d, now)
         self._scale(scales, now)
         return len(decisions)
+
+    def _granted(self, ordered: Sequence[QueuedWrapper], now: float) -> list[QueuedWrapper]:
+        """The wrappers whose creator holds the grants their quota labels and priority
+        need (grant_screen.py); the others wait, saying which grant is missing, and give
+        back any room held for them."""
+        kept, refused = self.grants.screen(ordered, self._annotations, self._trees(), now)
+        for key, message in refused.items():
+            self.m.sharing.release(key)
+            self._waiting(self.m.tracked[key], Decision(*key, "wait", NOT_GRANTED, message),
+                          now)
+        return kept
+
+    def _annotations(self, key: Key) -> Mapping[str, str]:
+        t = self.m.tracked.get(key)
+        return t.aw.metadata.annotations if t is not None and t.aw is not None else {}
+
+    def _trees(self) -> Collection[str]:
+        forest = self.m.sharing.forest()
+        return forest.trees.keys() if forest is not None else ()
 
     def _scale(self, scales: Sequence[Scale], now: float) -> None:
         """Scale-outs and scale-ins decided for admitted elastic gangs (scaling.py)."""
@@ -950,6 +976,12 @@ class Dispatcher:
         if denials:
             await self._fail(t, Reason.ItemCreationFailure,
                              problems_message(cap_problems(denials)), now, teardown=False)
+            return
+        assert t.queued is not None
+        if await self.grants.check(t.queued, t.aw.metadata.annotations, self._trees()):
+            # A grant revoked since it was screened: it waits again, saying which.
+            self.m.sharing.release(t.key)
+            self._undispatch(t)
             return
         change = self.writer.begin(t, now)
         change.condition(ConditionType.HeadOfLine, Reason.FrontOfQueue, "")

@@ -363,6 +363,61 @@ def test_the_pod_webhook_component_adds_its_flags_service_and_rights(
         kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac))
 
 
+def test_the_network_policy_component_admits_only_the_addresses_it_is_given(
+        deployed: Installed, kubectl: Kubectl, tmp_path: Path) -> None:
+    """deploy/components/network-policy in an overlay of deploy/ (with the pod webhook): its
+    policies select the webhook's and the controller's pods and their webhook ports, and
+    the API server refuses them until the administrator sets the addresses. (The local
+    cluster has no network plugin: this checks what is applied, not that it is enforced.)"""
+    component = DEPLOY / "components" / "network-policy"
+
+    def render(patches: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+        overlay = tmp_path / f"overlay-{len(patches)}"
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(DEPLOY, overlay)],
+            "components": [os.path.relpath(component, overlay),
+                           os.path.relpath(DEPLOY / "components" / "pod-webhook", overlay)],
+            "patches": patches}))
+        rendered = subprocess.run([kubectl.binary, "kustomize", str(overlay)],
+                                  capture_output=True, text=True, check=True).stdout
+        return {(d["kind"], d["metadata"]["name"]): d
+                for d in yaml.safe_load_all(rendered) if d}
+
+    def dry_run(docs: dict[tuple[str, str], Any]) -> subprocess.CompletedProcess[str]:
+        policies = [d for (kind, _), d in docs.items() if kind == "NetworkPolicy"]
+        return kubectl.run("apply", "--dry-run=server", "-f", "-",
+                           input=yaml.safe_dump_all(policies), check=False)
+
+    unset = dry_run(render([]))
+    assert unset.returncode != 0
+    assert 'spec.ingress[0].from[0].ipBlock.cidr: Invalid value: "SET-THE-API-SERVER-CIDR"' \
+        in unset.stderr
+    # The patch the component's kustomization.yaml shows.
+    docs = render([{"target": {"kind": "NetworkPolicy"}, "patch": yaml.safe_dump([
+        {"op": "replace", "path": "/spec/ingress/0/from/0/ipBlock/cidr",
+         "value": "10.0.0.0/28"}])}])
+    applied = dry_run(docs)
+    assert applied.returncode == 0, applied.stderr
+    for policy, deployment in (("dispatcher-webhook", "dispatcher-webhook"),
+                               ("dispatcher", "dispatcher")):
+        spec = docs[("NetworkPolicy", policy)]["spec"]
+        pod = docs[("Deployment", deployment)]["spec"]["template"]
+        assert spec["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        assert spec["policyTypes"] == ["Ingress"]
+        api_server, *others = spec["ingress"]
+        assert api_server["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+        ports = {p["name"]: p["containerPort"]
+                 for p in pod["spec"]["containers"][0]["ports"]}
+        (port,) = [p["port"] for p in api_server["ports"]]
+        assert ports.get(port, port) == 9443  # the webhook's own port, by name or number
+        # Nothing else is admitted from anywhere but the metrics port.
+        assert [p["port"] for rule in others for p in rule["ports"]] == (
+            ["metrics"] if policy == "dispatcher" else [])
+        assert all("from" not in rule for rule in others)
+
+
 def _can(kubectl: Kubectl, verb: str, resource: str, user: str = SA_USER,
          namespace: str = "default") -> bool:
     resource, _, sub = resource.partition("/")
@@ -420,6 +475,7 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
     config = "dispatcher-appwrappers"
     webhook_allowed = [
         ("create", "subjectaccessreviews.authorization.k8s.io"),
+        ("list", "quotasubtrees.quota.codeflare.dev"),  # which labels name a quota tree
         ("get", f"secrets:{SECRET}"), ("update", f"secrets:{SECRET}"),
         ("patch", f"mutatingwebhookconfigurations:{config}"),
         ("patch", f"validatingwebhookconfigurations:{config}")]
@@ -427,7 +483,8 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
         ("get", "secrets:other"), ("list", "secrets"), ("create", "secrets"),
         ("patch", "validatingwebhookconfigurations:someone-elses"),
         ("create", "validatingwebhookconfigurations"), ("create", "jobs.batch"),
-        ("create", "pods"), ("list", "appwrappers.workload.codeflare.dev"), ("*", "*")]
+        ("create", "pods"), ("list", "appwrappers.workload.codeflare.dev"),
+        ("create", "quotasubtrees.quota.codeflare.dev"), ("*", "*")]
     assert [a for a in webhook_allowed
             if not _can(kubectl, *a, user=webhook, namespace=SA_NAMESPACE)] == []
     assert [r for r in webhook_refused

@@ -28,12 +28,15 @@ from dispatcher.controller.kube import Kube
 from localcluster import Cluster, Kubectl, users, wait_for
 from localcluster.testing import container, outcome
 
-from .dispatcher_process import DispatcherProcess, install_crd, wait_quiet
+from .dispatcher_process import QUOTA_CRD, DispatcherProcess, install_crd, wait_quiet
 from .webhook_process import Installed, WebhookProcess, free_port, unregister_webhooks
 
 LABEL = "workload.codeflare.dev/appwrapper"
 LOCAL_WEBHOOK_NAMESPACE = "dispatcher-webhook-local"
 APPWRAPPERS = "appwrappers.workload.codeflare.dev"
+# The grants of a quota node and of a priority: (apiGroup, resource), as in a Role's rule.
+QUOTA_NODES = ("quota.codeflare.dev", "quotasubtrees")
+PRIORITIES = ("workload.codeflare.dev", "appwrappers/priority")
 
 
 # --- builders ------------------------------------------------------------------------
@@ -84,6 +87,37 @@ def refused(k: Kubectl, obj: dict[str, Any], *args: str) -> str:
 def last_condition(k: Kubectl, name: str) -> str:
     conditions = (k.json("appwrapper", name).get("status") or {}).get("conditions") or []
     return str(conditions[-1]["type"]) if conditions else ""
+
+
+def can_use(kubectl: Kubectl, namespace: str, user: str, rule: tuple[str, str],
+            name: str) -> bool:
+    """`kubectl auth can-i use` of one grant (docs/operations.md shows the command)."""
+    group, resource = rule
+    plural, _, sub = resource.partition("/")
+    proc = kubectl.run("auth", "can-i", "use", f"{plural}.{group}/{name}", "-n", namespace,
+                       "--as", user, *([f"--subresource={sub}"] if sub else []), check=False)
+    return proc.stdout.strip() == "yes"
+
+
+def grant_use(kubectl: Kubectl, namespace: str, user: str, rule: tuple[str, str],
+              names: list[str]) -> str:
+    """Grant ``user`` the verb ``use`` on ``rule`` (apiGroup, resource) named ``names`` in
+    ``namespace`` (docs/operations.md, "Quota nodes and priorities"), once the API server
+    answers so; the Role's name, for users.revoke."""
+    group, resource = rule
+    name = f"{user}-use-{resource.replace('/', '-')}"
+    meta = {"name": name, "namespace": namespace}
+    kubectl.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": [group], "resources": [resource], "resourceNames": names,
+                    "verbs": ["use"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": user}]}])
+    wait_for(lambda: all(can_use(kubectl, namespace, user, rule, n) for n in names),
+             30, f"{user}'s grant of {resource} {names} to take effect")
+    return name
 
 
 # --- fixtures ------------------------------------------------------------------------
@@ -225,8 +259,9 @@ def test_items_of_a_dispatched_appwrapper_cannot_be_edited(
         "(its latest condition is Dispatched)" in proc.stderr
     items = alice.json("appwrapper", "frozen")["spec"]["resources"]["GenericItems"]
     assert items[0]["generictemplate"]["spec"]["parallelism"] == 2
-    # Anything but the items may still change.
+    # Anything but the items may still change (a priority within her grants).
     alice("label", "appwrapper", "frozen", "team=a")
+    grant_use(kubectl, tenants.namespace, "alice", PRIORITIES, ["3"])
     alice("patch", "appwrapper", "frozen", "--type=merge", "-p", '{"spec": {"priority": 3}}')
 
 
@@ -326,3 +361,112 @@ def test_metrics_can_require_a_token_allowed_to_get_them(
         assert status(None, "/healthz") == 200
     finally:
         kubectl("delete", "clusterrole,clusterrolebinding", reader, "--ignore-not-found")
+
+
+# --- quota nodes and priorities, only as granted -------------------------------------------
+
+@pytest.fixture
+def quota_tree(tenants: Tenants, kubectl: Kubectl) -> Iterator[str]:
+    """A quota tree of this test (its name): gold, a hard leaf of 1 GPU; default, the
+    rest. Removed after the test, so no other test's AppWrapper counts against it."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUOTA_CRD))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s",
+            "crd/quotasubtrees.quota.codeflare.dev")
+    tree = f"quota_{tenants.namespace.rsplit('-', 1)[-1]}"
+
+    def subtree(name: str, children: list[dict[str, Any]], parent: str | None = None
+                ) -> dict[str, Any]:
+        return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+                "metadata": {"name": name, "labels": {"tree": tree}},
+                "spec": {"children": children, **({"parent": parent} if parent else {})}}
+
+    def gpus(n: int, hard: bool = False) -> dict[str, Any]:
+        return {"hardLimit": hard, "requests": {"nvidia.com/gpu": n}}
+
+    ns = kubectl.in_namespace(tenants.namespace)
+    ns.apply([subtree("root", [{"name": "root", "quotas": gpus(32)}]),
+              subtree("teams", [{"name": "gold", "quotas": gpus(1, hard=True)},
+                                {"name": "bronze", "quotas": gpus(1, hard=True)},
+                                {"name": "default", "quotas": gpus(30)}], parent="root")])
+    yield tree
+    ns("delete", "quotasubtrees", "--all")
+
+
+def claiming(name: str, tree: str, node: str, priority: int = 0) -> dict[str, Any]:
+    obj = appwrapper(name, job(name))
+    obj["metadata"]["labels"] = {tree: node}
+    if priority:
+        obj["spec"]["priority"] = priority
+    return obj
+
+
+def test_a_tenant_cannot_use_another_teams_quota_node_or_a_priority_not_granted(
+        tenants: Tenants, quota_tree: str, kubectl: Kubectl) -> None:
+    """The issue's attack at `kubectl apply`, as alice with her own credentials: gold's hard
+    leaf and priority 10^9. Refused naming each grant; accepted once granted, and from the
+    admin always; an edit to another node or priority is refused."""
+    tree, ns = quota_tree, tenants.namespace
+    error = refused(tenants.alice, claiming("grab", tree, "gold", 1000000000))
+    assert (f"metadata.labels.{tree}: alice may not use quota node gold of tree {tree} in "
+            f"namespace {ns}: no RBAC grant of verb use on quotasubtrees (apiGroup "
+            f"quota.codeflare.dev), resourceName '{tree}:gold'") in error
+    assert (f"spec.priority: alice may not use priority 1000000000 in namespace {ns}: no "
+            "RBAC grant of verb use on appwrappers/priority (apiGroup workload.codeflare.dev), "
+            "resourceName '1000000000'") in error
+    assert tenants.admin.items("appwrappers") == []
+    # What needs no grant: the tree's default leaf, priority 0.
+    tenants.alice.apply(claiming("plain", tree, "default"))
+    # The administrator may; and grants alice gold and priority 1000.
+    tenants.admin.apply(claiming("admins", tree, "gold", 1000000000))
+    grant_use(kubectl, ns, "alice", QUOTA_NODES, [f"{tree}:gold"])
+    grant_use(kubectl, ns, "alice", PRIORITIES, ["1000"])
+    tenants.alice.apply(claiming("mine", tree, "gold", 1000))
+    assert tenants.alice.json("appwrapper", "mine")["metadata"]["labels"] == {tree: "gold"}
+    # Edits: another node, a higher priority — refused; the labels stay.
+    proc = tenants.alice.run("label", "--overwrite", "appwrapper", "mine", f"{tree}=bronze",
+                             check=False)
+    assert proc.returncode != 0
+    assert f"alice may not use quota node bronze of tree {tree}" in proc.stderr
+    proc = tenants.alice.run("patch", "appwrapper", "plain", "--type=merge", "-p",
+                             '{"spec": {"priority": 2000}}', check=False)
+    assert proc.returncode != 0 and "alice may not use priority 2000" in proc.stderr
+    # bob may edit AppWrappers here but holds no grant: he cannot move plain to gold, nor
+    # lend alice's gold to his own.
+    proc = tenants.bob.run("label", "--overwrite", "appwrapper", "plain", f"{tree}=gold",
+                           check=False)
+    assert proc.returncode != 0 and "bob may not use quota node gold" in proc.stderr
+    assert tenants.alice.json("appwrapper", "plain")["metadata"]["labels"] == {
+        tree: "default"}
+
+
+def test_the_dispatcher_charges_a_quota_node_and_gives_a_priority_only_as_granted(
+        tenants: Tenants, quota_tree: str, kubectl: Kubectl,
+        dispatcher: DispatcherProcess) -> None:
+    """At dispatch, as the recorded creator: alice's AppWrapper, accepted while she held
+    the grant, waits naming it once it is revoked, and preempts nobody; the admin's
+    AppWrapper of the same quota node runs."""
+    tree, ns = quota_tree, tenants.namespace
+    role = grant_use(kubectl, ns, "alice", QUOTA_NODES, [f"{tree}:gold"])
+    priority = grant_use(kubectl, ns, "alice", PRIORITIES, ["1000000000"])
+    tenants.alice.apply(claiming("mine", tree, "gold", 1000000000))
+    users.revoke(kubectl, ns, role)
+    users.revoke(kubectl, ns, priority)
+    wait_for(lambda: not can_use(kubectl, ns, "alice", QUOTA_NODES, f"{tree}:gold"), 30,
+             "the revocation")
+    dispatcher.start("priority-preemption", extra_args=["--require-creator"])
+    tenants.admin.apply(claiming("admins", tree, "gold"))
+    wait_for(lambda: last_condition(tenants.admin, "admins") == "Running", 90,
+             "the admin's AppWrapper to run")
+
+    def message() -> str:
+        return str((tenants.alice.json("appwrapper", "mine").get("status") or {}).get(
+            "message", ""))
+
+    wait_for(lambda: message().startswith(f"NotGranted: metadata.labels.{tree}: alice may "
+                                          "not use quota node gold"), 60,
+             "alice's AppWrapper to wait for its grant")
+    assert f"alice may not use priority 1000000000 in namespace {ns}" in message()
+    assert last_condition(tenants.alice, "mine") == "Backoff"
+    assert tenants.admin.items("pods", "-l", f"{LABEL}=mine") == []
+    assert "PreemptCandidate" not in [
+        c["type"] for c in tenants.admin.json("appwrapper", "admins")["status"]["conditions"]]

@@ -47,7 +47,10 @@ class FakeApi:
     def __init__(self, rights: Mapping[str, set[str]] | None = None,
                  tokens: Mapping[str, dict[str, Any]] | None = None) -> None:
         # subject (user name, or "group:NAME") -> what it may create ("jobs.batch", "pods",
-        # or a non-resource path such as "/metrics" it may get)
+        # or a non-resource path such as "/metrics" it may get), or another verb on one
+        # named resource, as an RBAC rule says it: "use quota.codeflare.dev quotasubtrees
+        # quota_gpu:gold", "use workload.codeflare.dev appwrappers/priority 1000"; "*" is
+        # everything (a cluster-admin)
         self.rights = {k: set(v) for k, v in (rights or {}).items()}
         self.tokens = dict(tokens or {})
         self.served = dict(SERVED)
@@ -83,12 +86,27 @@ class FakeApi:
         subjects = [spec.get("user"), *(f"group:{g}" for g in spec.get("groups") or [])]
         if "resourceAttributes" in spec:
             attrs = spec["resourceAttributes"]
-            if attrs["verb"] != "create":
-                return False
             want = attrs["resource"] + (f".{attrs['group']}" if attrs["group"] else "")
+            if attrs["verb"] != "create":
+                resource = "/".join(filter(None, (attrs["resource"], attrs.get("subresource"))))
+                want = f"{attrs['verb']} {attrs['group']} {resource} {attrs.get('name', '')}"
         else:
             want = spec["nonResourceAttributes"]["path"]
-        return any(want in self.rights.get(str(s), set()) for s in subjects)
+        return any(want in (rights := self.rights.get(str(s), set())) or "*" in rights
+                   for s in subjects)
+
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every stored object of the kind (no selectors); 404 when it is not served."""
+        if (resource.api_version, resource.kind) not in self.served:
+            raise ApiError(404, "NotFound", f"the server could not find {resource.plural}")
+        path = resource.path(namespace)
+        self.requests.append(("GET", path))
+        for (m, prefix), error in self.fail.items():
+            if m == "GET" and path.startswith(prefix):
+                raise error
+        return [copy.deepcopy(o) for o in self.objects.values()
+                if o.get("kind") == resource.kind]
 
     async def request(self, method: str, path: str, body: Any = None,
                       query: Mapping[str, str] | None = None,

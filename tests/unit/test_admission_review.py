@@ -301,7 +301,8 @@ def test_messages_are_capped() -> None:
 @pytest.mark.parametrize("condition", ["HeadOfLine", "Dispatched", "Running",
                                        "PreemptCandidate", "Completed", "Failed"])
 def test_items_cannot_change_once_dispatched(condition: str) -> None:
-    review, _ = reviewer()
+    review, api = reviewer()
+    api.rights["alice"].add("use workload.codeflare.dev appwrappers/priority 3")
     old, _ = admitted(review, appwrapper(job()), ALICE)
     old = with_status(old, condition)
     new = json.loads(json.dumps(old))
@@ -311,7 +312,8 @@ def test_items_cannot_change_once_dispatched(condition: str) -> None:
     assert verdict.message.startswith("spec.resources.GenericItems cannot change once the "
                                       f"AppWrapper is past the queue (its latest condition "
                                       f"is {condition})")
-    # Anything else may still change: labels, other spec fields.
+    # Anything else may still change: labels, other spec fields (a priority she was
+    # granted: tests/unit/test_grants.py).
     relabelled = json.loads(json.dumps(old))
     relabelled["metadata"]["labels"] = {"team": "a"}
     relabelled["spec"]["priority"] = 3

@@ -50,8 +50,9 @@ def team(obj: dict[str, Any], leaf: str) -> dict[str, Any]:
 
 
 async def started(kube: FakeKube, clock: Clock, trees: list[dict[str, Any]] = TREE,
-                  policy: Any = PREEMPTION) -> Dispatcher:
-    d = Dispatcher(kube, policy, clock=clock)  # type: ignore[arg-type]
+                  policy: Any = PREEMPTION, require_creator: bool = False) -> Dispatcher:
+    d = Dispatcher(kube, policy, clock=clock,  # type: ignore[arg-type]
+                   require_creator=require_creator)
     for obj in kube.of_kind("Node"):
         d.on_node("ADDED", obj)
     for obj in kube.of_kind("AppWrapper"):
