@@ -332,10 +332,10 @@ class ClusterState:
             admits: Callable[[str], bool] = lambda node: True,
             top_up: bool = True) -> str | None:
         """The node a member pod waiting at its scheduling gate is to bind on, in room its
-        gang holds that no other waiting member is pinned to: a held pod of its own size
-        (or of its GPUs with at least its cpu and memory) first; else any part of what the
-        gang holds on one node, as an amount, with free room there beyond it if `top_up`
-        (declared pod shapes need not match the real pods: custompodresources). Never a
+        gang holds that no other waiting member is pinned to: a held pod of its very shape
+        first; else what it asks out of what the gang holds on one node, as an amount,
+        with free room there beyond it if `top_up` (declared pod shapes need not match the
+        real pods: custompodresources). Never a
         hold that does not fit (`unfit`) nor a node the pod may not run on (`admits`, its
         own node rules). None: its gang holds no such room.
         Held by the pod until it binds or `unpin`."""
