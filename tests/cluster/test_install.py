@@ -33,6 +33,7 @@ from .dispatcher_process import REPO, DispatcherProcess, install_crd
 from .test_operations import appwrapper, job, wait_condition
 from .test_tenancy import APPWRAPPERS
 from .webhook_process import (
+    AGGREGATED,
     CLUSTER_KINDS,
     CONTROLLER_SA,
     DEPLOY,
@@ -270,6 +271,7 @@ def removed_after(kubectl: Kubectl) -> Iterator[None]:
     yield
     delete_deploy(kubectl)
     assert kubectl("get", CLUSTER_KINDS, "-l", PART_OF, "-o", "name").strip() == ""
+    assert not kubectl.run("get", AGGREGATED, check=False).stdout
     wait_for(lambda: kubectl.run("get", "namespace", SYSTEM_NAMESPACE,
                                  check=False).returncode, 120,
              f"namespace {SYSTEM_NAMESPACE} to be gone")

@@ -165,12 +165,19 @@ CLUSTER_KINDS = ("clusterrole,clusterrolebinding,mutatingwebhookconfiguration,"
 PART_OF = "app.kubernetes.io/part-of=dispatcher"
 
 
+#: Filled in by the API server's aggregation controller, which re-creates it (unlabelled)
+#: when it is deleted while the controller re-aggregates it for a source that went.
+AGGREGATED = "clusterrole/dispatcher-wrapped-kinds"
+
+
 def delete_deploy(kubectl: Kubectl) -> None:
     """Everything deploy/ made except the CRD (deleting it would delete every
     AppWrapper in the cluster)."""
     unregister_webhooks(kubectl)
     kubectl("delete", "namespace", SYSTEM_NAMESPACE, "--ignore-not-found", "--wait=false")
+    kubectl("delete", AGGREGATED, "--ignore-not-found")
     kubectl("delete", CLUSTER_KINDS, "-l", PART_OF, "--ignore-not-found")
+    kubectl("delete", AGGREGATED, "--ignore-not-found")
 
 
 def apply_deploy(kubectl: Kubectl, manifest: str | None = None) -> None:
