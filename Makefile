@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench clean
+.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +56,20 @@ demo: cluster-up
 bench: setup
 	$(PY) bench/engine.py
 
+# --- release (docs/operations.md, "Install on a cluster") ----------------------------
+# dist/: install.yaml (deploy/ in one file, the image tagged with the package's version;
+# IMAGE=registry.example.com/dispatcher names another image), the packaged Helm chart,
+# and the wheel. The image itself is built where a container registry is reachable.
+HELM = $$($(PY) -c 'from localcluster.build import binary; print(binary("helm"))')
+
+release: cluster-build
+	$(PY) -m localcluster.release --dist dist $(if $(IMAGE),--image $(IMAGE))
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
+# tests/cluster/test_install.py lints it too (make cluster-test).
+chart-lint: cluster-build
+	$(HELM) lint --strict charts/dispatcher
+	$(HELM) lint --strict charts/dispatcher -f charts/dispatcher/ci/everything-values.yaml
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache dist

@@ -32,8 +32,10 @@ KUTTL = "v0.24.0"
 #: grew a method): it is built with this toolchain, which ``go`` fetches through the module
 #: proxy (``GOTOOLCHAIN``), so its wrapper's ``go`` directive must not be newer.
 KUTTL_TOOLCHAIN = "go1.25.4"
+#: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
+HELM = "v3.22.0"
 #: ``go`` directive written into the wrapper modules.
-GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0"}
+GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0"}
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -57,6 +59,17 @@ def _k8s_ldflags(version: str) -> list[str]:
             f"-X {pkg}.gitTreeState=clean",
             f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
         ]
+    return out
+
+
+def _helm_ldflags(version: str, kubernetes: str = KUBERNETES) -> list[str]:
+    """The stamps of Helm's own Makefile: its version, and the Kubernetes version that
+    ``helm template`` and ``helm lint`` assume without a cluster (here: the local cluster's)."""
+    major, minor = kubernetes.removeprefix("v").split(".")[:2]
+    out = [f"-X helm.sh/helm/v3/internal/version.version={version}",
+           "-X helm.sh/helm/v3/internal/version.gitTreeState=clean"]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        out += [f"-X {pkg}.k8sVersionMajor={major}", f"-X {pkg}.k8sVersionMinor={minor}"]
     return out
 
 
@@ -147,6 +160,14 @@ WRAPPERS: dict[str, Wrapper] = {
             env={"GOTOOLCHAIN": KUTTL_TOOLCHAIN, "GONOSUMDB": "github.com/kudobuilder/kuttl"},
         ),
         Wrapper(
+            name="helm",
+            requires={"helm.sh/helm/v3": HELM},
+            packages=("helm.sh/helm/v3/cmd/helm",),
+            binaries=("helm",),
+            ldflags=tuple(_helm_ldflags(HELM)),
+            go=GO_DIRECTIVE["helm"],
+        ),
+        Wrapper(
             name="crds",
             requires={
                 "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
@@ -159,7 +180,7 @@ WRAPPERS: dict[str, Wrapper] = {
 #: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
     "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset",
+    "mxjob-operator", "jobset", "helm",
 )
 
 

@@ -26,7 +26,6 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Protocol
 
 from aiohttp import web
@@ -34,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from dispatcher import version
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.models import State
 from dispatcher.cluster import ClusterState
@@ -92,13 +92,6 @@ def _bounded(value: str, known: Iterable[str], empty: str = NONE) -> str:
 def _in_base_units(resource: str, amount: int) -> float:
     """Canonical amounts are millicores for cpu; Prometheus wants base units (cores)."""
     return amount / 1000 if resource == CPU else float(amount)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("dispatcher")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass
@@ -210,7 +203,7 @@ class PrometheusObserver(Observer):
         self.build_info = Gauge(
             f"{PREFIX}_build_info", "Always 1; the labels say which dispatcher runs.",
             ["version", "python_version"], registry=r)
-        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.build_info.labels(version(), platform.python_version()).set(1)
         for reason in REQUEUE_REASONS:
             self.requeues.labels(reason)
         for reason in FAILURE_REASONS:

@@ -19,7 +19,7 @@ def _pyplot() -> Any:
     except ImportError as e:
         raise PlotError(
             "--plot needs matplotlib, which is not installed: "
-            "pip install 'dispatcher[plot]' (or pip install matplotlib)"
+            "pip install 'appwrapper-dispatcher[plot]' (or pip install matplotlib)"
         ) from e
     matplotlib.use("Agg")  # files only: no display needed
     return importlib.import_module("matplotlib.pyplot")

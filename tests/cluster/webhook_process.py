@@ -14,6 +14,7 @@ Deployments' pods would have.
 
 from __future__ import annotations
 
+import copy
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,11 +43,14 @@ def free_port() -> int:
         return port
 
 
-def webhook_configurations(port: int) -> list[dict[str, Any]]:
-    """deploy/'s two webhook configurations, calling https://127.0.0.1:PORT instead of
-    the Service."""
-    docs = [d for d in yaml.safe_load_all((DEPLOY / "base" / "webhook.yaml").read_text())
-            if d and d["kind"] in KINDS]
+def webhook_configurations(port: int, manifest: Sequence[dict[str, Any]] | None = None
+                           ) -> list[dict[str, Any]]:
+    """The two webhook configurations of deploy/ (or of a rendered ``manifest``), calling
+    https://127.0.0.1:PORT instead of the Service."""
+    if manifest is None:
+        manifest = list(yaml.safe_load_all((DEPLOY / "base" / "webhook.yaml").read_text()))
+    docs = [copy.deepcopy(d) for d in manifest
+            if d and d["kind"] in KINDS and d["metadata"]["name"] == CONFIGURATION]
     for doc in docs:
         for hook in doc["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
@@ -79,11 +83,12 @@ def unregister_pod_webhook(kubectl: Kubectl) -> None:
             "--ignore-not-found")
 
 
-def register_url_webhooks(kubectl: Kubectl, port: int) -> None:
+def register_url_webhooks(kubectl: Kubectl, port: int,
+                          manifest: Sequence[dict[str, Any]] | None = None) -> None:
     """(Re)register the webhook configurations with a loopback URL (replacing deploy/'s
     Service-based ones, if applied). The webhook patches in its CA when it starts."""
     unregister_webhooks(kubectl)
-    kubectl.create(yaml.safe_dump_all(webhook_configurations(port)))
+    kubectl.create(yaml.safe_dump_all(webhook_configurations(port, manifest)))
 
 
 def unregister_webhooks(kubectl: Kubectl) -> None:
@@ -92,16 +97,19 @@ def unregister_webhooks(kubectl: Kubectl) -> None:
 
 
 class WebhookProcess(DispatcherProcess):
-    """`dispatcher webhook` on 127.0.0.1:``port``, its Secret in ``namespace``."""
+    """`dispatcher webhook` on 127.0.0.1:``port``, its Secret in ``namespace``; the
+    configurations it serves are deploy/'s, or those of a rendered ``manifest``."""
 
     LOG = "webhook.log"
     READY = "serving the AppWrapper admission webhook"
 
     def __init__(self, kubeconfig: Path, log_dir: Path, namespace: str,
-                 port: int | None = None) -> None:
+                 port: int | None = None,
+                 manifest: Sequence[dict[str, Any]] | None = None) -> None:
         super().__init__(kubeconfig, log_dir)
         self.namespace = namespace
         self.port = port or free_port()
+        self.manifest = manifest
 
     def arguments(self, fit: str, extra_args: Sequence[str]) -> list[str]:
         return ["webhook", "--kubeconfig", str(self.kubeconfig), "--port", str(self.port),
@@ -110,7 +118,7 @@ class WebhookProcess(DispatcherProcess):
 
     def serve(self, kubectl: Kubectl) -> None:
         """Register the configurations, start, and wait until the API server calls it."""
-        register_url_webhooks(kubectl, self.port)
+        register_url_webhooks(kubectl, self.port, self.manifest)
         self.start()
 
         def answered() -> bool:
@@ -151,25 +159,39 @@ def service_account_kubeconfig(kubectl: Kubectl, cluster_kubeconfig: Path, accou
     return path
 
 
+#: What deploy/ (or the chart, or install.yaml) makes outside its namespace, but the CRDs.
+CLUSTER_KINDS = ("clusterrole,clusterrolebinding,mutatingwebhookconfiguration,"
+                 "validatingwebhookconfiguration")
+PART_OF = "app.kubernetes.io/part-of=dispatcher"
+
+
+#: Filled in by the API server's aggregation controller, which re-creates it (unlabelled)
+#: when it is deleted while the controller re-aggregates it for a source that went.
+AGGREGATED = "clusterrole/dispatcher-wrapped-kinds"
+
+
 def delete_deploy(kubectl: Kubectl) -> None:
     """Everything deploy/ made except the CRD (deleting it would delete every
     AppWrapper in the cluster)."""
     unregister_webhooks(kubectl)
     kubectl("delete", "namespace", SYSTEM_NAMESPACE, "--ignore-not-found", "--wait=false")
-    kubectl("delete", "clusterrole,clusterrolebinding", "-l",
-            "app.kubernetes.io/part-of=dispatcher", "--ignore-not-found")
+    kubectl("delete", AGGREGATED, "--ignore-not-found")
+    kubectl("delete", CLUSTER_KINDS, "-l", PART_OF, "--ignore-not-found")
+    kubectl("delete", AGGREGATED, "--ignore-not-found")
 
 
-def apply_deploy(kubectl: Kubectl) -> None:
-    """deploy/ applied for real, after a server-side dry run."""
+def apply_deploy(kubectl: Kubectl, manifest: str | None = None) -> None:
+    """deploy/ (or a rendered ``manifest`` of it) applied for real, after a server-side
+    dry run."""
     delete_deploy(kubectl)
     wait_for(lambda: kubectl.run("get", "namespace", SYSTEM_NAMESPACE,
                                  check=False).returncode,
              120, f"namespace {SYSTEM_NAMESPACE} of an earlier run to be gone")
     kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
-    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts",
-            "--dry-run=server")
-    kubectl("apply", "-k", str(DEPLOY), "--server-side", "--force-conflicts")
+    source = ["-k", str(DEPLOY)] if manifest is None else ["-f", "-"]
+    for dry_run in (["--dry-run=server"], []):
+        kubectl("apply", *source, "--server-side", "--force-conflicts", *dry_run,
+                input=manifest)
 
 
 @dataclass

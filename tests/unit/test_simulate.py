@@ -278,7 +278,7 @@ def test_plot_without_matplotlib_fails_before_simulating(
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert "--plot needs matplotlib" in captured.err
-    assert "pip install 'dispatcher[plot]'" in captured.err
+    assert "pip install 'appwrapper-dispatcher[plot]'" in captured.err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
