@@ -897,7 +897,7 @@ class Dispatcher:
         else:
             said = (ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                     self.estimates.message(t, f"{d.reason}: {d.message}"))
-        if says(t.status, *said):
+        if says(t, *said):
             return  # most of a long queue, most cycles: no copy of its status to make
         change = self.writer.begin(t, now)
         if change.condition(*said):

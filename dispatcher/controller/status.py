@@ -103,10 +103,11 @@ def _cap(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def says(status: AppWrapperStatus, type_: str, reason: str, message: str) -> bool:
+def says(t: Tracked, type_: str, reason: str, message: str) -> bool:
     """Whether Change.condition would find nothing to change, without the copy a Change
     makes."""
-    return already_says(status.conditions, type_, reason, _cap(message))
+    return already_says(t.status.conditions, type_, reason, _cap(message),
+                        generation=t.generation)
 
 
 @dataclass
@@ -123,7 +124,8 @@ class Change:
     def condition(self, type_: str, reason: str, message: str) -> bool:
         message = _cap(message)
         conditions, changed = set_condition(self.t.status.conditions, type_, reason,
-                                            message, now_dt(self.now))
+                                            message, now_dt(self.now),
+                                            generation=self.t.generation)
         if changed:
             previous = latest(self.t.status.conditions)
             self.t.status.conditions = conditions
