@@ -69,6 +69,7 @@ from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .placement import Placement
+from .positions import Positions, clear_position
 from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter, says
 from .tracked import Key, Tracked, items_digest, pod_bucket
@@ -150,6 +151,7 @@ class Dispatcher:
         self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
+        self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
         self._task: asyncio.Task[None] | None = None
         self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
         self._side: set[asyncio.Task[None]] = set()  # Events
@@ -301,6 +303,7 @@ class Dispatcher:
         self.placement.cycle(self._unfit, self._side_task)
         self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
+        self.positions.publish(self.m.queue, self.m.tracked, self.m.sharing.forest(), now)
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
         self._flush(now)
         self.last_cycle_at = time.monotonic()
@@ -746,6 +749,7 @@ class Dispatcher:
         Failed wrapper whose pods, when seen, are torn down — never a recreation)."""
         change = change or self.writer.begin(t, now)
         t.status.state = "Failed"
+        clear_position(t.status)
         change.condition(ConditionType.Failed, reason, message)
         if not await self._commit(change):
             return
@@ -966,6 +970,7 @@ class Dispatcher:
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
         self.estimates.dispatching(t)  # no estimate for a wrapper that starts
+        clear_position(t.status)
         self.scaling.dispatching(t, d)  # an elastic gang's size admitted
         if not await self._commit(change):
             return
