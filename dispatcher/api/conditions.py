@@ -47,6 +47,7 @@ class ConditionType(StrEnum):
 
 class Reason(StrEnum):
     AwaitingHeadOfLine = "AwaitingHeadOfLine"  # Queueing
+    Held = "Held"  # Queueing: kept out of dispatch by a user (HELD_BY_ANNOTATION)
     FrontOfQueue = "FrontOfQueue"  # HeadOfLine
     AppWrapperRunnable = "AppWrapperRunnable"  # Dispatched
     PodsRunning = "PodsRunning"  # Running
@@ -58,6 +59,7 @@ class Reason(StrEnum):
     Preempted = "Preempted"  # PreemptCandidate (requeue)
     ItemCreationFailure = "ItemCreationFailure"  # Failed
     InvalidSpec = "InvalidSpec"  # Failed
+    Cancelled = "Cancelled"  # Failed: by a user (CANCELLED_BY_ANNOTATION)
 
 
 def latest(conditions: Sequence[Condition]) -> Condition | None:

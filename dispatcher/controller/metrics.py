@@ -61,7 +61,7 @@ REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceed
                    Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST, ITEMS_CHANGED)
 FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
-                   Reason.DispatchDeadlineExceeded.value)
+                   Reason.DispatchDeadlineExceeded.value, Reason.Cancelled.value)
 
 PREEMPTION_REASONS = ("priority", "reclaim")
 # Which estimate of a wrapper's start is compared with its start: the initial one (the

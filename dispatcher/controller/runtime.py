@@ -64,6 +64,7 @@ from dispatcher.resources import PODS as POD_COUNT
 from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
+from .holds import cancelled_message
 from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
@@ -539,6 +540,7 @@ class Dispatcher:
                   or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or t.stranded is not None or self._counts_changed(t)
+                  or t.cancelled_by is not None
                   or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
@@ -572,6 +574,11 @@ class Dispatcher:
         if t.phase == "done":
             await self.items.teardown(t)  # pods of a failed gang (re)appeared
             t.teardown_due = False
+            return
+        if t.cancelled_by is not None:  # by a user (holds.py): it ends here, whatever it did
+            self.intake.requeues_due.discard(t.key)
+            self.intake.edited.discard(t.key)
+            await self._fail(t, Reason.Cancelled, cancelled_message(t.cancelled_by, True), now)
             return
         if t.key in self.intake.requeues_due:
             await self._finish_requeue(t, now)
