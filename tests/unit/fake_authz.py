@@ -83,9 +83,10 @@ class FakeApi:
         subjects = [spec.get("user"), *(f"group:{g}" for g in spec.get("groups") or [])]
         if "resourceAttributes" in spec:
             attrs = spec["resourceAttributes"]
-            if attrs["verb"] != "create":
-                return False
             want = attrs["resource"] + (f".{attrs['group']}" if attrs["group"] else "")
+            if attrs["verb"] != "create":  # e.g. "list appwrappers.workload.codeflare.dev in a"
+                where = f" in {attrs['namespace']}" if attrs.get("namespace") else ""
+                want = f"{attrs['verb']} {want}{where}"
         else:
             want = spec["nonResourceAttributes"]["path"]
         return any(want in self.rights.get(str(s), set()) for s in subjects)
