@@ -402,6 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-v", "--verbose", action="store_true")
     w.set_defaults(func=_cmd_webhook)
 
+    from dispatcher import actions
+
+    actions.add_commands(sub, "dispatcher")  # hold, release, cancel, why
+
     from dispatcher.simulate.command import DESCRIPTION, add_arguments
 
     s = sub.add_parser("simulate", help="replay a job trace through the admission core",
@@ -428,6 +432,9 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
                        description=QUEUE_DESCRIPTION)
     add_queue_arguments(q)
     q.set_defaults(func=_cmd_queue, prog="kubectl appwrapper queue")
+    from dispatcher import actions
+
+    actions.add_commands(sub, "kubectl appwrapper")  # hold, release, cancel, why
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
