@@ -314,7 +314,13 @@ class Intake:
                 if again is not None:
                     again.generation = generation
             else:
+                # Its end holds for the new spec too: said so (observedGeneration), or
+                # kubectl wait --for=condition=Completed would wait for ever.
                 t.generation = generation
+                last = latest(t.status.conditions)
+                if last is not None and Change(t, self.clock(), copy_status(t.status)) \
+                        .condition(last.type, last.reason, last.message):
+                    self.m.unwritten.add(t.key)
             return
         # Dispatched or running: only an edit of what it creates matters now; whatever
         # requeues it later queues the spec as it is then, as a restart would.
