@@ -226,25 +226,22 @@ def _cmd_queue(args: argparse.Namespace) -> int:
     import asyncio
 
     from dispatcher import visibility
-    from dispatcher.policy_files import load_policy
 
     prog = getattr(args, "prog", "dispatcher queue")
-    try:
-        policy = load_policy(args.policy)
-    except PolicyError as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return EXIT_INPUT
+    if args.policy is not None:
+        print(f"{prog}: --policy is ignored: the order shown is the running dispatcher's "
+              "own, as it publishes it in status.queuePosition", file=sys.stderr)
     try:
         listing = asyncio.run(visibility.fetch(args.kubeconfig, args.context, args.namespace,
                                                args.all_namespaces))
     except visibility.ClusterError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_CLUSTER
-    rows = visibility.pending_queue(listing.objects, policy, time.time())
+    rows = visibility.pending_queue(listing.objects, time.time())
     if listing.namespace is not None:
         rows = [r for r in rows if r.namespace == listing.namespace]
     render = visibility.to_json if args.output == "json" else visibility.to_table
-    print(render(rows, policy, listing.scope, listing.namespace))
+    print(render(rows, listing.scope, listing.namespace))
     return 0
 
 
@@ -256,17 +253,15 @@ def add_queue_arguments(q: argparse.ArgumentParser) -> None:
                        help="show this namespace's AppWrappers (default: the context's)")
     where.add_argument("-A", "--all-namespaces", action="store_true",
                        help="show the AppWrappers of every namespace")
-    q.add_argument("--policy", default="fifo",
-                   help="the dispatcher's policy: fifo, priority, backfill or a policy YAML "
-                   "file (default fifo); it decides the order shown")
+    q.add_argument("--policy", help=argparse.SUPPRESS)  # the dispatcher says which now
     q.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
 QUEUE_DESCRIPTION = (
     "List the AppWrappers waiting for dispatch (status.state Pending or not set), in the "
-    "order the dispatcher considers them, with what they request and why they wait. "
-    "Positions count the whole cluster's queue, also with -n, when you may list "
-    "AppWrappers in all namespaces.")
+    "order the running dispatcher considers them, with what they request and why they "
+    "wait. Positions and reasons are the dispatcher's own, as it publishes them in each "
+    "AppWrapper's status; positions count the whole cluster's queue.")
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -407,6 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-v", "--verbose", action="store_true")
     w.set_defaults(func=_cmd_webhook)
 
+    from dispatcher import actions
+
+    actions.add_commands(sub, "dispatcher")  # hold, release, cancel, why
+
     from dispatcher.simulate.command import DESCRIPTION, add_arguments
 
     s = sub.add_parser("simulate", help="replay a job trace through the admission core",
@@ -433,6 +432,9 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
                        description=QUEUE_DESCRIPTION)
     add_queue_arguments(q)
     q.set_defaults(func=_cmd_queue, prog="kubectl appwrapper queue")
+    from dispatcher import actions
+
+    actions.add_commands(sub, "kubectl appwrapper")  # hold, release, cancel, why
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

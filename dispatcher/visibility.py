@@ -1,19 +1,23 @@
-"""Queue visibility: the AppWrappers waiting for dispatch, in the order they will be
-considered, with what they ask for and why they wait (`dispatcher queue`,
+"""Queue visibility: the AppWrappers waiting for dispatch, in the order the running
+dispatcher considers them, with what they ask for and why they wait (`dispatcher queue`,
 `kubectl appwrapper queue`).
 
-The order is the dispatcher's own: the same queue and policy, fed from the
-AppWrappers' specs and first-seen times (``status.controllerfirsttimestamp``, else
-``metadata.creationTimestamp``). The reasons are read from their status, where the
-dispatcher writes them. Building the rows is pure; only `fetch` talks to the cluster,
-and imports its client when called, so the command starts fast.
+The order and the reasons are the dispatcher's own, read from the AppWrappers' status,
+where it publishes them: each waiting one's place in its queue (``status.queuePosition``,
+under ``status.queuePolicy``; quota leaves in ``status.quotaPositions``) and the latest
+condition. Nothing is re-sorted here, so what is shown cannot disagree with the running
+dispatcher — only lag it by the time its status writes take (a move up is written within a
+minute; its visibility endpoint is live). Building the rows is pure; only `fetch` talks to
+the cluster, and imports its client when called, so the command starts fast.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,11 +34,11 @@ from dispatcher.api.models import (
     parse_appwrapper,
 )
 from dispatcher.kinds import InvalidItem
-from dispatcher.queue import AdmissionQueue, Policy
 from dispatcher.resources import CPU, GPU, PODS, format_amount
 
 PENDING_STATES = frozenset({"", "Pending"})
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+UNKNOWN_POLICY = "unknown"  # no waiting AppWrapper says under which policy it waits
 
 
 class ClusterError(RuntimeError):
@@ -45,7 +49,9 @@ class ClusterError(RuntimeError):
 class PendingAppWrapper:
     namespace: str
     name: str
-    position: int | None  # 1 = considered first; None: invalid, it will fail instead
+    # 1 = considered first, as the dispatcher published it; None: not numbered (held, not
+    # taken in yet, or invalid: it will fail instead)
+    position: int | None
     priority: int
     effective_priority: float
     requests: Mapping[str, int] = field(default_factory=dict)  # the whole gang, canonical
@@ -57,6 +63,8 @@ class PendingAppWrapper:
     message: str = ""
     estimated_start: float | None = None  # status.estimatedStart (seconds since the epoch)
     estimated_in: float | None = None  # that, in seconds from when the queue was read
+    policy: str | None = None  # status.queuePolicy
+    quota: tuple[tuple[str, str, int], ...] = ()  # (tree, leaf, position there)
 
     @property
     def pods(self) -> int:
@@ -69,14 +77,15 @@ def is_pending(obj: Mapping[str, Any]) -> bool:
     return isinstance(status, Mapping) and str(status.get("state") or "") in PENDING_STATES
 
 
-def _status(obj: Mapping[str, Any]) -> AppWrapperStatus:
+def status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
     try:
         return AppWrapperStatus.model_validate(obj.get("status") or {})
     except ValueError:
         return AppWrapperStatus()
 
 
-def _why(status: AppWrapperStatus) -> tuple[str, str, str]:
+def why_of(status: AppWrapperStatus) -> tuple[str, str, str]:
+    """The latest condition's type and reason, and the status message."""
     last = latest(status.conditions)
     if last is None:
         return status.queuejobstate, "", status.message
@@ -92,52 +101,49 @@ def _gang_requests(aw: AppWrapper, first_seen: float) -> tuple[dict[str, int], s
     return total, queued.invalid
 
 
-def pending_queue(objects: Iterable[Mapping[str, Any]], policy: Policy,
-                  now: float) -> list[PendingAppWrapper]:
-    """The pending AppWrappers among `objects`, in the order `policy` considers them;
-    invalid ones (they will fail, not dispatch) last, without a position."""
-    queue = AdmissionQueue(policy)
-    info: dict[tuple[str, str], tuple[AppWrapperStatus, dict[str, int]]] = {}
-    invalid: list[PendingAppWrapper] = []
+def pending_queue(objects: Iterable[Mapping[str, Any]], now: float) -> list[PendingAppWrapper]:
+    """The pending AppWrappers among `objects`: those the dispatcher numbered, in its order;
+    then those it did not (held, or not taken in yet), oldest first; invalid ones (they
+    will fail, not dispatch) last."""
+    rows: list[PendingAppWrapper] = []
     for obj in objects:
         if not is_pending(obj):
             continue
         meta = obj.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
-        name = str(meta.get("name") or "")
-        status = _status(obj)
-        condition, reason, message = _why(status)
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        priority = spec.get("priority", 0) if isinstance(spec, Mapping) else 0
+        status = status_of(obj)
+        condition, reason, message = why_of(status)
+        position = status.queuePosition
         try:
             aw = parse_appwrapper(obj)
             first_seen = first_seen_of(aw, now)
             requests, problem = _gang_requests(aw, first_seen)
+            effective = aw.spec.priority + aw.spec.priorityslope * max(0.0, now - first_seen)
         except (InvalidSpec, InvalidItem) as e:
             stamp = status.controllerfirsttimestamp
             first_seen = stamp.timestamp() if stamp is not None else now
-            requests, problem = {}, str(e).replace("\n", "; ")
+            requests, problem, effective = {}, str(e).replace("\n", "; "), 0.0
         if problem is not None:
-            spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-            priority = spec.get("priority", 0) if isinstance(spec, Mapping) else 0
-            invalid.append(PendingAppWrapper(
-                namespace, name, None, priority if isinstance(priority, int) else 0, 0.0,
-                requests, first_seen, max(0.0, now - first_seen), status.numberOfRequeueings,
-                condition, "InvalidSpec", problem))
-            continue
-        queue.put(queued_from_appwrapper(aw, first_seen))
-        info[(namespace, name)] = (status, requests)
-    rows: list[PendingAppWrapper] = []
-    for position, w in enumerate(queue.ordered(now), start=1):
-        status, requests = info[w.key]
-        condition, reason, message = _why(status)
+            position, reason, message = None, "InvalidSpec", problem
         estimate = status.estimatedStart
         rows.append(PendingAppWrapper(
-            w.namespace, w.name, position, w.priority, w.effective_priority(now), requests,
-            w.first_seen, max(0.0, now - w.first_seen), status.numberOfRequeueings,
-            condition, reason, message,
-            estimate.timestamp() if estimate is not None else None,
-            estimate.timestamp() - now if estimate is not None else None))
-    rows.extend(sorted(invalid, key=lambda r: (r.first_seen, r.namespace, r.name)))
-    return rows
+            str(meta.get("namespace") or "default"), str(meta.get("name") or ""), position,
+            priority if isinstance(priority, int) else 0, effective, requests, first_seen,
+            max(0.0, now - first_seen), status.numberOfRequeueings, condition, reason,
+            message, estimate.timestamp() if estimate is not None else None,
+            estimate.timestamp() - now if estimate is not None else None,
+            status.queuePolicy, tuple((q.tree, q.node, q.position)
+                                      for q in status.quotaPositions or ())))
+    return sorted(rows, key=lambda r: (r.reason == "InvalidSpec", r.position is None,
+                                       r.position or 0, r.first_seen, r.namespace, r.name))
+
+
+def policy_of(rows: Sequence[PendingAppWrapper]) -> str:
+    """The policy the dispatcher says it orders the queue by (the most said, during a
+    restart with another one)."""
+    said = Counter(r.policy for r in rows if r.policy)
+    return said.most_common(1)[0][0] if said else UNKNOWN_POLICY
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -188,17 +194,13 @@ def _message(row: PendingAppWrapper) -> str:
     return " ".join(row.message.split())
 
 
-def scope_line(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str,
-               namespace: str | None) -> str:
+def scope_line(rows: Sequence[PendingAppWrapper], namespace: str | None) -> str:
     where = "in all namespaces" if namespace is None else f"in namespace {namespace}"
-    text = f"policy {policy.name}: {len(rows)} pending {where}"
-    if scope == "namespace":
-        text += ("; positions count only this namespace (listing AppWrappers in all "
-                 "namespaces is not allowed)")
-    return text
+    return (f"policy {policy_of(rows)}: {len(rows)} pending {where}; positions in the "
+            "whole cluster's queue, as the dispatcher published them")
 
 
-def to_table(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cluster",
+def to_table(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
              namespace: str | None = None) -> str:
     header = ("#", "APPWRAPPER", "PRIORITY", "PODS", "GPUS", "CPU", "MEMORY", "WAITING",
               "ETA", "STATUS", "MESSAGE")
@@ -214,7 +216,7 @@ def to_table(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cl
             eta(r),
             _status_text(r), _message(r)))
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]
-    lines = [scope_line(rows, policy, scope, namespace)]
+    lines = [scope_line(rows, namespace)]
     if rows:
         lines += ["  ".join(t[c].ljust(widths[c]) for c in range(len(widths))) + "  " + t[-1]
                   for t in table]
@@ -225,10 +227,10 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def to_json(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cluster",
+def to_json(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
             namespace: str | None = None) -> str:
     return json.dumps({
-        "policy": policy.name,
+        "policy": policy_of(rows),
         "scope": scope,
         "namespace": namespace,
         "pending": [{
@@ -243,6 +245,7 @@ def to_json(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "clu
             "estimatedStart": None if r.estimated_start is None else _iso(r.estimated_start),
             "estimatedStartInSeconds": None if r.estimated_in is None
             else round(r.estimated_in, 3),
+            "quotaPositions": [{"tree": t, "node": n, "position": p} for t, n, p in r.quota],
         } for r in rows],
     }, indent=2)
 
@@ -297,10 +300,12 @@ async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
     return Listing(objects, "cluster", namespace)
 
 
-async def fetch(kubeconfig: str | None, context: str | None, namespace: str | None,
-                all_namespaces: bool) -> Listing:
-    """List the AppWrappers as the kubeconfig's user (in-cluster in a pod without one);
-    the namespace defaults to the context's, as for kubectl."""
+@asynccontextmanager
+async def connected(kubeconfig: str | None, context: str | None
+                    ) -> AsyncIterator[tuple[Any, str]]:
+    """A client acting as the kubeconfig's user (in-cluster in a pod without one), and the
+    namespace kubectl would default to (the context's); a failure to read the kubeconfig
+    or reach the API server is a ClusterError."""
     from aiohttp import ClientError
     from kubernetes_asyncio import client, config
 
@@ -324,10 +329,18 @@ async def fetch(kubeconfig: str | None, context: str | None, namespace: str | No
             kube = Kube(client.ApiClient(configuration=conf))
     except (config.ConfigException, OSError) as e:
         raise ClusterError(f"cannot read the kubeconfig: {e}") from None
-    shown = None if all_namespaces else (namespace or default_ns)
     try:
-        return await list_appwrappers(kube, shown)
+        yield kube, default_ns
     except (OSError, ClientError) as e:  # connection refused, DNS, TLS
         raise ClusterError(f"cannot reach the API server: {e}") from None
     finally:
         await kube.close()
+
+
+async def fetch(kubeconfig: str | None, context: str | None, namespace: str | None,
+                all_namespaces: bool) -> Listing:
+    """List the AppWrappers as the kubeconfig's user; the namespace defaults to the
+    context's, as for kubectl."""
+    async with connected(kubeconfig, context) as (kube, default_ns):
+        return await list_appwrappers(kube, None if all_namespaces
+                                      else (namespace or default_ns))

@@ -4,6 +4,12 @@ MCAD keeps ``status.conditions`` as a history: a new condition is appended when 
 type changes, and ``status.queuejobstate`` names the type of the latest one. A happy life
 reads ``Init → Queueing → HeadOfLine → Dispatched → Running → Completed``.
 
+Two additions make ``kubectl wait --for=condition=TYPE`` mean what it says. Each condition
+records ``observedGeneration``, the spec generation it was reached for: kubectl waits on
+when the spec was edited since. And each type is listed once, where it was last entered
+(a type entered again moves to the end): kubectl reads the first condition of a type, which
+would otherwise be its oldest.
+
 MCAD also defines the condition types ``Preempted`` and ``Deleted``, and no
 ``Requeued``; the dispatcher records a requeue as ``PreemptCandidate`` with a reason
 (MinPodsNotRunning, DispatchDeadlineExceeded, Preempted) and never writes those two.
@@ -41,6 +47,7 @@ class ConditionType(StrEnum):
 
 class Reason(StrEnum):
     AwaitingHeadOfLine = "AwaitingHeadOfLine"  # Queueing
+    Held = "Held"  # Queueing: kept out of dispatch by a user (HELD_BY_ANNOTATION)
     FrontOfQueue = "FrontOfQueue"  # HeadOfLine
     AppWrapperRunnable = "AppWrapperRunnable"  # Dispatched
     PodsRunning = "PodsRunning"  # Running
@@ -52,6 +59,7 @@ class Reason(StrEnum):
     Preempted = "Preempted"  # PreemptCandidate (requeue)
     ItemCreationFailure = "ItemCreationFailure"  # Failed
     InvalidSpec = "InvalidSpec"  # Failed
+    Cancelled = "Cancelled"  # Failed: by a user (CANCELLED_BY_ANNOTATION)
 
 
 def latest(conditions: Sequence[Condition]) -> Condition | None:
@@ -60,13 +68,15 @@ def latest(conditions: Sequence[Condition]) -> Condition | None:
 
 
 def says(conditions: Sequence[Condition], type: str, reason: str, message: str,
-         status: str = "True") -> bool:
+         status: str = "True", generation: int | None = None) -> bool:
     """Whether the latest condition says exactly this already (type, reason, message,
-    status): recording it again would change nothing."""
+    status, and the generation it was reached for): recording it again would change
+    nothing."""
     current = latest(conditions)
     return current is not None and (
-        current.type, current.reason, current.message, current.status) == (
-        str(type), str(reason), str(message), str(status))
+        current.type, current.reason, current.message, current.status,
+        current.observedGeneration) == (
+        str(type), str(reason), str(message), str(status), generation)
 
 
 def set_condition(
@@ -76,19 +86,23 @@ def set_condition(
     message: str,
     now: datetime,
     status: str = "True",
+    generation: int | None = None,
 ) -> tuple[list[Condition], bool]:
-    """Record a condition; return the new list and whether anything changed.
+    """Record a condition reached for spec `generation`; return the new list and whether
+    anything changed.
 
-    - The latest condition already says exactly this (type, reason, message, status):
-      nothing changes and ``(conditions, False)`` comes back, so no status write is due.
-    - The latest condition has this type but another reason, message or status: it is
-      updated in place (``lastUpdateMicroTime = now``; ``lastTransitionMicroTime = now``
-      only when the status flips).
-    - Otherwise a new condition is appended, both times ``now``.
+    - The latest condition already says exactly this (type, reason, message, status,
+      generation): nothing changes and ``(conditions, False)`` comes back, so no status
+      write is due.
+    - The latest condition has this type but another reason, message, status or
+      generation: it is updated in place (``lastUpdateMicroTime = now``;
+      ``lastTransitionMicroTime = now`` only when the status flips).
+    - Otherwise a new condition is appended, both times ``now``, and an earlier one of
+      the same type leaves the list.
 
     The input list and its conditions are never mutated.
     """
-    if says(conditions, type, reason, message, status):
+    if says(conditions, type, reason, message, status, generation):
         return list(conditions), False
     type_, reason_, message_, status_ = str(type), str(reason), str(message), str(status)
     current = latest(conditions)
@@ -102,6 +116,7 @@ def set_condition(
                 "message": message_,
                 "lastUpdateMicroTime": now,
                 "lastTransitionMicroTime": transition or now,
+                "observedGeneration": generation,
             }
         )
         return [*conditions[:-1], updated], True
@@ -112,6 +127,7 @@ def set_condition(
         message=message_,
         lastUpdateMicroTime=now,
         lastTransitionMicroTime=now,
+        observedGeneration=generation,
     )
-    result = [*conditions, new]
+    result = [*(c for c in conditions if c.type != type_), new]
     return result[-MAX_CONDITIONS:], True

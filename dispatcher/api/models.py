@@ -299,6 +299,8 @@ class Condition(_Model):
     message: str = ""
     lastUpdateMicroTime: MicroTime | None = None
     lastTransitionMicroTime: MicroTime | None = None
+    # The spec generation it was reached for (kubectl wait ignores one older than the spec).
+    observedGeneration: int | None = Field(default=None, ge=0)
 
 
 class WrappedItem(_Model):
@@ -312,6 +314,16 @@ class WrappedItem(_Model):
     kind: str
     name: str
     uid: str = ""  # "" until it is created
+
+
+class QuotaPosition(_Model):
+    """Where a waiting wrapper stands among the waiting wrappers of its quota node."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tree: str
+    node: str
+    position: int = Field(ge=1)
 
 
 class AppWrapperStatus(_Model):
@@ -344,6 +356,12 @@ class AppWrapperStatus(_Model):
     elasticPods: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
     # While it waits: when the dispatcher estimates it will start (dispatcher.eta).
     estimatedStart: Time | None = None
+    # While it waits: its place in the dispatcher's queue (1: considered first), under the
+    # policy named, in the whole cluster and among the wrappers of its quota node in each
+    # quota tree (controller/positions.py).
+    queuePosition: int | None = Field(default=None, ge=1)
+    queuePolicy: str | None = None
+    quotaPositions: list[QuotaPosition] | None = None
 
 
 class AppWrapper(_Model):

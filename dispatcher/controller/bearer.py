@@ -1,12 +1,14 @@
 """Protecting /metrics with Kubernetes credentials (``dispatcher run --metrics-auth
-kubernetes``).
+kubernetes``), and the queue's visibility endpoint always (visibility_api.py).
 
 The scraper sends ``Authorization: Bearer <token>`` (Prometheus: its service account's
 token). The token is checked with a TokenReview, then the API server is asked whether
 that user may ``get`` the path (a SubjectAccessReview on a non-resource URL), the way
 kube-apiserver and kubelet guard their own /metrics: grant it with a ClusterRole rule
 ``nonResourceURLs: ["/metrics"], verbs: ["get"]``. A grant is kept for a minute per
-token, so a scrape every 30 s costs two API calls a minute; a refusal for 10 s.
+token, so a scrape every 30 s costs two API calls a minute; a refusal for 10 s. The
+visibility endpoint asks about a resource instead (``list`` ``appwrappers`` in a namespace,
+or in all of them): :meth:`TokenReviewAuth.allowed`.
 
 Anyone who can reach the port can send tokens, so what they cost the API server is
 bounded: tokens not known good are checked at most one a second on average (five at
@@ -22,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from .access import SUBJECT_ACCESS_REVIEWS, UserInfo
 from .kube import ApiError, Kube, Resource, TokenBucket
@@ -84,11 +87,19 @@ class TokenReviewAuth:
 
     async def check(self, authorization: str | None, path: str) -> Refusal | None:
         """None if the request may read ``path``, else (HTTP status, reason)."""
+        return await self.allowed(authorization, f"get {path}",
+                                  {"nonResourceAttributes": {"path": path, "verb": "get"}})
+
+    async def allowed(self, authorization: str | None, what: str,
+                      attributes: Mapping[str, Any]) -> Refusal | None:
+        """None if the request's user may do `what` (words for the refusal, and the cache
+        key), which a SubjectAccessReview asks with `attributes`; else (HTTP status,
+        reason)."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return 401, "send a bearer token (Authorization: Bearer ...) of a user allowed " \
-                        f"to get {path}\n"
-        key = (hashlib.sha256(token.strip().encode()).hexdigest(), path)
+                        f"to {what}\n"
+        key = (hashlib.sha256(token.strip().encode()).hexdigest(), what)
         now = self.clock()
         granted = self._granted.get(key)
         if granted is not None and granted[0] > now:
@@ -100,7 +111,7 @@ class TokenReviewAuth:
         if not budget.try_take():
             return BUSY
         try:
-            answer = await self._review(token.strip(), path)
+            answer = await self._review(token.strip(), what, attributes)
         except ApiError as e:
             return 503, f"cannot check the token now: {e}\n"  # not kept: try again
         if answer is None:
@@ -111,7 +122,8 @@ class TokenReviewAuth:
             self._granted.drop(key)
         return answer
 
-    async def _review(self, token: str, path: str) -> Refusal | None:
+    async def _review(self, token: str, what: str,
+                      attributes: Mapping[str, Any]) -> Refusal | None:
         if self._kube is None:
             self._kube = await self._connect()
         review = await self._kube.request("POST", TOKEN_REVIEWS.path(), {
@@ -123,10 +135,9 @@ class TokenReviewAuth:
         user = UserInfo.from_request(status.get("user") or {})
         sar = await self._kube.request("POST", SUBJECT_ACCESS_REVIEWS.path(), {
             "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version, "kind": "SubjectAccessReview",
-            "spec": {**user.sar_subject(),
-                     "nonResourceAttributes": {"path": path, "verb": "get"}}})
+            "spec": {**user.sar_subject(), **attributes}})
         if not (sar.get("status") or {}).get("allowed"):
-            return 403, f"{user.username} may not get {path}\n"
+            return 403, f"{user.username} may not {what}\n"
         return None
 
     async def close(self) -> None:

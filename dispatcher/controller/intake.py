@@ -10,6 +10,8 @@
 - Spec edits: a queued wrapper is re-read; a Failed one is queued again (its message
   told the user to apply it again); a dispatched one whose items changed is torn down and
   requeued with the new spec — an edit never swaps what was admitted for something else.
+- Holds and cancellations (holds.py): a held wrapper stays out of the queue; a cancelled
+  queued one fails here, a cancelled dispatched one in the admission loop.
 """
 
 from __future__ import annotations
@@ -32,18 +34,20 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.resources import GPU, pod_request
 from dispatcher.review import review
 
+from .holds import asked, cancelled_message, held_message
 from .items import ours
 from .memory import GatedPod, Memory
 from .placement import let_onto, token_key, token_of
+from .positions import clear_position
 from .scaling import follow_size, scaled_in
-from .status import Change, is_newer, status_body
+from .status import Change, copy_status, is_newer, status_body
 from .tracked import Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
 
 log = logging.getLogger("dispatcher")
 
 # Failed for these reasons means the dispatcher tore (or was tearing) the items down.
 TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
-                              "RequeueLimitReached"})
+                              "RequeueLimitReached", Reason.Cancelled})
 
 
 def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
@@ -276,11 +280,13 @@ class Intake:
             return
         if t is not None and t.uid == uid:
             self._observed_status(t, obj)
-            if generation == t.generation:
-                return  # our own status write coming back, or a label change
-            self._edited(t, obj, generation)
-            self.m.wake.set()
-            return
+            edited = generation != t.generation
+            if edited:
+                self._edited(t, obj, generation)
+            now = self.m.tracked.get(key)  # an edit may have taken it in anew
+            if (now is not None and self._asked(now, obj)) or edited:
+                self.m.wake.set()
+            return  # else our own status write coming back, or a label change
         if t is not None:
             self.m.forget(t)  # replaced by a new object of the same name
         self._intake(key, obj)
@@ -302,14 +308,20 @@ class Intake:
             self._intake(t.key, obj, keep=t)
             return
         if t.phase == "done":
-            if t.status.state == "Failed":
+            if t.status.state == "Failed" and asked(obj)[1] is None:
                 self.m.forget(t)
                 again = self._intake(t.key, obj, keep=t, requeue_failed=True)
                 log.info("%s/%s: spec changed after it failed; queued again", *t.key)
                 if again is not None:
                     again.generation = generation
             else:
+                # Its end holds for the new spec too: said so (observedGeneration), or
+                # kubectl wait --for=condition=Completed would wait for ever.
                 t.generation = generation
+                last = latest(t.status.conditions)
+                if last is not None and Change(t, self.clock(), copy_status(t.status)) \
+                        .condition(last.type, last.reason, last.message):
+                    self.m.unwritten.add(t.key)
             return
         # Dispatched or running: only an edit of what it creates matters now; whatever
         # requeues it later queues the spec as it is then, as a restart would.
@@ -333,7 +345,7 @@ class Intake:
         self.edited.discard(t.key)
         if t.latest is None:
             if t.queued is not None:
-                self.m.queue.put(t.queued)
+                self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
             return
         self.m.forget(t)
         self._intake(t.key, t.latest, keep=t)
@@ -351,6 +363,7 @@ class Intake:
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, written=written, first_seen=now)
+        t.held_by, t.cancelled_by = asked(obj)
         # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
@@ -437,17 +450,53 @@ class Intake:
             t.teardown_due = True
             self.requeues_due.add(key)
         else:
-            self.m.queue.put(queued)
+            self._enqueue(t, change)
         return t
 
-    def fail_spec(self, t: Tracked, change: Change, message: str) -> None:
+    def fail_spec(self, t: Tracked, change: Change, message: str,
+                  reason: str = Reason.InvalidSpec) -> None:
         t.phase = "done"
+        if t.queued is not None and self.m.queue.get(t.key) is t.queued:
+            self.m.queue.remove(t.key)
         t.queued = None
         self.m.elastic.discard(t.key)
+        self.m.sharing.release(t.key)  # room held for it while it preempted is free again
         t.status.state = "Failed"
-        change.condition(ConditionType.Failed, Reason.InvalidSpec, message)
+        clear_position(t.status)
+        change.condition(ConditionType.Failed, reason, message)
         self.m.unwritten.add(t.key)
-        self.on_failed(Reason.InvalidSpec)
+        self.on_failed(reason)
+
+    # --- holds and cancellations (holds.py) --------------------------------------------
+
+    def _enqueue(self, t: Tracked, change: Change) -> None:
+        """A queued wrapper into the queue, unless it is held or cancelled."""
+        assert t.queued is not None
+        if t.cancelled_by is not None:
+            self.fail_spec(t, change, cancelled_message(t.cancelled_by, created=False),
+                           Reason.Cancelled)
+        elif t.held_by is not None:
+            self.m.queue.remove(t.key)
+            self.m.sharing.release(t.key)
+            clear_position(t.status)
+            change.condition(ConditionType.Queueing, Reason.Held,
+                             held_message(t.held_by, t.key[1]))
+            self.m.unwritten.add(t.key)
+        else:
+            self.m.queue.put(t.queued)
+
+    def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
+        """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
+        held_by, cancelled_by = asked(obj)
+        if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
+            return False
+        t.held_by, t.cancelled_by = held_by, cancelled_by
+        if t.phase == "queued" and t.queued is not None:
+            # Released: back in the queue in its place; the next cycle says why it waits.
+            self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
+        # Dispatched: a cancellation is the admission loop's to carry out; a hold waits
+        # for a requeue, if any.
+        return True
 
     # --- QuotaSubtrees ------------------------------------------------------------------
 

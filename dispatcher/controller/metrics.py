@@ -48,6 +48,7 @@ from dispatcher.resources import CPU
 
 from .runtime import Dispatcher, Observer
 from .status import WRITE_KINDS
+from .visibility_api import VisibilityApi
 
 log = logging.getLogger("dispatcher")
 
@@ -61,7 +62,7 @@ REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceed
                    Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST, ITEMS_CHANGED)
 FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
                    WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
-                   Reason.DispatchDeadlineExceeded.value)
+                   Reason.DispatchDeadlineExceeded.value, Reason.Cancelled.value)
 
 PREEMPTION_REASONS = ("priority", "reclaim")
 # Which estimate of a wrapper's start is compared with its start: the initial one (the
@@ -381,12 +382,15 @@ class MetricsServer:
 
     def __init__(self, observer: PrometheusObserver, port: int, host: str = "0.0.0.0",
                  max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
-                 auth: MetricsAuth | None = None) -> None:
+                 auth: MetricsAuth | None = None,
+                 visibility: VisibilityApi | None = None) -> None:
+        """`visibility`: the queue's visibility endpoint, served beside the metrics."""
         self.observer = observer
         self.host = host
         self.port = port
         self.max_cycle_age = max_cycle_age
         self.auth = auth if auth is not None else MetricsServer.default_auth
+        self.visibility = visibility
         self.dispatcher: Dispatcher | None = None
         # Set while this replica waits for the Lease: a standby is healthy.
         self.standby: str | None = None
@@ -396,6 +400,8 @@ class MetricsServer:
         app = web.Application()
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
+        if self.visibility is not None:
+            self.visibility.add_routes(app)
         return app
 
     async def start(self) -> None:
@@ -426,6 +432,8 @@ class MetricsServer:
             self._runner = None
         if self.auth is not None:
             await self.auth.close()
+        if self.visibility is not None:
+            await self.visibility.close()
 
     async def metrics(self, request: web.Request) -> web.Response:
         if self.auth is not None:

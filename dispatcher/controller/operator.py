@@ -94,9 +94,15 @@ class Operator:
         s = self.settings
         if not s.metrics_port:
             return None
+        from .bearer import TokenReviewAuth
         from .metrics import MetricsServer, PrometheusObserver
+        from .visibility_api import VisibilityApi
 
-        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host)
+        # The queue as this process numbers it, to users RBAC lets list AppWrappers.
+        visibility = VisibilityApi(lambda: self.dispatcher,
+                                   TokenReviewAuth(lambda: Kube.connect(s.kubeconfig)))
+        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host,
+                               visibility=visibility)
         await server.start()
         self.metrics_server = server
         observer: Observer = server.observer

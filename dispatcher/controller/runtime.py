@@ -65,11 +65,13 @@ from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
 from .estimates import Estimates, EstimateSettings
 from .grant_screen import GrantScreen
+from .holds import cancelled_message
 from .intake import Intake
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .placement import Placement
+from .positions import Positions, clear_position
 from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter, says
 from .tracked import Key, Tracked, items_digest, pod_bucket
@@ -156,6 +158,7 @@ class Dispatcher:
         self.grants = GrantScreen(kube, require_creator, clock, self._side_task,
                                   self.m.wake.set)
         self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
+        self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
         self._task: asyncio.Task[None] | None = None
         self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
         self._side: set[asyncio.Task[None]] = set()  # Events
@@ -307,6 +310,7 @@ class Dispatcher:
         self.placement.cycle(self._unfit, self._side_task)
         self._lifecycle(now)
         queued, decisions = len(self.m.queue), await self._admit(now)
+        self.positions.publish(self.m.queue, self.m.tracked, self.m.sharing.forest(), now)
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
         self._flush(now)
         self.last_cycle_at = time.monotonic()
@@ -542,6 +546,7 @@ class Dispatcher:
                   or t.key in self.intake.requeues_due
                   or t.key in self.intake.edited or t.key in self.m.sharing.preempting
                   or t.teardown_due or t.stranded is not None or self._counts_changed(t)
+                  or t.cancelled_by is not None
                   or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
                   or (t.completable and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS)]
         for t in active:
@@ -575,6 +580,11 @@ class Dispatcher:
         if t.phase == "done":
             await self.items.teardown(t)  # pods of a failed gang (re)appeared
             t.teardown_due = False
+            return
+        if t.cancelled_by is not None:  # by a user (holds.py): it ends here, whatever it did
+            self.intake.requeues_due.discard(t.key)
+            self.intake.edited.discard(t.key)
+            await self._fail(t, Reason.Cancelled, cancelled_message(t.cancelled_by, True), now)
             return
         if t.key in self.intake.requeues_due:
             await self._finish_requeue(t, now)
@@ -752,6 +762,7 @@ class Dispatcher:
         Failed wrapper whose pods, when seen, are torn down — never a recreation)."""
         change = change or self.writer.begin(t, now)
         t.status.state = "Failed"
+        clear_position(t.status)
         change.condition(ConditionType.Failed, reason, message)
         if not await self._commit(change):
             return
@@ -923,7 +934,7 @@ class Dispatcher:
         else:
             said = (ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                     self.estimates.message(t, f"{d.reason}: {d.message}"))
-        if says(t.status, *said):
+        if says(t, *said):
             return  # most of a long queue, most cycles: no copy of its status to make
         change = self.writer.begin(t, now)
         if change.condition(*said):
@@ -998,6 +1009,7 @@ class Dispatcher:
             WrappedItem(apiVersion=o["apiVersion"], kind=o["kind"], name=o["metadata"]["name"])
             for o in prepared_items(t.aw)]
         self.estimates.dispatching(t)  # no estimate for a wrapper that starts
+        clear_position(t.status)
         self.scaling.dispatching(t, d)  # an elastic gang's size admitted
         if not await self._commit(change):
             return

@@ -10,7 +10,9 @@
   the next news, or after `detail_interval` (10 s); a change of message
   alone (a waiting wrapper's shortfall moves with every pod that binds anywhere) after
   `message_interval` (60 s) — so queued wrappers do not turn each unrelated event into
-  hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each. All
+  hundreds of PATCHes, and a gang's pods starting one by one into one PATCH each. A
+  waiting wrapper's queue position moves whenever one ahead of it leaves: a move alone
+  waits like a message, but its first position and reaching the front are details. All
   such minor writes together are paced (5 a second, bursts of 200), stalest first.
 - Every condition reached in one step goes into the same PATCH, and one Event names
   them all (``Queueing → HeadOfLine → Dispatched: …``).
@@ -46,7 +48,11 @@ DETAIL_INTERVAL_SECONDS = 10.0
 EVENTS_QUEUED_MAX = 50
 MINOR_WRITES_PER_SECOND = 5.0
 MINOR_WRITES_BURST = 200
-DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart")
+DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart",
+           "queuePolicy")
+POSITIONS = ("queuePosition", "quotaPositions")  # a move alone waits like a message
+# Absent from a status unless set; a merge patch removes a field only when told (null).
+REMOVABLE = ("estimatedStart", *POSITIONS, "queuePolicy")
 WriteKind = Literal["news", "details", "message"]
 WRITE_KINDS: tuple[WriteKind, ...] = ("news", "details", "message")
 MAX_MESSAGE = 2048  # a status message is for people: long ones are cut
@@ -56,8 +62,10 @@ WARNING_TYPES = frozenset({ConditionType.Backoff, ConditionType.Failed,
 
 def status_body(status: AppWrapperStatus) -> dict[str, Any]:
     body: dict[str, Any] = status.model_dump(mode="json", exclude_none=True)
-    # A merge patch removes a field only when told: an estimate that no longer holds goes.
-    body.setdefault("estimatedStart", None)
+    # An estimate that no longer holds goes, and so does the position of one that left
+    # the queue.
+    for name in REMOVABLE:
+        body.setdefault(name, None)
     return body
 
 
@@ -77,7 +85,7 @@ def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
     """The status without its message (and, with `details`, its pod counts and item
     uids): what is left is the news."""
     out = {k: v for k, v in body.items()
-           if k != "message" and not (details and k in DETAILS)}
+           if k != "message" and k not in POSITIONS and not (details and k in DETAILS)}
     conditions = [dict(c) for c in body.get("conditions", [])]
     if conditions:
         last = conditions[-1]
@@ -94,19 +102,26 @@ def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
         return None
     if _without(body, details=True) != _without(t.written, details=True):
         return "news"
-    if _without(body, details=False) != _without(t.written, details=False):
+    if _without(body, details=False) != _without(t.written, details=False) \
+            or _moved_to_note(body.get("queuePosition"), t.written.get("queuePosition")):
         return "details"
     return "message"
+
+
+def _moved_to_note(position: int | None, written: int | None) -> bool:
+    """A queue position worth a prompt write: the first one, or the front."""
+    return position != written and (written is None or position == 1)
 
 
 def _cap(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
-def says(status: AppWrapperStatus, type_: str, reason: str, message: str) -> bool:
+def says(t: Tracked, type_: str, reason: str, message: str) -> bool:
     """Whether Change.condition would find nothing to change, without the copy a Change
     makes."""
-    return already_says(status.conditions, type_, reason, _cap(message))
+    return already_says(t.status.conditions, type_, reason, _cap(message),
+                        generation=t.generation)
 
 
 @dataclass
@@ -123,7 +138,8 @@ class Change:
     def condition(self, type_: str, reason: str, message: str) -> bool:
         message = _cap(message)
         conditions, changed = set_condition(self.t.status.conditions, type_, reason,
-                                            message, now_dt(self.now))
+                                            message, now_dt(self.now),
+                                            generation=self.t.generation)
         if changed:
             previous = latest(self.t.status.conditions)
             self.t.status.conditions = conditions
@@ -228,6 +244,16 @@ class StatusWriter:
         # is still owed.
         self.owe(t)
         return True
+
+    def owe_position(self, t: Tracked) -> None:
+        """`t`'s queue position changed in memory: owed when `unwritten` will say, worked
+        out without serialising the status (every waiting wrapper moves when the head
+        leaves); `write` looks again when it is due."""
+        prompt = _moved_to_note(t.status.queuePosition, t.written.get("queuePosition"))
+        what: WriteKind = "details" if prompt else "message"
+        due = self._due(t, what)
+        assert due is not None
+        t.minor_due_at = due if t.minor_due_at is None else min(t.minor_due_at, due)
 
     def owe(self, t: Tracked) -> None:
         """`t`'s status in memory may differ from what was written by details or its

@@ -105,6 +105,9 @@ class Tracked:
     # and why (placement.py); and the last such reason told the user.
     unplaced: tuple[float, str] | None = None
     unplaced_told: str = ""
+    # Who holds it queued, who cancelled it (annotations its users set; None: nobody).
+    held_by: str | None = None
+    cancelled_by: str | None = None
     # The API object as last seen, when its spec changed after dispatch: `aw` stays what
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None

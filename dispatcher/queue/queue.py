@@ -70,6 +70,13 @@ class AdmissionQueue:
         self._by_key: dict[WrapperKey, QueuedWrapper] = {}
         self._sorted: SortedKeyList = SortedKeyList(key=lambda w: _static_key(policy, w))
         self._sloped = 0
+        self.version = 0  # changes whenever a wrapper comes or goes
+
+    @property
+    def moves_with_time(self) -> bool:
+        """Whether the order depends on the time (dynamic priorities), not only on who
+        is queued."""
+        return self._sloped > 0
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -82,6 +89,7 @@ class AdmissionQueue:
 
     def put(self, wrapper: QueuedWrapper) -> None:
         self.remove(wrapper.key)
+        self.version += 1
         self._by_key[wrapper.key] = wrapper
         self._sorted.add(wrapper)
         if wrapper.priority_slope and self.policy.order == "priority":
@@ -90,6 +98,7 @@ class AdmissionQueue:
     def remove(self, key: WrapperKey) -> QueuedWrapper | None:
         old = self._by_key.pop(key, None)
         if old is not None:
+            self.version += 1
             self._sorted.remove(old)
             if old.priority_slope and self.policy.order == "priority":
                 self._sloped -= 1

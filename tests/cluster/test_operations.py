@@ -266,12 +266,12 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
                       "kubectl_plugin\nsys.exit(kubectl_plugin())\n")
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "KUBECONFIG": str(local_cluster.kubeconfig)}
+           "KUBECONFIG": str(local_cluster.kubeconfig), "PYTHONPATH": str(REPO)}
     table = subprocess.run([kubectl.binary, "appwrapper", "queue", "-n", namespace],
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0] == f"policy fifo: 2 pending in namespace {namespace}"
+    assert lines[0].startswith(f"policy fifo: 2 pending in namespace {namespace}; ")
     assert lines[1].split()[8] == "ETA"
     assert lines[2].split()[:5] == ["1", f"{namespace}/big", "0", str(nodes),
                                     str(nodes * per_node)]

@@ -87,12 +87,17 @@ class FakeApi:
         if "resourceAttributes" in spec:
             attrs = spec["resourceAttributes"]
             want = attrs["resource"] + (f".{attrs['group']}" if attrs["group"] else "")
+            wants = {want}
             if attrs["verb"] != "create":
+                # A grant by name ("use quota.codeflare.dev quotasubtrees tree:node"), or
+                # a verb on a resource in a namespace ("list appwrappers.… in a").
                 resource = "/".join(filter(None, (attrs["resource"], attrs.get("subresource"))))
-                want = f"{attrs['verb']} {attrs['group']} {resource} {attrs.get('name', '')}"
+                where = f" in {attrs['namespace']}" if attrs.get("namespace") else ""
+                wants = {f"{attrs['verb']} {attrs['group']} {resource} {attrs.get('name', '')}",
+                         f"{attrs['verb']} {want}{where}"}
         else:
-            want = spec["nonResourceAttributes"]["path"]
-        return any(want in (rights := self.rights.get(str(s), set())) or "*" in rights
+            wants = {spec["nonResourceAttributes"]["path"]}
+        return any(bool(wants & (rights := self.rights.get(str(s), set()))) or "*" in rights
                    for s in subjects)
 
     async def list(self, resource: Resource, label_selector: str | None = None,

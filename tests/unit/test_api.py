@@ -273,8 +273,25 @@ def test_set_condition_appends_updates_and_reports_no_change() -> None:
 def test_condition_history_is_bounded() -> None:
     conds: list[Condition] = []
     for i in range(MAX_CONDITIONS + 5):
-        conds, _ = set_condition(conds, "Queueing" if i % 2 else "Backoff", "r", "", T0)
+        conds, _ = set_condition(conds, f"Type{i}", "r", "", T0)
     assert len(conds) == MAX_CONDITIONS
+
+
+def test_a_type_entered_again_moves_to_the_end_with_the_generation_it_was_reached_for(
+        ) -> None:
+    # kubectl wait --for=condition=Failed reads the first Failed condition: after an edit
+    # (generation 2) the one of generation 1 must not be found first, forever older.
+    conds: list[Condition] = []
+    for type_ in ("Init", "Queueing", "Failed"):
+        conds, _ = set_condition(conds, type_, "", "", T0, generation=1)
+    for type_ in ("Queueing", "Failed"):
+        conds, _ = set_condition(conds, type_, "", "", T0 + timedelta(seconds=5),
+                                 generation=2)
+    assert [(c.type, c.observedGeneration) for c in conds] == [
+        ("Init", 1), ("Queueing", 2), ("Failed", 2)]
+    # The same words for a newer spec are news: the condition is reached for it now.
+    again, changed = set_condition(conds, "Failed", "", "", T0, generation=3)
+    assert changed and again[-1].observedGeneration == 3 and len(again) == 3
 
 
 def test_status_round_trips_in_the_api_servers_time_format() -> None:
@@ -299,3 +316,15 @@ def test_mcad_s_old_items_field_is_in_the_crd_as_in_mcad_s() -> None:
         "spec": {"resources": {"Items": [], "GenericItems": [{"generictemplate": {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}]}}})
     assert len(aw.spec.resources.GenericItems) == 1
+
+
+def test_printer_columns_show_the_queue_position_and_the_estimated_start_as_a_time() -> None:
+    (version,) = crd()["spec"]["versions"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert (columns["POSITION"]["type"], columns["POSITION"]["jsonPath"]) == (
+        "integer", ".status.queuePosition")
+    # Typed `date`, kubectl would print the estimate as an age: "<invalid>" while it is
+    # still ahead (seen with kubectl 1.34), which is all the time it is of use.
+    eta = columns["ETA"]
+    assert (eta["type"], eta.get("format"), eta["jsonPath"]) == (
+        "string", "date-time", ".status.estimatedStart")

@@ -16,10 +16,7 @@ import yaml
 
 from dispatcher import cli, visibility
 from dispatcher.controller.kube import ApiError
-from dispatcher.queue import Policy
 
-FIFO = Policy("fifo", order="arrival")
-PRIORITY = Policy("priority", order="priority")
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 GPU = "nvidia.com/gpu"
 
@@ -53,43 +50,58 @@ def backoff(message: str) -> dict[str, Any]:
                             "reason": "AppWrapperNotRunnable", "message": message}]}
 
 
-def test_only_pending_appwrappers_in_arrival_order_under_fifo() -> None:
+def at(position: int | None, policy: str = "priority", message: str = "waiting",
+       **more: Any) -> dict[str, Any]:
+    """A status the dispatcher wrote for a waiting AppWrapper at `position`."""
+    status = {**backoff(message), "queuePolicy": policy, **more}
+    if position is not None:
+        status["queuePosition"] = position
+    return status
+
+
+def test_the_order_is_the_dispatchers_as_published_not_re_sorted() -> None:
+    # Created in another order, and with priorities another policy would sort otherwise:
+    # the positions the dispatcher wrote decide, and only pending ones are listed.
     objects = [
-        aw("third", created=30),
-        aw("first", created=10),
+        aw("third", created=1, priority=9, status=at(3)),
+        aw("first", created=30, priority=0, status=at(1)),
         aw("running", created=5, status={"state": "Running"}),
         aw("done", created=1, status={"state": "Completed"}),
         aw("failed", created=2, status={"state": "Failed"}),
-        aw("second", created=20, status={"state": "Pending"}),
+        aw("second", created=20, status=at(2)),
     ]
-    rows = visibility.pending_queue(objects, FIFO, T0)
+    rows = visibility.pending_queue(objects, T0)
     assert [(r.position, r.name) for r in rows] == [(1, "first"), (2, "second"), (3, "third")]
+    assert visibility.policy_of(rows) == "priority"
 
 
-def test_first_seen_is_the_controllers_stamp_before_the_creation_time() -> None:
+def test_unnumbered_ones_follow_oldest_first_and_invalid_ones_come_last() -> None:
+    held = {"state": "Pending", "conditions": [{
+        "type": "Queueing", "reason": "Held", "message": "held by alice: ..."}]}
+    bad = aw("bad", {"apiVersion": "example.com/v1", "kind": "Widget",
+                     "metadata": {"name": "w"}}, created=0, status=at(1))
     # Re-created from a backup: created late, but the dispatcher saw it first.
-    early = aw("restored", created=50,
-               status={"state": "Pending", "controllerfirsttimestamp": "2027-01-15T06:00:00Z"})
-    rows = visibility.pending_queue([aw("other", created=10), early], FIFO, T0)
-    assert [r.name for r in rows] == ["restored", "other"]
-    assert rows[0].waiting_seconds == 2 * 3600
+    restored = aw("restored", created=50, status={
+        **held, "controllerfirsttimestamp": "2027-01-15T06:00:00Z"})
+    rows = visibility.pending_queue([aw("new", created=10), restored, bad,
+                                     aw("numbered", created=55, status=at(2))], T0)
+    assert [(r.position, r.name) for r in rows] == [
+        (2, "numbered"), (None, "restored"), (None, "new"), (None, "bad")]
+    assert rows[1].waiting_seconds == 2 * 3600
+    assert (rows[1].condition, rows[1].reason) == ("Queueing", "Held")
+    assert rows[3].reason == "InvalidSpec" and "custompodresources" in rows[3].message
 
 
-def test_priority_policy_puts_higher_priority_first_and_grows_sloped_ones() -> None:
-    objects = [aw("low", created=1, priority=1), aw("high", created=2, priority=9),
-               aw("sloped", created=0, priority=0, priorityslope=0.01)]
-    rows = visibility.pending_queue(objects, PRIORITY, T0)
-    # sloped: 0 + 0.01 x 3600 s queued = 36, ahead of 9
-    assert [r.name for r in rows] == ["sloped", "high", "low"]
-    assert rows[0].effective_priority == pytest.approx(36.0)
-    assert [r.name for r in visibility.pending_queue(objects, FIFO, T0)] == [
-        "sloped", "low", "high"]
+def test_effective_priority_grows_with_the_slope() -> None:
+    (row,) = visibility.pending_queue(
+        [aw("sloped", created=0, priority=1, priorityslope=0.01, status=at(1))], T0)
+    assert row.effective_priority == pytest.approx(1 + 0.01 * 3600)
 
 
 def test_requests_are_the_whole_gangs() -> None:
     objects = [aw("pair", job(2, 4, cpu="1500m", memory="1Gi"),
                   job(1, 0, cpu="1", memory="1Gi", name="k"))]
-    (row,) = visibility.pending_queue(objects, FIFO, T0)
+    (row,) = visibility.pending_queue(objects, T0)
     assert row.pods == 3
     assert row.requests[GPU] == 8
     assert row.requests["cpu"] == 4000
@@ -102,57 +114,51 @@ def test_custompodresources_count_as_the_dispatcher_counts_them() -> None:
             "custompodresources": [{"replicas": 2, "requests": {GPU: 3}}]}
     obj = aw("custom")
     obj["spec"]["resources"]["GenericItems"] = [item]
-    (row,) = visibility.pending_queue([obj], FIFO, T0)
+    (row,) = visibility.pending_queue([obj], T0)
     assert (row.pods, row.requests[GPU]) == (2, 6)
 
 
 def test_reason_is_the_latest_condition_and_the_status_message() -> None:
     message = "Fragmented: 16 nvidia.com/gpu free in total, but at most 2 on any node"
-    rows = visibility.pending_queue([aw("a", status=backoff(message))], FIFO, T0)
+    rows = visibility.pending_queue([aw("a", status=backoff(message))], T0)
     assert (rows[0].condition, rows[0].reason, rows[0].message) == (
         "Backoff", "AppWrapperNotRunnable", message)
 
 
-def test_invalid_ones_come_last_without_a_position() -> None:
-    bad = aw("bad", {"apiVersion": "example.com/v1", "kind": "Widget",
-                     "metadata": {"name": "w"}}, created=0)
-    rows = visibility.pending_queue([bad, aw("good", created=5)], FIFO, T0)
-    assert [(r.position, r.name) for r in rows] == [(1, "good"), (None, "bad")]
-    assert rows[1].reason == "InvalidSpec"
-    assert "custompodresources" in rows[1].message
-
-
-def estimated(message: str, start: str) -> dict[str, Any]:
-    return {**backoff(message), "estimatedStart": start}
+def estimated(message: str, start: str, position: int = 1) -> dict[str, Any]:
+    return at(position, "fifo", message, estimatedStart=start)
 
 
 def test_table() -> None:
     objects = [aw("big", job(4, 8), created=0,
                   status=estimated("InsufficientResources: x", "2027-01-15T10:10:00Z")),
                aw("new", created=59)]
-    rows = visibility.pending_queue(objects, FIFO, T0)
-    lines = visibility.to_table(rows, FIFO, "cluster", None).splitlines()
-    assert lines[0] == "policy fifo: 2 pending in all namespaces"
+    rows = visibility.pending_queue(objects, T0)
+    lines = visibility.to_table(rows, "cluster", None).splitlines()
+    assert lines[0] == ("policy fifo: 2 pending in all namespaces; positions in the whole "
+                        "cluster's queue, as the dispatcher published them")
     assert lines[1].split() == ["#", "APPWRAPPER", "PRIORITY", "PODS", "GPUS", "CPU", "MEMORY",
                                 "WAITING", "ETA", "STATUS", "MESSAGE"]
     assert lines[2].split()[:10] == ["1", "team/big", "0", "4", "32", "8", "32Gi", "1h0m",
                                      "in", "2h10m"]
     assert lines[2].split()[10] == "Backoff/AppWrapperNotRunnable"
     assert lines[2].endswith("InsufficientResources: x")
-    assert lines[3].split()[7:10] == ["1m0s", "unknown", "-"]
+    assert lines[3].split()[0] == "-" and lines[3].split()[7:10] == ["1m0s", "unknown", "-"]
     assert "not taken in by a dispatcher yet" in lines[3]
-    empty = visibility.to_table([], FIFO, "namespace", "team")
-    assert empty == ("policy fifo: 0 pending in namespace team; positions count only this "
-                     "namespace (listing AppWrappers in all namespaces is not allowed)")
+    empty = visibility.to_table([], "namespace", "team")
+    assert empty.startswith("policy unknown: 0 pending in namespace team")
 
 
 def test_json() -> None:
-    rows = visibility.pending_queue([aw("big", job(4, 8, cpu="500m"), created=0)], FIFO, T0)
-    data = json.loads(visibility.to_json(rows, FIFO, "cluster", "team"))
+    status = at(4, "fifo", quotaPositions=[{"tree": "t", "node": "gold", "position": 2}])
+    rows = visibility.pending_queue([aw("big", job(4, 8, cpu="500m"), created=0,
+                                        status=status)], T0)
+    data = json.loads(visibility.to_json(rows, "cluster", "team"))
     assert data["policy"] == "fifo" and data["scope"] == "cluster"
     assert data["namespace"] == "team"
     (entry,) = data["pending"]
-    assert entry["position"] == 1 and entry["name"] == "big" and entry["pods"] == 4
+    assert entry["position"] == 4 and entry["name"] == "big" and entry["pods"] == 4
+    assert entry["quotaPositions"] == [{"tree": "t", "node": "gold", "position": 2}]
     assert entry["requests"] == {"cpu": "2", "memory": str(32 * 2**30), GPU: "32"}
     assert entry["firstSeen"] == "2027-01-15T07:00:00Z"
     assert entry["waitingSeconds"] == 3600
@@ -160,10 +166,10 @@ def test_json() -> None:
 
 
 def test_the_estimated_start_in_json_and_when_it_is_overdue() -> None:
-    objects = [aw("a", created=0, status=estimated("x", "2027-01-15T08:30:00Z")),
-               aw("b", created=1, status=estimated("x", "2027-01-15T07:59:30Z"))]
-    rows = visibility.pending_queue(objects, FIFO, T0)
-    data = json.loads(visibility.to_json(rows, FIFO))
+    objects = [aw("a", created=0, status=estimated("x", "2027-01-15T08:30:00Z", 1)),
+               aw("b", created=1, status=estimated("x", "2027-01-15T07:59:30Z", 2))]
+    rows = visibility.pending_queue(objects, T0)
+    data = json.loads(visibility.to_json(rows))
     first, second = data["pending"]
     assert first["estimatedStart"] == "2027-01-15T08:30:00Z"
     assert first["estimatedStartInSeconds"] == 1800
@@ -269,7 +275,8 @@ def api(tmp_path: Path) -> Iterator[Path]:
         "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u",
                                                  "namespace": "team"}}],
     }))
-    FakeApi.objects = [aw("mine", created=2), aw("theirs", namespace="other", created=1)]
+    FakeApi.objects = [aw("mine", created=2, status=at(2, "fifo")),
+                       aw("theirs", namespace="other", created=1, status=at(1, "fifo"))]
     FakeApi.forbid_cluster = False
     yield kubeconfig
     server.shutdown()
@@ -286,7 +293,7 @@ def test_queue_command_shows_the_contexts_namespace_with_global_positions(
 def test_queue_command_all_namespaces(api: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["queue", "--kubeconfig", str(api), "-A"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "policy fifo: 2 pending in all namespaces"
+    assert out[0].startswith("policy fifo: 2 pending in all namespaces")
     assert [line.split()[1] for line in out[2:]] == ["other/theirs", "team/mine"]
 
 
@@ -295,14 +302,16 @@ def test_kubectl_plugin_with_only_namespace_rights(
     FakeApi.forbid_cluster = True
     assert cli.kubectl_plugin(["queue", "--kubeconfig", str(api), "-n", "team"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "positions count only this namespace" in out[0]
-    assert out[2].split()[:2] == ["1", "team/mine"]
+    # Listed alone, it keeps the place the dispatcher gave it in the whole queue.
+    assert out[2].split()[:2] == ["2", "team/mine"]
 
 
 def test_errors_exit_with_a_message(api: Path, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["queue", "--kubeconfig", str(api), "--policy", "nope"]) == 2
-    assert "unknown policy 'nope'" in capsys.readouterr().err
+    # The order is the dispatcher's: a policy given here changes nothing, and says so.
+    assert cli.main(["queue", "--kubeconfig", str(api), "--policy", "priority", "-A"]) == 0
+    out, err = capsys.readouterr()
+    assert "--policy is ignored" in err and out.startswith("policy fifo:")
     assert cli.kubectl_plugin(["queue", "--kubeconfig", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.startswith("kubectl appwrapper queue: cannot read the "
                                               "kubeconfig")

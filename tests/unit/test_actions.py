@@ -1,0 +1,98 @@
+"""`hold`, `release`, `cancel` and `why` as a user runs them: what they set, what they
+refuse and say, and why's words taken from the status the dispatcher wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from dispatcher import actions
+from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
+from dispatcher.controller.kube import ApiError
+from dispatcher.visibility import Listing
+
+from .fake_kube import merge
+from .test_queue_command import T0, at, aw
+
+
+class TenantKube:
+    """AppWrappers of namespace `team` a user may get and patch; others are forbidden."""
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects = {o["metadata"]["name"]: copy.deepcopy(o) for o in objects}
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+        if path.endswith("/selfsubjectreviews"):
+            return {"status": {"userInfo": {"username": "alice"}}}
+        namespace, name = path.split("/namespaces/")[1].split("/")[0], path.split("/")[-1]
+        if namespace != "team":
+            raise ApiError(403, "Forbidden", f"appwrappers is forbidden in {namespace}")
+        if name not in self.objects:
+            raise ApiError(404, "NotFound", "not found")
+        if method == "PATCH":
+            merge(self.objects[name], body)
+        return copy.deepcopy(self.objects[name])
+
+    def annotations(self, name: str) -> dict[str, str]:
+        return dict(self.objects[name]["metadata"].get("annotations") or {})
+
+
+def test_hold_and_release_set_and_remove_who_holds_it() -> None:
+    kube = TenantKube(aw("a", status=at(2)))
+    said = asyncio.run(actions.hold(kube, "team", "a"))
+    assert said == ("appwrapper team/a held: it keeps its place in the queue and is not "
+                    "dispatched until released")
+    assert kube.annotations("a") == {HELD_BY_ANNOTATION: "alice"}
+    assert "held already (by alice)" in asyncio.run(actions.hold(kube, "team", "a"))
+    assert asyncio.run(actions.release(kube, "team", "a")).endswith(
+        "released: back in its place in the queue")
+    assert kube.annotations("a") == {}
+    assert asyncio.run(actions.release(kube, "team", "a")) == "appwrapper team/a is not held"
+
+
+def test_what_cannot_be_done_is_refused_with_the_reason() -> None:
+    kube = TenantKube(aw("running", status={"state": "Running"}),
+                      aw("done", status={"state": "Completed"}))
+    with pytest.raises(actions.Refused, match="is Running: a hold keeps a waiting "
+                       "AppWrapper from being dispatched; to stop this one, cancel it"):
+        asyncio.run(actions.hold(kube, "team", "running"))
+    with pytest.raises(actions.Refused, match="is Completed already: nothing to cancel"):
+        asyncio.run(actions.cancel(kube, "team", "done"))
+    with pytest.raises(actions.Refused, match="AppWrapper nope not found in namespace team"):
+        asyncio.run(actions.why(kube, "team", "nope", T0))
+    with pytest.raises(actions.Refused, match=r"you may not get AppWrappers in namespace "
+                       r"other: .* docs/operations\.md"):
+        asyncio.run(actions.cancel(kube, "other", "running"))
+    assert "cancelled: what it created is deleted" in asyncio.run(
+        actions.cancel(kube, "team", "running"))
+    assert kube.annotations("running") == {CANCELLED_BY_ANNOTATION: "alice"}
+
+
+def test_why_says_what_the_dispatcher_published_and_who_is_ahead() -> None:
+    mine = aw("mine", created=5, status=at(
+        2, "priority", "waiting for the AppWrappers ahead of it (priority policy)",
+        quotaPositions=[{"tree": "quota_gpu", "node": "gold", "position": 1}],
+        estimatedStart="2027-01-15T09:00:00Z"))
+    mine["status"]["conditions"][-1]["lastTransitionMicroTime"] = "2027-01-15T07:50:00.0Z"
+    head = aw("head", namespace="other", status=at(
+        1, "priority", "Fragmented: 16 nvidia.com/gpu free in total, but at most 4 on a node"))
+    behind = aw("behind", status=at(3))
+    text = actions.explain(mine, Listing([mine, head, behind], "cluster", "team"), T0)
+    lines = text.splitlines()
+    assert lines[0] == ("team/mine: Pending, Backoff/AppWrapperNotRunnable since "
+                        "2027-01-15T07:50:00Z (10m ago)")
+    assert lines[1] == "  why        waiting for the AppWrappers ahead of it (priority policy)"
+    assert lines[2] == ("  position   2 in the cluster's queue (priority policy); 1 in quota "
+                        "node gold (tree quota_gpu)")
+    assert lines[3] == "  estimated  2027-01-15T09:00:00Z (in 1h0m)"
+    assert lines[4] == ("  ahead      1  other/head  Backoff/AppWrapperNotRunnable  "
+                        "Fragmented: 16 nvidia.com/gpu free in total, but at most 4 on a node")
+    assert lines[-1].startswith("  history    Init → Backoff")
+    # Only its namespace listed: the ones ahead elsewhere are counted, not named.
+    alone = actions.explain(mine, Listing([mine, behind], "namespace", "team"), T0)
+    assert "  ahead      1 AppWrapper(s) of namespaces you may not list" in alone
+    # Not seen by a dispatcher: says so instead of guessing.
+    assert "not taken in by a dispatcher" in actions.explain(aw("new"), None, T0)
