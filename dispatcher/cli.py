@@ -15,6 +15,7 @@ from dispatcher.queue.policy import PolicyError
 
 if TYPE_CHECKING:
     from dispatcher.controller.kube import Kube
+    from dispatcher.controller.metrics import PrometheusObserver
     from dispatcher.controller.pod_pinning import PodPinning
     from dispatcher.controller.webhook import WebhookOptions, WebhookServer
 
@@ -108,6 +109,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods)
+    if args.metrics_port and args.webhook_port:
+        from dispatcher.controller.metrics import PrometheusObserver
+
+        settings.observer = PrometheusObserver()  # the webhook's requests are measured too
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
     if args.metrics_auth == "kubernetes":
@@ -125,7 +130,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from dispatcher.controller.pod_pinning import PodPinning
 
             settings.pod_pinning = PodPinning() if args.pin_pods else None
-            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning)
+            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning,
+                                           settings.observer)
         try:
             return await operate(settings)
         finally:
@@ -137,18 +143,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None
+async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None,
+                         observer: PrometheusObserver | None = None
                          ) -> tuple[WebhookServer, Kube]:
     import dataclasses
 
     from dispatcher.controller.kube import Kube
     from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server
 
-    kube = await Kube.connect(args.kubeconfig)
+    metrics = None if observer is None else observer.requests
+    kube = await Kube.connect(args.kubeconfig, observer=metrics)
     options = _webhook_options(args, port)
     if pods is not None:
         options = dataclasses.replace(options, pods_configuration=PODS_CONFIGURATION)
-    server = make_server(kube, options, pods)
+    server = make_server(kube, options, pods, metrics)
     try:
         await server.start()
     except BaseException:
