@@ -307,8 +307,7 @@ def test_server_serves_metrics_and_health() -> None:
     run(scenario)
 
 
-def test_the_docs_list_every_metric_and_the_dashboard_uses_only_real_ones() -> None:
-    import json
+def test_the_docs_list_every_metric() -> None:
     import re
     from pathlib import Path
 
@@ -322,12 +321,6 @@ def test_the_docs_list_every_metric_and_the_dashboard_uses_only_real_ones() -> N
     assert set(table) == exposed
     for name, kind in table.items():
         assert families[name.removesuffix("_total")] == kind, name
-    dashboard = json.loads((repo / "deploy" / "grafana" / "dispatcher-dashboard.json")
-                           .read_text())
-    used = set(re.findall(r"dispatcher_\w+", json.dumps(dashboard["panels"])))
-    series = exposed | {f"{n}_{s}" for n, t in families.items() if t == "histogram"
-                        for s in ("bucket", "sum", "count")}
-    assert used <= series, used - series
 
 
 def quota_tree(children: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
