@@ -30,7 +30,7 @@ unit: setup
 packaging: setup
 	$(VENV)/bin/pytest -q tests/packaging
 
-# --- local control plane (DESIGN.md §6) -------------------------------------
+# --- local control plane (docs/development.md) ------------------------------
 cluster-build: setup
 	$(PY) -m localcluster build
 

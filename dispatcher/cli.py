@@ -15,6 +15,7 @@ from dispatcher.queue.policy import PolicyError
 
 if TYPE_CHECKING:
     from dispatcher.controller.kube import Kube
+    from dispatcher.controller.metrics import PrometheusObserver
     from dispatcher.controller.pod_pinning import PodPinning
     from dispatcher.controller.webhook import WebhookOptions, WebhookServer
 
@@ -60,6 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.estimates import EstimateSettings
+    from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.operator import Settings, operate
     from dispatcher.controller.webhook import own_namespace
     from dispatcher.eta import DurationRule, Limits
@@ -72,11 +74,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (PolicyError, ConfigError) as e:
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        for noisy in ("aiohttp", "kubernetes_asyncio"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
     problems = []
     for flag, port in (("--metrics-port", args.metrics_port),
                        ("--webhook-port", args.webhook_port)):
@@ -108,6 +106,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods)
+    if args.metrics_port and args.webhook_port:
+        from dispatcher.controller.metrics import PrometheusObserver
+
+        settings.observer = PrometheusObserver()  # the webhook's requests are measured too
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
     if args.metrics_auth == "kubernetes":
@@ -125,7 +127,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from dispatcher.controller.pod_pinning import PodPinning
 
             settings.pod_pinning = PodPinning() if args.pin_pods else None
-            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning)
+            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning,
+                                           settings.observer)
         try:
             return await operate(settings)
         finally:
@@ -137,18 +140,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None
+async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None,
+                         observer: PrometheusObserver | None = None
                          ) -> tuple[WebhookServer, Kube]:
     import dataclasses
 
     from dispatcher.controller.kube import Kube
     from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server
 
-    kube = await Kube.connect(args.kubeconfig)
+    metrics = None if observer is None else observer.requests
+    kube = await Kube.connect(args.kubeconfig, observer=metrics)
     options = _webhook_options(args, port)
     if pods is not None:
         options = dataclasses.replace(options, pods_configuration=PODS_CONFIGURATION)
-    server = make_server(kube, options, pods)
+    server = make_server(kube, options, pods, metrics)
     try:
         await server.start()
     except BaseException:
@@ -173,13 +178,12 @@ def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
 
 def _cmd_webhook(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
 
     from dispatcher.config import ConfigError
+    from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.webhook import serve
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, args.verbose)
     if not 1 <= args.webhook_port <= 65535:
         print(f"dispatcher webhook: --port {args.webhook_port} is not a port (1-65535)",
               file=sys.stderr)
@@ -220,6 +224,15 @@ def add_webhook_arguments(p: argparse.ArgumentParser, prefix: str) -> None:
                    default="dispatcher-appwrappers", metavar="NAME",
                    help="the Mutating/ValidatingWebhookConfiguration to patch the CA "
                    "bundle into (default dispatcher-appwrappers; '' patches none)")
+
+
+def add_log_arguments(p: argparse.ArgumentParser) -> None:
+    from dispatcher.controller.logs import FORMATS
+
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--log-format", choices=FORMATS, default=FORMATS[0],
+                   help="text lines (default), or one JSON object a line: time, level, "
+                   "logger, message, exception")
 
 
 def _cmd_queue(args: argparse.Namespace) -> int:
@@ -376,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     eta.add_argument("--estimate-horizon", type=float, default=7 * 86400.0, metavar="SECONDS",
                      help="look this far ahead; later starts are not estimated "
                      "(default 604800: 7 days)")
-    r.add_argument("-v", "--verbose", action="store_true")
+    add_log_arguments(r)
     r.set_defaults(func=_cmd_run)
 
     q = sub.add_parser("queue", help="the AppWrappers waiting for dispatch, in order",
@@ -399,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the installation's configuration (allowedKinds), as given to "
                    "dispatcher run; default: the built-in list of kinds")
     add_webhook_arguments(w, "--")
-    w.add_argument("-v", "--verbose", action="store_true")
+    add_log_arguments(w)
     w.set_defaults(func=_cmd_webhook)
 
     from dispatcher import actions

@@ -3,7 +3,7 @@
 ```yaml
 # dispatcher-config.yaml
 allowedKinds:
-  defaults: true                 # start from DEFAULT_ALLOWED_KINDS (README's table)
+  defaults: true                 # start from DEFAULT_ALLOWED_KINDS (the guide's table)
   add: [RoleBinding.rbac.authorization.k8s.io, MyJob.example.com]
   remove: [Secret]
 ```

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import aiohttp
@@ -160,6 +160,16 @@ class TokenBucket:
         return tuple(len(q) for q in self._queues)
 
 
+class RequestObserver(Protocol):
+    """Told how long requests take (metrics.RequestMetrics)."""
+
+    def api_request(self, verb: str, status: int, seconds: float) -> None:
+        """One attempt answered with HTTP `status` (NO_ANSWER: none) after `seconds`."""
+
+    def api_paced(self, priority: int, seconds: float) -> None:
+        """A request of `priority` waited `seconds` for the client's pacing."""
+
+
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:
     if not headers:
         return None
@@ -210,15 +220,18 @@ def read_environment_once(api: client.ApiClient) -> None:
 
 class Kube:
     def __init__(self, api: client.ApiClient, retry: RetryPolicy | None = None,
-                 qps: float = 0.0, burst: int = 1) -> None:
+                 qps: float = 0.0, burst: int = 1,
+                 observer: RequestObserver | None = None) -> None:
         self.api = api
         self.retry = retry or RetryPolicy()
         self.bucket = TokenBucket(qps, burst)
+        self.observer = observer
         self._discovered: dict[str, dict[str, Resource] | None] = {}
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, qps: float = 0.0,
-                      burst: int = 1, retry: RetryPolicy | None = None) -> Kube:
+                      burst: int = 1, retry: RetryPolicy | None = None,
+                      observer: RequestObserver | None = None) -> Kube:
         """In-cluster when running in a pod with no kubeconfig given, else kubeconfig."""
         if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ \
                 and not os.environ.get("KUBECONFIG"):
@@ -231,7 +244,7 @@ class Kube:
         conf.connection_pool_maxsize = 64
         api = client.ApiClient(configuration=conf)
         read_environment_once(api)
-        return cls(api, retry=retry, qps=qps, burst=burst)
+        return cls(api, retry=retry, qps=qps, burst=burst, observer=observer)
 
     async def close(self) -> None:
         await self.api.close()
@@ -240,6 +253,7 @@ class Kube:
                     query: Mapping[str, str] | None, content_type: str,
                     timeout: aiohttp.ClientTimeout) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        started = time.monotonic()
         try:
             response = await self.api.call_api(
                 path, method, query_params=list((query or {}).items()),
@@ -252,7 +266,9 @@ class Kube:
             finally:
                 response.release()
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            self._answered(method, NO_ANSWER, started)
             raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__) from e
+        self._answered(method, response.status, started)
         if response.status >= 400:
             raise _error_of(response.status, response.reason or "", raw,
                             getattr(response, "headers", None))
@@ -272,7 +288,7 @@ class Kube:
         deadline = time.monotonic() + policy.budget
         delay = policy.first_delay
         while True:
-            await self.bucket.take(priority)
+            await self._paced(priority)
             if on_send is not None:
                 on_send()
             try:
@@ -287,6 +303,16 @@ class Kube:
                 log.debug("%s %s: %s; retrying in %.1fs", method, path, e, pause)
                 await asyncio.sleep(pause)
                 delay = min(delay * 2, policy.max_delay)
+
+    def _answered(self, method: str, status: int, started: float) -> None:
+        if self.observer is not None:
+            self.observer.api_request(method, status, time.monotonic() - started)
+
+    async def _paced(self, priority: int) -> None:
+        started = time.monotonic()
+        await self.bucket.take(priority)
+        if self.observer is not None:
+            self.observer.api_paced(priority, time.monotonic() - started)
 
     def queued(self, priority: int) -> int:
         """Requests of `priority` waiting for a token now."""
@@ -357,7 +383,7 @@ class Kube:
 
         A connection that stays silent past the server's own timeout is treated as dead:
         the read times out and an :class:`ApiError` (status 0) is raised."""
-        await self.bucket.take()
+        await self._paced(URGENT)
         query = {"watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=timeout_seconds + 15)

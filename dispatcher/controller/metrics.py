@@ -76,6 +76,24 @@ CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
                 7200.0, 14400.0, 28800.0, 86400.0, 172800.0, 604800.0)
 
+# One request to the API server takes milliseconds; a slow list or an overloaded server,
+# seconds (an attempt times out at 15 s). Waiting for the client's own pacing: from nothing
+# to seconds when a burst of writes meets --kube-qps.
+API_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0,
+               30.0)
+# The API server waits 10 s for the AppWrapper webhooks and 2 s for the pod webhook.
+WEBHOOK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,
+                   10.0)
+VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+PACING_PRIORITIES = ("urgent", "status", "event")  # kube.URGENT, STATUS, EVENT
+WEBHOOK_ENDPOINTS = ("mutate", "validate", "pin-pods")
+WEBHOOK_RESULTS = ("allowed", "denied", "error", "bad_request")
+NO_ANSWER_CODE = "none"  # a refused or cut connection, or a timeout
+
+# Quota nodes are named by whoever writes QuotaSubtrees: at most this many get series (the
+# upper levels of every tree first), the rest are counted in dispatcher_quota_nodes.
+MAX_QUOTA_NODES = 200
+
 # Gauges read from the dispatcher are recomputed after a cycle at most this often, and
 # whenever /metrics is scraped after a cycle: exact at scrape time, cheap in the loop.
 SNAPSHOT_MIN_INTERVAL_SECONDS = 2.0
@@ -95,6 +113,60 @@ def _in_base_units(resource: str, amount: int) -> float:
     return amount / 1000 if resource == CPU else float(amount)
 
 
+def _code(status: int) -> str:
+    """An HTTP status as a label: its number (bounded: 100-599), or none for no answer."""
+    return str(status) if 100 <= status <= 599 else NO_ANSWER_CODE
+
+
+class RequestMetrics:
+    """How long the process's own requests take: to the API server (each attempt, and the
+    wait for the client's pacing before it), and the webhook's answers to the API server.
+    Every process that talks to the API has them: `dispatcher run` in its observer's
+    registry, `dispatcher webhook` in a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.api_duration = Histogram(
+            f"{PREFIX}_api_request_duration_seconds", "One attempt of a request to the API "
+            "server, from sending it to the last byte of the answer (watches excluded), by "
+            "verb.", ["verb"], buckets=API_BUCKETS, registry=r)
+        self.api_requests = Counter(
+            f"{PREFIX}_api_requests", "Attempts of requests to the API server, by verb and "
+            "HTTP status code (none: no answer, a refused or cut connection or a timeout).",
+            ["verb", "code"], registry=r)
+        self.pacing_wait = Histogram(
+            f"{PREFIX}_api_pacing_wait_seconds", "Time a request waited for the client's "
+            "own pacing (--kube-qps, --kube-burst) before it was sent, by priority: urgent "
+            "(reads, Dispatched writes, creating items), status (other status writes), "
+            "event.", ["priority"], buckets=API_BUCKETS, registry=r)
+        self.webhook_duration = Histogram(
+            f"{PREFIX}_webhook_request_duration_seconds", "Time to answer one "
+            "AdmissionReview, from reading it to the answer, by endpoint (mutate, validate, "
+            "pin-pods) and result (allowed, denied, error: the review failed, bad_request: "
+            "not an AdmissionReview).", ["endpoint", "result"], buckets=WEBHOOK_BUCKETS,
+            registry=r)
+        for verb in VERBS:
+            self.api_duration.labels(verb)
+        for priority in PACING_PRIORITIES:
+            self.pacing_wait.labels(priority)
+
+    def api_request(self, verb: str, status: int, seconds: float) -> None:
+        verb = _bounded(verb, VERBS, OTHER)
+        self.api_duration.labels(verb).observe(max(0.0, seconds))
+        self.api_requests.labels(verb, _code(status)).inc()
+
+    def api_paced(self, priority: int, seconds: float) -> None:
+        name = PACING_PRIORITIES[priority] if 0 <= priority < len(PACING_PRIORITIES) \
+            else OTHER
+        self.pacing_wait.labels(name).observe(max(0.0, seconds))
+
+    def webhook_review(self, endpoint: str, result: str, seconds: float) -> None:
+        self.webhook_duration.labels(_bounded(endpoint, WEBHOOK_ENDPOINTS, OTHER),
+                                     _bounded(result, WEBHOOK_RESULTS, OTHER)
+                                     ).observe(max(0.0, seconds))
+
+
 @dataclass
 class Snapshot:
     """Gauge values read from the dispatcher."""
@@ -108,8 +180,13 @@ class Snapshot:
     largest_free: dict[str, float] = field(default_factory=dict)
     resources: set[str] = field(default_factory=set)
     policy: tuple[str, str] | None = None
-    # (tree, node, resource) -> nominal, used, borrowed; bounded by the quota trees' size.
+    # (tree, node, resource) -> nominal, used, borrowed; MAX_QUOTA_NODES nodes at most, and
+    # only resources some node advertises.
     quota: dict[tuple[str, str, str], tuple[float, float, float]] = field(default_factory=dict)
+    # (tree, leaf) -> AppWrappers queued there, for the nodes that have series.
+    quota_pending: dict[tuple[str, str], int] = field(default_factory=dict)
+    quota_nodes: dict[str, int] = field(default_factory=lambda: {"true": 0, "false": 0})
+    preemption_holds: int = 0
     status_writes: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(WRITE_KINDS, 0))
     events_dropped: int = 0
@@ -165,6 +242,7 @@ class PrometheusObserver(Observer):
         self._dispatcher: Dispatcher | None = None
         self._dirty = False
         self._computed_at = float("-inf")
+        self._quota_capped = False
         r = self.registry
         self.dispatches = Counter(
             f"{PREFIX}_dispatches", "AppWrappers dispatched: their objects were created.",
@@ -209,6 +287,7 @@ class PrometheusObserver(Observer):
             self.requeues.labels(reason)
         for reason in FAILURE_REASONS:
             self.failures.labels(reason)
+        self.requests = RequestMetrics(r)
         self.registry.register(_SnapshotCollector(self))
 
     # --- Observer hooks (called on the event loop) -----------------------------------
@@ -266,18 +345,46 @@ class PrometheusObserver(Observer):
                           if r in advertised}
         s.resources.update(advertised)
         s.policy = (d.policy.name, d.fit)
-        ledger = d.m.sharing.ledger
-        s.quota = {} if ledger is None else {
-            (u.tree, u.name, r): (_in_base_units(r, u.nominal.get(r, 0)),
-                                  _in_base_units(r, u.used.get(r, 0)),
-                                  _in_base_units(r, u.borrowed.get(r, 0)))
-            for u in ledger.usage() for r in sorted(set(u.nominal) | set(u.used))}
+        s.quota, s.quota_pending, s.quota_nodes = self._quota(d, advertised)
+        s.preemption_holds = len(d.m.sharing.holds)
         s.status_writes = {str(k): n for k, n in d.writer.written.items()}
         s.events_dropped = d.writer.events_dropped
         s.pods_pinned = dict(d.m.pods_pinned)
         self._dirty = False
         self._computed_at = time.monotonic()
         self.snapshots_computed += 1
+
+    def _quota(self, d: Dispatcher, advertised: set[str]
+               ) -> tuple[dict[tuple[str, str, str], tuple[float, float, float]],
+                          dict[tuple[str, str], int], dict[str, int]]:
+        """Usage and queued wrappers (at or under the node, as quota_used counts) of the
+        quota nodes that get series, and how many nodes do and do not: MAX_QUOTA_NODES,
+        the upper levels of the trees first."""
+        ledger = d.m.sharing.ledger
+        if ledger is None:
+            return {}, {}, {"true": 0, "false": 0}
+        rows = sorted(ledger.usage(), key=lambda u: (u.depth, u.tree, u.name))
+        reported, dropped = rows[:MAX_QUOTA_NODES], rows[MAX_QUOTA_NODES:]
+        if dropped and not self._quota_capped:
+            log.warning("metrics: %d quota nodes, series for the first %d only (the upper "
+                        "levels of the trees); dispatcher_quota_nodes counts the rest",
+                        len(rows), MAX_QUOTA_NODES)
+        self._quota_capped = bool(dropped)
+        usage = {
+            (u.tree, u.name, r): (_in_base_units(r, u.nominal.get(r, 0)),
+                                  _in_base_units(r, u.used.get(r, 0)),
+                                  _in_base_units(r, u.borrowed.get(r, 0)))
+            for u in reported for r in sorted(set(u.nominal) | set(u.used)) if r in advertised}
+        pending = {(u.tree, u.name): 0 for u in reported}
+        forest = ledger.forest
+        for w in d.queue:
+            for tree_name, leaf in forest.resolve(w.labels).leaves:
+                tree = forest.trees[tree_name]
+                for i in tree.nodes[leaf].path:  # the leaf and every node above it
+                    key = (tree_name, tree.order[i].name)
+                    if key in pending:
+                        pending[key] += 1
+        return usage, pending, {"true": len(reported), "false": len(dropped)}
 
 
 class _SnapshotCollector:
@@ -337,6 +444,23 @@ class _SnapshotCollector:
             for (tree, node, resource), amounts in sorted(s.quota.items()):
                 family.add_metric([tree, node, resource], amounts[index])
             yield family
+        pending = GaugeMetricFamily(
+            f"{PREFIX}_quota_pending_appwrappers", "AppWrappers in the admission queue "
+            "whose leaf in the quota tree is this node or under it.", labels=["tree", "node"])
+        for (tree, node), n in sorted(s.quota_pending.items()):
+            pending.add_metric([tree, node], n)
+        yield pending
+        quota_nodes = GaugeMetricFamily(
+            f"{PREFIX}_quota_nodes", "Nodes of the quota trees, by whether they have "
+            "series (reported=false: beyond the cap on quota node series).",
+            labels=["reported"])
+        for reported, n in sorted(s.quota_nodes.items()):
+            quota_nodes.add_metric([reported], n)
+        yield quota_nodes
+        yield GaugeMetricFamily(
+            f"{PREFIX}_preemption_holds", "AppWrappers that preempted others and hold the "
+            "room freed for them while the victims' pods terminate.",
+            value=s.preemption_holds)
         info = GaugeMetricFamily(
             f"{PREFIX}_policy_info", "Always 1; the labels name the queue policy and the "
             "fit rule in use.", labels=["policy", "fit"])
@@ -364,6 +488,12 @@ class _SnapshotCollector:
 
 
 # --- the HTTP server -------------------------------------------------------------------
+
+def exposition(registry: CollectorRegistry, accept: str) -> web.Response:
+    """The registry's metrics in the format the scraper accepts."""
+    encode, content_type = choose_encoder(accept)
+    return web.Response(body=encode(registry), headers={"Content-Type": content_type})
+
 
 class MetricsAuth(Protocol):
     async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
@@ -441,9 +571,7 @@ class MetricsServer:
                                             request.path)
             if refused is not None:
                 return web.Response(status=refused[0], text=refused[1])
-        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encode(self.observer.registry)
-        return web.Response(body=body, headers={"Content-Type": content_type})
+        return exposition(self.observer.registry, request.headers.get("Accept", ""))
 
     def health(self) -> tuple[bool, str]:
         d = self.dispatcher

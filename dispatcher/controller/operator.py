@@ -37,7 +37,7 @@ from .lease import LeaderElector
 from .runtime import APPWRAPPERS, Dispatcher, Observer
 
 if TYPE_CHECKING:
-    from .metrics import MetricsServer
+    from .metrics import MetricsServer, PrometheusObserver
     from .pod_pinning import PodPinning
 
 log = logging.getLogger("dispatcher")
@@ -70,6 +70,9 @@ class Settings:
     # The pod webhook served beside the controller (`run --webhook-port`): it pins with
     # this process's memory once the loop runs.
     pod_pinning: PodPinning | None = None
+    # The metrics, when made before the operator (`run --webhook-port`: the webhook's
+    # requests are measured in the same registry); else the operator makes them.
+    observer: PrometheusObserver | None = None
 
 
 class Operator:
@@ -101,8 +104,8 @@ class Operator:
         # The queue as this process numbers it, to users RBAC lets list AppWrappers.
         visibility = VisibilityApi(lambda: self.dispatcher,
                                    TokenReviewAuth(lambda: Kube.connect(s.kubeconfig)))
-        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host,
-                               visibility=visibility)
+        server = MetricsServer(s.observer or PrometheusObserver(), s.metrics_port,
+                               s.metrics_host, visibility=visibility)
         await server.start()
         self.metrics_server = server
         observer: Observer = server.observer
@@ -111,7 +114,8 @@ class Operator:
     async def run(self, stop: asyncio.Event) -> int:
         s = self.settings
         observer = await self._serve_metrics()
-        kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst)
+        requests = None if self.metrics_server is None else self.metrics_server.observer.requests
+        kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst, observer=requests)
         lease_kube: Kube | None = None
         try:
             pod = own_pod() if s.pod_pinning is not None else None
@@ -121,7 +125,7 @@ class Operator:
                 # Its own connections, not paced: a renewal queued behind a burst of item
                 # creations (the client's token bucket, a pool of busy connections) missed
                 # its deadline and a new leader stepped down 15 s after taking over.
-                lease_kube = await Kube.connect(s.kubeconfig)
+                lease_kube = await Kube.connect(s.kubeconfig, observer=requests)
                 self.elector = LeaderElector(lease_kube, s.lease_namespace, s.lease_name)
                 if self.metrics_server is not None:
                     self.metrics_server.standby = (

@@ -23,6 +23,7 @@ import os
 import signal
 import ssl
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from .access import Access
 from .admission_review import AppWrapperReview, Verdict
 from .certs import SecretCertificates, service_hosts
 from .kube import Kube
+from .metrics import RequestMetrics, exposition
 from .pod_pinning import PodPinning
 
 log = logging.getLogger("dispatcher.webhook")
@@ -50,6 +52,8 @@ RECHECK_SECONDS = 60.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "dispatcher-system"
+# How an AdmissionReview was answered (metrics.WEBHOOK_RESULTS).
+ALLOWED, DENIED, ERROR, BAD_REQUEST = "allowed", "denied", "error", "bad_request"
 
 
 def own_namespace() -> str:
@@ -124,28 +128,38 @@ def directory_source(directory: Path) -> CertSource:
     return fetch
 
 
+Handler = Callable[[web.Request], Awaitable[tuple[web.Response, str]]]
+
+
 class WebhookServer:
-    """The HTTPS endpoints; ``refresh()`` (re)loads the certificate from its source."""
+    """The HTTPS endpoints; ``refresh()`` (re)loads the certificate from its source. With
+    ``metrics``, each AdmissionReview's answer is timed; with ``serve_metrics`` too, they
+    are served on ``/metrics`` (`dispatcher webhook`, which has no metrics port)."""
 
     def __init__(self, review: AppWrapperReview, source: CertSource,
                  host: str = "0.0.0.0", port: int = 9443,
-                 pods: PodPinning | None = None) -> None:
+                 pods: PodPinning | None = None, metrics: RequestMetrics | None = None,
+                 serve_metrics: bool = False) -> None:
         self.review = review
         self.pods = pods
         self.source = source
         self.host = host
         self.port = port
+        self.metrics = metrics
+        self.serve_metrics = serve_metrics and metrics is not None
         self.tls = TlsContext()
         self._runner: web.AppRunner | None = None
         self._refresher: asyncio.Task[None] | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-        app.router.add_post(MUTATE_PATH, self._mutate)
-        app.router.add_post(VALIDATE_PATH, self._validate)
+        app.router.add_post(MUTATE_PATH, self._timed("mutate", self._mutate))
+        app.router.add_post(VALIDATE_PATH, self._timed("validate", self._validate))
         if self.pods is not None:
-            app.router.add_post(PIN_PODS_PATH, self._pin_pod)
+            app.router.add_post(PIN_PODS_PATH, self._timed("pin-pods", self._pin_pod))
         app.router.add_get("/healthz", self._healthz)
+        if self.serve_metrics:
+            app.router.add_get("/metrics", self._metrics)
         return app
 
     async def refresh(self) -> None:
@@ -199,39 +213,57 @@ class WebhookServer:
         return web.Response(status=200 if ok else 503,
                             text="ok\n" if ok else "no certificate loaded\n")
 
-    async def _mutate(self, request: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        assert self.metrics is not None
+        return exposition(self.metrics.registry, request.headers.get("Accept", ""))
+
+    def _timed(self, endpoint: str, handler: Handler
+               ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def timed(request: web.Request) -> web.Response:
+            started = time.monotonic()
+            response, result = await handler(request)
+            if self.metrics is not None:
+                self.metrics.webhook_review(endpoint, result, time.monotonic() - started)
+            return response
+
+        return timed
+
+    async def _mutate(self, request: web.Request) -> tuple[web.Response, str]:
         return await self._answer(request, mutate=True)
 
-    async def _validate(self, request: web.Request) -> web.Response:
+    async def _validate(self, request: web.Request) -> tuple[web.Response, str]:
         return await self._answer(request, mutate=False)
 
-    async def _pin_pod(self, request: web.Request) -> web.Response:
+    async def _pin_pod(self, request: web.Request) -> tuple[web.Response, str]:
         """Always allowed: at worst the pod keeps its gate and the loop lets it go."""
         assert self.pods is not None
         body, review, uid = await _review_of(request)
         if review is None:
-            return _bad_review()
+            return _bad_review(), BAD_REQUEST
         transport = request.transport
+        result = ALLOWED
         try:
             patch = await self.pods.review(
                 review, lambda: transport is None or transport.is_closing())
         except Exception:
             log.exception("pod AdmissionReview %s failed; the pod keeps its gate", uid)
-            patch = None
-        return _answer(body, uid, Verdict(True, patch=patch))
+            patch, result = None, ERROR
+        return _answer(body, uid, Verdict(True, patch=patch)), result
 
-    async def _answer(self, request: web.Request, mutate: bool) -> web.Response:
+    async def _answer(self, request: web.Request, mutate: bool) -> tuple[web.Response, str]:
         body, review, uid = await _review_of(request)
         if review is None:
-            return _bad_review()
+            return _bad_review(), BAD_REQUEST
         try:
             verdict = self.review.mutate(review) if mutate else \
                 await self.review.validate(review)
+            result = ALLOWED if verdict.allowed else DENIED
         except Exception:
             log.exception("AdmissionReview %s failed", uid)
             verdict = Verdict(False, code=500, message="the dispatcher's webhook failed "
                               "on this AppWrapper; its log says why")
-        return _answer(body, uid, verdict)
+            result = ERROR
+        return _answer(body, uid, verdict), result
 
 
 async def _review_of(request: web.Request
@@ -255,8 +287,9 @@ def _answer(body: Mapping[str, Any], uid: str, verdict: Verdict) -> web.Response
                               "kind": "AdmissionReview", "response": verdict.response(uid)})
 
 
-def make_server(kube: Kube, options: WebhookOptions,
-                pods: PodPinning | None = None) -> WebhookServer:
+def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = None,
+                metrics: RequestMetrics | None = None,
+                serve_metrics: bool = False) -> WebhookServer:
     source: CertSource
     if options.cert_dir is not None:
         source = directory_source(options.cert_dir)
@@ -266,7 +299,7 @@ def make_server(kube: Kube, options: WebhookOptions,
                                                   hosts, options.configuration,
                                                   options.pods_configuration))
     return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds), source,
-                         options.host, options.port, pods)
+                         options.host, options.port, pods, metrics, serve_metrics)
 
 
 async def serve(options: WebhookOptions, kubeconfig: str | None,
@@ -277,8 +310,9 @@ async def serve(options: WebhookOptions, kubeconfig: str | None,
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    kube = await Kube.connect(kubeconfig)
-    server = make_server(kube, options)
+    metrics = RequestMetrics()
+    kube = await Kube.connect(kubeconfig, observer=metrics)
+    server = make_server(kube, options, metrics=metrics, serve_metrics=True)
     try:
         await server.start()
         await stop.wait()

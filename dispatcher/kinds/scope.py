@@ -37,7 +37,8 @@ OPT_IN_KINDS: frozenset[GroupKind] = frozenset({
     ("", "ResourceQuota"),
 })
 
-# README's table: every kind whose pods are counted, and those that create none.
+# The table of docs/guide/appwrappers.md: every kind whose pods are counted, and those
+# that create none.
 DEFAULT_ALLOWED_KINDS: frozenset[GroupKind] = KNOWN_KINDS | (NO_POD_KINDS - OPT_IN_KINDS)
 
 # Well-known cluster-scoped kinds, for `dispatcher plan` (no API server to ask); the

@@ -316,8 +316,20 @@ def test_deploy_applies_and_its_pods_meet_the_restricted_standard(
     assert "ServiceMonitor" not in base
     overlay = subprocess.run([kubectl.binary, "kustomize", str(DEPLOY / "monitoring")],
                              capture_output=True, text=True, check=True).stdout
-    kinds = [d["kind"] for d in yaml.safe_load_all(overlay) if d]
-    assert kinds.count("ServiceMonitor") == 1
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(overlay) if d}
+    monitoring = sorted(k for k in docs if k[0] in ("ServiceMonitor", "PrometheusRule"))
+    assert monitoring == [("PrometheusRule", "dispatcher"), ("ServiceMonitor", "dispatcher"),
+                          ("ServiceMonitor", "dispatcher-webhook")]
+    # The rule renders as written, in the dispatcher's namespace.
+    rule = docs[("PrometheusRule", "dispatcher")]
+    written = yaml.safe_load((DEPLOY / "components" / "monitoring" / "prometheusrule.yaml")
+                             .read_text())
+    assert rule["metadata"]["namespace"] == SA_NAMESPACE
+    assert rule["spec"] == written["spec"]
+    # The webhook's ServiceMonitor names a port of the webhook's Service as deployed.
+    webhook = ns.json("service", "dispatcher-webhook")
+    endpoint = docs[("ServiceMonitor", "dispatcher-webhook")]["spec"]["endpoints"][0]
+    assert endpoint["port"] in {p["name"] for p in webhook["spec"]["ports"]}
 
 
 def test_the_pod_webhook_component_adds_its_flags_service_and_rights(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.controller.access import CREATOR, CREATOR_GROUPS, creator_denials
 from dispatcher.controller.admission_review import core_problems
@@ -222,6 +224,27 @@ def test_alices_appwrapper_of_a_job_is_admitted_recorded_and_dispatched(
     wait_for(lambda: last_condition(tenants.alice, "train") == "Running", 90,
              "alice's AppWrapper to run")
     assert len(tenants.admin.items("pods", "-l", f"{LABEL}=train")) == 2
+
+
+def test_the_webhook_serves_how_long_its_answers_and_api_requests_take(
+        tenants: Tenants, webhook: Installed) -> None:
+    """`dispatcher webhook` has no metrics port: /metrics is on its HTTPS port (deploy/'s
+    ServiceMonitor dispatcher-webhook scrapes it there)."""
+    refused(tenants.bob, appwrapper("sneaky", deployment()))
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # the webhook's own CA; what is read is counters
+    with urllib.request.urlopen(f"https://127.0.0.1:{webhook.webhook.port}/metrics",
+                                context=insecure, timeout=10) as answer:
+        text = answer.read().decode()
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    name = "dispatcher_webhook_request_duration_seconds_count"
+    assert samples[(name, frozenset({("endpoint", "validate"), ("result", "denied")}))] >= 1
+    assert samples[(name, frozenset({("endpoint", "mutate"), ("result", "allowed")}))] >= 1
+    # Its SubjectAccessReviews, created as it asked whether bob may create the Deployment.
+    assert samples[("dispatcher_api_requests_total",
+                    frozenset({("verb", "POST"), ("code", "201")}))] >= 1
 
 
 @pytest.mark.parametrize("item", [

@@ -3,10 +3,12 @@ beside the controller, on the same event loop."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION, let_onto
@@ -71,7 +73,7 @@ def test_dispatcher_run_pins_a_gangs_pods_as_they_are_created(
     (failurePolicy Ignore) pods are still created, at their gate, and let go by the loop."""
     install_crd(kubectl)
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PODS_NS}})
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     register_pod_webhook(kubectl, port)
     k = kubectl.in_namespace(namespace)
     d = DispatcherProcess(local_cluster.kubeconfig, local_cluster.logs / "pod-webhook")
@@ -79,7 +81,9 @@ def test_dispatcher_run_pins_a_gangs_pods_as_they_are_created(
         wait_quiet(kubectl)
         d.start("fifo", extra_args=["--webhook-port", str(port), "--webhook-host", "127.0.0.1",
                                     "--webhook-cert-host", "127.0.0.1", "--namespace",
-                                    PODS_NS, "--webhook-configuration", ""])
+                                    PODS_NS, "--webhook-configuration", "",
+                                    "--metrics-port", str(metrics_port),
+                                    "--metrics-host", "127.0.0.1"])
         wait_for(lambda: kubectl.json("mutatingwebhookconfiguration", PODS_CONFIGURATION)[
             "webhooks"][0]["clientConfig"].get("caBundle"), 60, "the CA patched in")
         k.apply(appwrapper("pinned", job("pinned", pods=3)))
@@ -93,6 +97,12 @@ def test_dispatcher_run_pins_a_gangs_pods_as_they_are_created(
             # The node rule came with the pod's creation, from the Job controller's
             # request; nobody wrote the pod's spec after that.
             assert _spec_writers(pod) == ["kube-controller-manager"]
+        # The pod webhook's answers are timed in the dispatcher's own /metrics.
+        metrics = _scrape(metrics_port)
+        assert metrics[("dispatcher_webhook_request_duration_seconds_count",
+                        frozenset({("endpoint", "pin-pods"), ("result", "allowed")}))] >= 3
+        assert metrics[("dispatcher_api_requests_total",
+                        frozenset({("verb", "POST"), ("code", "201")}))] >= 1  # the Job
         d.stop()
         # The configuration stays, nothing answers at its URL: the API server creates the
         # pods all the same and the loop lifts their gate.
@@ -108,6 +118,13 @@ def test_dispatcher_run_pins_a_gangs_pods_as_they_are_created(
         d.stop()
         unregister_pod_webhook(kubectl)
         kubectl("delete", "namespace", PODS_NS, "--wait=false", "--ignore-not-found")
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
 
 
 def _pods_of(k: Kubectl, name: str) -> list[dict[str, Any]]:

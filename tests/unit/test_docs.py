@@ -1,0 +1,53 @@
+"""The documentation: the README a newcomer reads first, and the docs/ site built by mkdocs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+PAGES = [README, *sorted(DOCS.rglob("*.md"))]
+# Markdown links [text](target): the target up to a space or the closing parenthesis.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# What the docs must not point at: files beside the repository, and how it was built.
+OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|\bissues? \d+")
+
+
+def test_the_site_builds_with_every_link_and_page_checked(tmp_path: Path) -> None:
+    """`mkdocs build --strict` fails on a broken link or anchor, a page missing from the
+    navigation, or a link out of docs/ (the site would publish it broken)."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "guide" / "appwrappers" / "index.html").exists()
+
+
+def test_the_readme_starts_with_the_two_commands_and_stays_short() -> None:
+    text = README.read_text()
+    first_block = text.split("```")[1]
+    commands = [line.split()[:2] for line in first_block.splitlines() if line.strip()][1:]
+    assert commands == [["make", "demo"], ["make", "test"]]
+    assert len(text.splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_lead_to_files_of_the_repository(page: Path) -> None:
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.is_relative_to(REPO), f"{target}: outside the repository"
+        assert path.exists(), f"{page.name}: {target} does not exist"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_page_mentions_files_outside_the_repository(page: Path) -> None:
+    found = OUTSIDE.findall(page.read_text())
+    assert not found, f"{page.relative_to(REPO)} mentions {found}"
