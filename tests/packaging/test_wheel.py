@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,32 +38,60 @@ def _run(*argv: str | Path, cwd: Path, env: dict[str, str]) -> subprocess.Comple
     return done
 
 
+def _clean_environment() -> dict[str, str]:
+    """Only the wheel and the venv: no PYTHONPATH, no policies folder from the environment."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "DISPATCHER_POLICIES_DIR", "VIRTUAL_ENV")}
+
+
+@dataclass(frozen=True)
+class Built:
+    root: Path
+    wheel: Path
+    log: str  # what the build backend printed
+
+
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     root = tmp_path_factory.mktemp("packaging")
-    src, dist, venv, work = root / "src", root / "dist", root / "venv", root / "work"
+    src, dist = root / "src", root / "dist"
     src.mkdir()
-    work.mkdir()
     for name in SOURCES:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, src / name,
                             ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(REPO / name, src / name)
-    # Only the wheel and the venv: no PYTHONPATH, no policies folder from the environment.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "DISPATCHER_POLICIES_DIR", "VIRTUAL_ENV")}
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, src,
-         cwd=root, env=env)
+    env = _clean_environment()
+    # -v: the build backend's own output, where setuptools prints its deprecations.
+    done = _run(sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", dist, src,
+                cwd=root, env=env)
     (wheel,) = dist.glob("dispatcher-*.whl")
-    _run(sys.executable, "-m", "venv", venv, cwd=root, env=env)
-    _run(venv / "bin" / "python", "-m", "pip", "install", "-q", wheel, cwd=root, env=env)
     shutil.rmtree(src)  # the installed package must not need its sources
+    return Built(root, wheel, done.stdout + done.stderr)
+
+
+@pytest.fixture(scope="session")
+def installed(built: Built) -> Run:
+    root = built.root
+    venv, work = root / "venv", root / "work"
+    work.mkdir()
+    env = _clean_environment()
+    _run(sys.executable, "-m", "venv", venv, cwd=root, env=env)
+    _run(venv / "bin" / "python", "-m", "pip", "install", "-q", built.wheel, cwd=root, env=env)
 
     def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
         return _run(venv / "bin" / argv[0], *argv[1:], cwd=work, env=env)
 
     return run
+
+
+def test_building_the_wheel_warns_of_nothing_deprecated(built: Built) -> None:
+    """setuptools refuses deprecated pyproject fields (a `license` table) after 2027-02-18:
+    what warns today fails to install then."""
+    warnings = [line.strip() for line in built.log.splitlines()
+                if "DeprecationWarning" in line or "BuildBackendWarning" in line]
+    assert warnings == []
 
 
 def test_the_wheel_is_what_runs(installed: Run) -> None:
