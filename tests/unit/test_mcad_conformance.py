@@ -1,5 +1,5 @@
-"""MCAD's own AppWrappers: every manifest of ../shared/conformance/mcad-v1beta1 reaches
-the decision its expected.tsv gives (issue 15).
+"""MCAD's own AppWrappers: every manifest of ../shared/conformance/mcad-v1beta1 (or
+$MCAD_V1BETA1) reaches the decision its expected.tsv gives.
 
 The corpus is other projects' files, read where it lies, never copied here. As its
 README says, each file is planned on its own (`dispatcher plan --cluster cluster.yaml
@@ -10,26 +10,21 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dispatcher.api import MAX_MESSAGE_CHARS
 from dispatcher.cli import main
+from tests.shared_files import MCAD_V1BETA1, require
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "mcad-v1beta1"
+CORPUS = MCAD_V1BETA1
+require(CORPUS / "expected.tsv", "MCAD's AppWrappers (expected.tsv, cluster.yaml, manifests/)",
+        "MCAD_V1BETA1")
 
 
 def _expected() -> list[dict[str, str]]:
-    table = CORPUS / "expected.tsv"
-    if not table.is_file():
-        # Not a skip: CI always has ../shared, and a silently skipped conformance test
-        # would claim nothing while looking green.
-        raise FileNotFoundError(
-            f"{table} is missing: the MCAD conformance corpus lives beside the checkout, in "
-            "../shared/conformance/mcad-v1beta1 (expected.tsv, cluster.yaml, manifests/)")
-    with table.open(newline="") as f:
+    with (CORPUS / "expected.tsv").open(newline="") as f:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
