@@ -275,10 +275,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    from dispatcher.version import version
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
     )
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "plan",
@@ -428,6 +435,7 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     with the arguments after `appwrapper`."""
     parser = argparse.ArgumentParser(
         prog="kubectl appwrapper", description="AppWrappers and the dispatcher's queue.")
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("queue", help="the AppWrappers waiting for dispatch, in order",
                        description=QUEUE_DESCRIPTION)

@@ -26,7 +26,6 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Protocol
 
 from aiohttp import web
@@ -45,6 +44,7 @@ from dispatcher.lifecycle import (
     WRAPPED_OBJECT_FAILED,
 )
 from dispatcher.resources import CPU
+from dispatcher.version import version
 
 from .runtime import Dispatcher, Observer
 from .status import WRITE_KINDS
@@ -92,13 +92,6 @@ def _bounded(value: str, known: Iterable[str], empty: str = NONE) -> str:
 def _in_base_units(resource: str, amount: int) -> float:
     """Canonical amounts are millicores for cpu; Prometheus wants base units (cores)."""
     return amount / 1000 if resource == CPU else float(amount)
-
-
-def _version() -> str:
-    try:
-        return metadata.version("dispatcher")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass
@@ -210,7 +203,7 @@ class PrometheusObserver(Observer):
         self.build_info = Gauge(
             f"{PREFIX}_build_info", "Always 1; the labels say which dispatcher runs.",
             ["version", "python_version"], registry=r)
-        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.build_info.labels(version(), platform.python_version()).set(1)
         for reason in REQUEUE_REASONS:
             self.requeues.labels(reason)
         for reason in FAILURE_REASONS:

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
 from dispatcher.quota import QuotaForest, is_quota_subtree
@@ -120,7 +121,7 @@ def _check(args: argparse.Namespace) -> str | None:
 def load_forest(path: Path) -> QuotaForest:
     """The quota trees of a YAML file of QuotaSubtrees (or Lists of them)."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = yaml_text.load_all(path.read_text(), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise TraceError(f"{path}: cannot read QuotaSubtrees: {e}") from e
     objs: list[Mapping[str, Any]] = []

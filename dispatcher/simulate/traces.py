@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit.gang import GangPodSet, demand
@@ -202,7 +203,7 @@ class _Entry:
 
 def _entries(text: str, source: str) -> Iterator[_Entry]:
     """Each job entry with the line it starts on (lists and List kinds flattened)."""
-    loader = yaml.SafeLoader(text)
+    loader = yaml.SafeLoader(yaml_text.named(text, source))
     try:
         while loader.check_node():
             root = loader.get_node()
