@@ -51,6 +51,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                        [*subtrees, *loaded.subtrees])
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
+    if result.decisions and all(d.decision == "invalid" for d in result.decisions):
+        count = len(result.decisions)
+        which = "the AppWrapper is" if count == 1 else f"all {count} AppWrappers are"
+        print(f"dispatcher plan: {which} invalid: nothing can be dispatched (the "
+              "messages above say why)", file=sys.stderr)
+        return EXIT_INPUT
     return 0
 
 

@@ -32,6 +32,7 @@ from dispatcher.api.models import (
 from dispatcher.kinds import InvalidItem
 from dispatcher.queue import AdmissionQueue, Policy
 from dispatcher.resources import CPU, GPU, PODS, format_amount
+from dispatcher.wording import span
 
 PENDING_STATES = frozenset({"", "Pending"})
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -142,18 +143,6 @@ def pending_queue(objects: Iterable[Mapping[str, Any]], policy: Policy,
 
 # --- rendering ---------------------------------------------------------------------------
 
-def duration(seconds: float) -> str:
-    """A short age, as kubectl prints them: 45s, 5m3s, 2h10m, 3d4h."""
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60}s" if s < 600 else f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60}m"
-    return f"{s // 86400}d{s % 86400 // 3600}h"
-
-
 def _amount(resource: str, value: int) -> str:
     if not value:
         return "-"
@@ -173,7 +162,7 @@ def eta(row: PendingAppWrapper) -> str:
     cannot fit this cluster; the message says which)."""
     if row.estimated_in is None:
         return "unknown"
-    return "now" if row.estimated_in < 1 else f"in {duration(row.estimated_in)}"
+    return "now" if row.estimated_in < 1 else f"in {span(row.estimated_in)}"
 
 
 def _status_text(row: PendingAppWrapper) -> str:
@@ -210,7 +199,7 @@ def to_table(rows: Sequence[PendingAppWrapper], policy: Policy, scope: str = "cl
             "-" if r.position is None else str(r.position), f"{r.namespace}/{r.name}", prio,
             str(r.pods), _amount(GPU, r.requests.get(GPU, 0)),
             _amount(CPU, r.requests.get(CPU, 0)), _amount("memory", r.requests.get("memory", 0)),
-            duration(r.waiting_seconds),
+            span(r.waiting_seconds),
             eta(r),
             _status_text(r), _message(r)))
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]

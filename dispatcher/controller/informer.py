@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dispatcher.wording import span
+
 from .kube import ApiError, Kube, Resource
 
 log = logging.getLogger("dispatcher.informer")
@@ -65,7 +67,7 @@ class Informer:
         if self.live:
             return None
         since = "" if self.lost_since is None else \
-            f" for {self.clock() - self.lost_since:.0f}s"
+            f" for {span(self.clock() - self.lost_since)}"
         return f"{self.name}: not watching{since} ({self.problem})"
 
     def _lost(self, problem: str) -> None:

@@ -45,6 +45,7 @@ from dispatcher.lifecycle import (
 )
 from dispatcher.resources import CPU
 from dispatcher.version import version
+from dispatcher.wording import span
 
 from .runtime import Dispatcher, Observer
 from .status import WRITE_KINDS
@@ -448,8 +449,8 @@ class MetricsServer:
             return False, f"blind: {blind}; deciding nothing until the watch resumes"
         age = time.monotonic() - d.last_cycle_at
         if age > self.max_cycle_age:
-            return False, (f"the admission loop has not finished a cycle for {age:.0f}s "
-                           f"(limit {self.max_cycle_age:.0f}s)")
+            return False, (f"the admission loop has not finished a cycle for {span(age)} "
+                           f"(limit {span(self.max_cycle_age)})")
         return True, f"ok: {d.cycles} admission cycles, the last {age:.1f}s ago"
 
     async def healthz(self, request: web.Request) -> web.Response:

@@ -31,6 +31,7 @@ from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_dict, to_table
 from dispatcher.simulate.teams import TeamRule, assign, parse_teams
 from dispatcher.simulate.traces import TraceError, read_trace
+from dispatcher.wording import counted
 
 EXIT_INPUT = 2
 
@@ -200,7 +201,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         print(to_table(summary), file=out)
         if probe is not None:
-            print(f"\nstart estimates: every queued job's, at {args.eta} moments spread over "
+            print(f"\nstart estimates: every queued job's, at {counted(args.eta, 'moment')} "
+                  "spread over "
                   "the submissions (samples: those with jobs queued), compared with its start "
                   "in this run:", file=out)
             print(render(ACCURACY_HEADER, [accuracy_cells(a) for a in accuracy]), file=out)

@@ -50,6 +50,7 @@ from dispatcher.kinds import InvalidItem
 from dispatcher.kinds.podset import PodSet
 from dispatcher.queue.queue import QueuedWrapper
 from dispatcher.resources import PODS
+from dispatcher.wording import counted
 
 GPU = "nvidia.com/gpu"
 CSV_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
@@ -187,7 +188,7 @@ def read_csv(text: str, source: str, gpus_per_node: int = 8,
     g = gpus_per_node
     notes = [f"a job of N GPUs is a gang of ceil(N/{g}) pods of min(N, {g}) GPUs"]
     if rounded:
-        notes.append(f"{rounded} job(s) asked for more than {g} GPUs, not a multiple of "
+        notes.append(f"{counted(rounded, 'job')} asked for more than {g} GPUs, not a multiple of "
                      f"{g}: rounded up to whole pods of {g} GPUs")
     return Trace(tuple(jobs), source, tuple(notes))
 

@@ -75,7 +75,7 @@ def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
         assert second["estimatedStart"] == "2027-01-15T10:10:00Z"
         assert second["message"] == (
             "InsufficientResources: the cluster lacks it in total: needs 8 nvidia.com/gpu, "
-            "0 nvidia.com/gpu free; estimated start in about 2 h 10 m (at 10:10 UTC)")
+            "0 nvidia.com/gpu free; estimated start in about 2h10m (at 10:10 UTC)")
         assert second["conditions"][-1]["message"] == second["message"]
         # A wrapper that cannot fit this cluster gets no estimate, only its reason.
         huge = aw_status(kube, "huge")
@@ -114,7 +114,7 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
         assert kube.status_writes("second") == writes + 1
         second = aw_status(kube, "second")
         assert second["estimatedStart"] == "2027-01-15T11:00:00Z"
-        assert "estimated start in about 2 h 50 m (at 11:00 UTC)" in second["message"]
+        assert "estimated start in about 2h50m (at 11:00 UTC)" in second["message"]
 
     run(scenario)
 
