@@ -66,7 +66,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.estimates import EstimateSettings
+    from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.operator import Settings, operate
+    from dispatcher.controller.startup import Stopped, stop_on_signals, until_stopped
     from dispatcher.controller.webhook import own_namespace
     from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
@@ -126,21 +128,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     async def run() -> int:
         # The webhook shares the event loop with the controller; of its state, only the
         # pod webhook reads it (holds a pod's room as it is created, pod_pinning.py).
+        stop = stop_on_signals()
         webhook = None
-        if args.webhook_port:
-            from dispatcher.controller.pod_pinning import PodPinning
-
-            settings.pod_pinning = PodPinning() if args.pin_pods else None
-            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning)
         try:
-            return await operate(settings)
+            if args.webhook_port:
+                from dispatcher.controller.pod_pinning import PodPinning
+
+                settings.pod_pinning = PodPinning() if args.pin_pods else None
+                webhook = await until_stopped(
+                    _start_webhook(args, args.webhook_port, settings.pod_pinning), stop)
+            return await operate(settings, stop)
+        except Stopped:
+            return 0
         finally:
             if webhook is not None:
                 server, kube = webhook
                 await server.stop()
                 await kube.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except KubeconfigError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_INPUT
 
 
 async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None
@@ -148,7 +158,7 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
     import dataclasses
 
     from dispatcher.controller.kube import Kube
-    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server
+    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server, start_serving
 
     kube = await Kube.connect(args.kubeconfig)
     options = _webhook_options(args, port)
@@ -156,7 +166,7 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
         options = dataclasses.replace(options, pods_configuration=PODS_CONFIGURATION)
     server = make_server(kube, options, pods)
     try:
-        await server.start()
+        await start_serving(kube, server)
     except BaseException:
         await kube.close()
         raise
@@ -182,6 +192,7 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
     import logging
 
     from dispatcher.config import ConfigError
+    from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.webhook import serve
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -197,6 +208,9 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     try:
         asyncio.run(serve(options, args.kubeconfig))
+    except KubeconfigError as e:
+        print(f"dispatcher webhook: {e}", file=sys.stderr)
+        return EXIT_INPUT
     except (OSError, RuntimeError) as e:
         print(f"dispatcher webhook: {e}", file=sys.stderr)
         return EXIT_CLUSTER

@@ -12,11 +12,9 @@ and imports its client when called, so the command starts fast.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
@@ -35,7 +33,8 @@ from dispatcher.resources import CPU, GPU, PODS, format_amount
 from dispatcher.wording import span
 
 PENDING_STATES = frozenset({"", "Pending"})
-SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# How long `queue` retries a server that does not answer (or answers 429/5xx).
+QUICK_RETRY_SECONDS = 3.0
 
 
 class ClusterError(RuntimeError):
@@ -265,7 +264,11 @@ async def _list(kube: Any, namespace: str | None) -> list[dict[str, Any]]:
 async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
     """Every AppWrapper when allowed, so positions are those of the one queue; when only
     `namespace` may be listed, its AppWrappers alone."""
+    from dispatcher.controller.explain import explain
     from dispatcher.controller.kube import ApiError
+
+    def why(e: ApiError) -> str:
+        return explain(e, "your user", "ask your cluster's administrator")
 
     try:
         objects = await _list(kube, None)
@@ -274,12 +277,12 @@ async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
             raise ClusterError("AppWrappers are not served by this cluster: install the "
                                "CRD (crds/ or deploy/)") from None
         if e.status != 403 or namespace is None:
-            raise ClusterError(f"cannot list AppWrappers: {e}") from None
+            raise ClusterError(f"cannot list AppWrappers: {why(e)}") from None
         try:
             objects = await _list(kube, namespace)
         except ApiError as e2:
             raise ClusterError(f"cannot list AppWrappers in namespace {namespace}: "
-                               f"{e2}") from None
+                               f"{why(e2)}") from None
         return Listing(objects, "namespace", namespace)
     # With a namespace, the others are filtered out when shown: positions stay those of
     # the whole queue.
@@ -291,29 +294,19 @@ async def fetch(kubeconfig: str | None, context: str | None, namespace: str | No
     """List the AppWrappers as the kubeconfig's user (in-cluster in a pod without one);
     the namespace defaults to the context's, as for kubectl."""
     from aiohttp import ClientError
-    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio import client
 
-    from dispatcher.controller.kube import Kube
+    from dispatcher.controller.kube import Kube, RetryPolicy
+    from dispatcher.controller.kubeconfig import KubeconfigError, load
 
-    in_cluster = kubeconfig is None and context is None \
-        and "KUBERNETES_SERVICE_HOST" in os.environ and not os.environ.get("KUBECONFIG")
-    default_ns = "default"
     try:
-        if in_cluster:
-            kube = await Kube.connect(None)
-            if SA_NAMESPACE_FILE.exists():
-                default_ns = SA_NAMESPACE_FILE.read_text().strip() or default_ns
-        else:
-            conf = client.Configuration()
-            loader = await config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=conf,
-                persist_config=False)
-            current = loader.current_context or {}
-            default_ns = (current.get("context") or {}).get("namespace") or default_ns
-            kube = Kube(client.ApiClient(configuration=conf))
-    except (config.ConfigException, OSError) as e:
-        raise ClusterError(f"cannot read the kubeconfig: {e}") from None
-    shown = None if all_namespaces else (namespace or default_ns)
+        connection = await load(kubeconfig, context)
+    except KubeconfigError as e:
+        raise ClusterError(str(e)) from None
+    # A command answers at once: a server that refuses connections is not waited for.
+    kube = Kube(client.ApiClient(configuration=connection.configuration),
+                retry=RetryPolicy(budget=QUICK_RETRY_SECONDS))
+    shown = None if all_namespaces else (namespace or connection.namespace)
     try:
         return await list_appwrappers(kube, shown)
     except (OSError, ClientError) as e:  # connection refused, DNS, TLS

@@ -24,7 +24,7 @@ import logging
 import platform
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -382,12 +382,15 @@ class MetricsServer:
 
     def __init__(self, observer: PrometheusObserver, port: int, host: str = "0.0.0.0",
                  max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
-                 auth: MetricsAuth | None = None) -> None:
+                 auth: MetricsAuth | None = None,
+                 problem: Callable[[], str | None] = lambda: None) -> None:
         self.observer = observer
         self.host = host
         self.port = port
         self.max_cycle_age = max_cycle_age
         self.auth = auth if auth is not None else MetricsServer.default_auth
+        # Why start-up is stuck, if it is (the API server unreachable, a grant missing).
+        self.problem = problem
         self.dispatcher: Dispatcher | None = None
         # Set while this replica waits for the Lease: a standby is healthy.
         self.standby: str | None = None
@@ -440,9 +443,12 @@ class MetricsServer:
 
     def health(self) -> tuple[bool, str]:
         d = self.dispatcher
-        if d is None and self.standby is not None:
-            return True, f"standby: {self.standby}"
         if d is None or not d.ready:
+            problem = self.problem()
+            if problem is not None:
+                return False, f"starting: {problem}"
+            if d is None and self.standby is not None:
+                return True, f"standby: {self.standby}"
             return False, "starting: the cluster is not listed yet"
         blind = d.blind()
         if blind is not None:

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from dispatcher.admission import Fit
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
+from dispatcher.wording import counted
 
 from .estimates import EstimateSettings
 from .informer import Informer
@@ -34,6 +34,7 @@ from .kube import Kube, Resource
 from .leader_pod import own_pod, step_down, take_lead
 from .lease import LeaderElector
 from .runtime import APPWRAPPERS, Dispatcher, Observer
+from .startup import Stopped, Trouble, reach, stop_on_signals, until_stopped
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer
@@ -81,6 +82,7 @@ class Operator:
         self.informers: list[Informer] = []
         self.elector: LeaderElector | None = None
         self.metrics_server: MetricsServer | None = None
+        self.reaching = Trouble(log, "reaching the API server")
         self._tasks: list[asyncio.Task[None]] = []
 
     def blind(self) -> str | None:
@@ -90,59 +92,39 @@ class Operator:
                 return reason
         return None
 
+    def problem(self) -> str | None:
+        """Why start-up is stuck, while a step of it fails (for /healthz)."""
+        if self.reaching.current is not None:
+            return self.reaching.current  # it says "cannot reach the API server" itself
+        troubles = [*([self.elector.trouble] if self.elector else []),
+                    *(i.trouble for i in self.informers)]
+        return next((f"{t.what}: {t.current}" for t in troubles if t.current is not None),
+                    None)
+
     async def _serve_metrics(self) -> Observer | None:
         s = self.settings
         if not s.metrics_port:
             return None
         from .metrics import MetricsServer, PrometheusObserver
 
-        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host)
+        server = MetricsServer(PrometheusObserver(), s.metrics_port, s.metrics_host,
+                               problem=self.problem)
         await server.start()
         self.metrics_server = server
         observer: Observer = server.observer
         return observer
 
     async def run(self, stop: asyncio.Event) -> int:
-        s = self.settings
-        observer = await self._serve_metrics()
-        kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst)
-        lease_kube: Kube | None = None
+        # First, before anything is served: a missing kubeconfig ends the process.
+        kube = await Kube.connect(self.settings.kubeconfig, qps=self.settings.qps,
+                                  burst=self.settings.burst)
         try:
-            pod = own_pod() if s.pod_pinning is not None else None
-            if pod is not None:
-                await step_down(kube, pod)
-            if s.leader_election:
-                # Its own connections, not paced: a renewal queued behind a burst of item
-                # creations (the client's token bucket, a pool of busy connections) missed
-                # its deadline and a new leader stepped down 15 s after taking over.
-                lease_kube = await Kube.connect(s.kubeconfig)
-                self.elector = LeaderElector(lease_kube, s.lease_namespace, s.lease_name)
-                if self.metrics_server is not None:
-                    self.metrics_server.standby = (
-                        f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
-                acquired = asyncio.ensure_future(self.elector.acquire())
-                stopped = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                if not acquired.done():
-                    acquired.cancel()
-                    return 0
-                stopped.cancel()
-            d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
-                           allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                           estimates=s.estimates, pin_pods=s.pin_pods)
-            self.dispatcher = d
-            d.blind = self.blind
-            if self.metrics_server is not None:
-                self.metrics_server.standby = None
-                self.metrics_server.dispatcher = d
-            await self._start_informers(d, kube)
-            d.start()
-            if s.pod_pinning is not None:
-                s.pod_pinning.dispatcher = d
-                if pod is not None:
-                    await take_lead(kube, pod)
-            log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
-                     s.policy.name, s.fit, len(d.state.nodes), len(d.tracked))
+            observer = await self._serve_metrics()
+            try:
+                d = await until_stopped(self._start(kube, observer), stop)
+            except Stopped:
+                log.info("stopped before start-up finished")
+                return 0
             waits = [asyncio.ensure_future(stop.wait())]
             if self.elector is not None:
                 waits.append(asyncio.ensure_future(self.elector.lost.wait()))
@@ -162,10 +144,46 @@ class Operator:
             for task in self._tasks:
                 task.cancel()
             await kube.close()
-            if lease_kube is not None:
-                await lease_kube.close()
+            if self.elector is not None:
+                await self.elector.kube.close()
             if self.metrics_server is not None:
                 await self.metrics_server.stop()
+
+    async def _start(self, kube: Kube, observer: Observer | None) -> Dispatcher:
+        """Everything before the loop runs: each step waits for the API server and the
+        grants it needs, saying what is missing (log, /healthz)."""
+        s = self.settings
+        await reach(kube, self.reaching)
+        pod = own_pod() if s.pod_pinning is not None else None
+        if pod is not None:
+            await step_down(kube, pod)
+        if s.leader_election:
+            # Its own connections, not paced: a renewal queued behind a burst of item
+            # creations (the client's token bucket, a pool of busy connections) missed
+            # its deadline and a new leader stepped down 15 s after taking over.
+            self.elector = LeaderElector(await Kube.connect(s.kubeconfig), s.lease_namespace,
+                                         s.lease_name)
+            if self.metrics_server is not None:
+                self.metrics_server.standby = (
+                    f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
+            await self.elector.acquire()
+        d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
+                       allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
+                       estimates=s.estimates, pin_pods=s.pin_pods)
+        self.dispatcher = d
+        d.blind = self.blind
+        if self.metrics_server is not None:
+            self.metrics_server.standby = None
+            self.metrics_server.dispatcher = d
+        await self._start_informers(d, kube)
+        d.start()
+        if s.pod_pinning is not None:
+            s.pod_pinning.dispatcher = d
+            if pod is not None:
+                await take_lead(kube, pod)
+        log.info("dispatcher ready: policy %s, %s fit, %s, %s", s.policy.name, s.fit,
+                 counted(len(d.state.nodes), "node"), counted(len(d.tracked), "AppWrapper"))
+        return d
 
     async def _start_informers(self, d: Dispatcher, kube: Kube) -> None:
         s = self.settings
@@ -195,12 +213,9 @@ class Operator:
 
 async def operate(settings: Settings,
                   stop_flag: asyncio.Event | threading.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status."""
-    stop = stop_flag if isinstance(stop_flag, asyncio.Event) else asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
+    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status. Raises
+    KubeconfigError, before anything starts, when there is no configuration to use."""
+    stop = stop_on_signals(stop_flag if isinstance(stop_flag, asyncio.Event) else None)
     watcher: asyncio.Task[None] | None = None
     if isinstance(stop_flag, threading.Event):
         flag = stop_flag

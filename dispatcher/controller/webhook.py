@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import ssl
 import tempfile
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -37,6 +36,7 @@ from .admission_review import AppWrapperReview, Verdict
 from .certs import SecretCertificates, service_hosts
 from .kube import Kube
 from .pod_pinning import PodPinning
+from .startup import Stopped, Trouble, reach, retry, stop_on_signals, until_stopped
 
 log = logging.getLogger("dispatcher.webhook")
 
@@ -269,19 +269,26 @@ def make_server(kube: Kube, options: WebhookOptions,
                          options.host, options.port, pods)
 
 
+async def start_serving(kube: Kube, server: WebhookServer) -> None:
+    """Start `server` once the API server answers and its certificates can be had, saying
+    what fails meanwhile and retrying with backoff."""
+    trouble = Trouble(log, "starting the webhook")
+    await reach(kube, trouble)
+    await retry(server.start, trouble)
+
+
 async def serve(options: WebhookOptions, kubeconfig: str | None,
                 stop: asyncio.Event | None = None) -> None:
-    """`dispatcher webhook`: serve until SIGTERM/SIGINT (or ``stop``)."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    """`dispatcher webhook`: serve until SIGTERM/SIGINT (or ``stop``). Raises
+    KubeconfigError when there is no configuration to use."""
+    stop = stop_on_signals(stop)
     kube = await Kube.connect(kubeconfig)
     server = make_server(kube, options)
     try:
-        await server.start()
+        await until_stopped(start_serving(kube, server), stop)
         await stop.wait()
+    except Stopped:
+        log.info("stopped before the webhook served")
     finally:
         await server.stop()
         await kube.close()

@@ -296,8 +296,9 @@ def test_errors_exit_with_a_message(api: Path, tmp_path: Path,
     assert cli.main(["queue", "--kubeconfig", str(api), "--policy", "nope"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
     assert cli.kubectl_plugin(["queue", "--kubeconfig", str(tmp_path / "missing")]) == 1
-    assert capsys.readouterr().err.startswith("kubectl appwrapper queue: cannot read the "
-                                              "kubeconfig")
+    assert capsys.readouterr().err == (
+        f"kubectl appwrapper queue: kubeconfig {tmp_path / 'missing'} does not exist: pass "
+        "the path of a kubeconfig file (kubectl config view --raw > FILE)\n")
     FakeApi.forbid_cluster = True
     assert cli.main(["queue", "--kubeconfig", str(api), "-A"]) == 1
     assert "forbidden" in capsys.readouterr().err
