@@ -151,6 +151,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except KubeconfigError as e:
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
+    except OSError as e:  # a port taken, a certificate directory not readable
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_CLUSTER
 
 
 async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None

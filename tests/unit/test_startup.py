@@ -122,6 +122,20 @@ def test_every_unusable_kubeconfig_is_named_with_what_to_do(
         "in-cluster configuration: ")
 
 
+def test_a_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                   ) -> None:
+    kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{free_port()}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["run", "--kubeconfig", str(kubeconfig), "--metrics-host",
+                         "127.0.0.1", "--metrics-port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dispatcher run: ") and "address already in use" in err
+    assert len(err.splitlines()) == 1
+
+
 # --- the API server does not answer, or forbids --------------------------------------------
 
 async def healthz_until(port: int, wanted: Callable[[str], bool]) -> str:
