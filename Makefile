@@ -43,8 +43,10 @@ cluster-down: setup
 cluster-test: cluster-build
 	$(VENV)/bin/pytest -q tests/cluster
 
-# MCAD's own kuttl suites (../shared/conformance/mcad-kuttl) against `dispatcher run`;
-# fails when a suite's result differs from tests/conformance/expected.yaml.
+# MCAD's own kuttl suites (../shared/conformance/mcad-kuttl, or $MCAD_KUTTL) against
+# `dispatcher run`; fails when a suite's result differs from tests/conformance/expected.yaml.
+# Without those files it says so and is skipped (fails under CI=true), as are the unit
+# tests that read them (MCAD_V1BETA1, MCAD_KUTTL).
 conformance: cluster-build
 	$(PY) -m tests.conformance.mcad_kuttl
 

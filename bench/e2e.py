@@ -224,7 +224,7 @@ def off_plan(k: Kubectl) -> tuple[int, int]:
     planned: dict[str, set[str]] = {}
     for aw in k.items("appwrappers"):
         for c in (aw.get("status") or {}).get("conditions") or []:
-            m = re.search(r"pods fit: on (.*)$", c.get("message", ""))
+            m = re.search(r"(?:pods fit|pod fits): on (.*)$", c.get("message", ""))
             if c.get("type") == "Dispatched" and m and " more" not in m.group(1):
                 planned[aw["metadata"]["name"]] = set(m.group(1).split(", "))
     off = checked = 0

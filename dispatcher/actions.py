@@ -24,12 +24,12 @@ from dispatcher.visibility import (
     ClusterError,
     Listing,
     connected,
-    duration,
     is_pending,
     list_appwrappers,
     status_of,
     why_of,
 )
+from dispatcher.wording import span
 
 EXIT_CLUSTER = 1
 SHOWN_AHEAD = 5
@@ -150,7 +150,7 @@ def _when(ts: datetime | None, now: float) -> str:
     if ts is None:
         return ""
     seconds = now - ts.timestamp()
-    ago = f"{duration(seconds)} ago" if seconds >= 0 else f"in {duration(-seconds)}"
+    ago = f"{span(seconds)} ago" if seconds >= 0 else f"in {span(-seconds)}"
     return f"{ts.strftime('%Y-%m-%dT%H:%M:%SZ')} ({ago})"
 
 

@@ -69,6 +69,7 @@ from dispatcher.preemption import (
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
 from dispatcher.quota import QuotaCheck, QuotaConsumer, QuotaLedger, QuotaPlacement
+from dispatcher.wording import all_of, plural, span
 
 Fit = Literal["per-node", "aggregate"]
 # preempt: dispatch once the wrappers in `preempts` are torn down (its room is then held).
@@ -438,7 +439,7 @@ def _live_holds(holds: Mapping[WrapperKey, Hold], admitted: Sequence[AdmittedWra
             expired[key] = f"{stuck[0]}/{stuck[1]} cannot be scaled in now"
         elif now - hold.since >= policy.max_hold_seconds:
             expired[key] = (f"what it waited for was not gone after "
-                            f"{policy.max_hold_seconds:.0f} s")
+                            f"{span(policy.max_hold_seconds)}")
     if quota is not None:
         for key in expired:
             quota.remove(key)
@@ -609,7 +610,8 @@ def blocks(policy: Policy, w: QueuedWrapper, now: float) -> bool:
 
 def _placed_message(placements: Sequence[Placement], fit: Fit) -> str:
     if fit == "aggregate":
-        return f"all {len(placements)} pods fit in the cluster's total free capacity"
+        return (f"{all_of(len(placements), 'pod')} {plural(len(placements), 'fits', 'fit')} "
+                "in the cluster's total free capacity")
     nodes = sorted({p.node for p in placements if p.node is not None})
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
-    return f"all {len(placements)} pods fit: on {shown}"
+    return f"{all_of(len(placements), 'pod')} {plural(len(placements), 'fits', 'fit')}: on {shown}"

@@ -52,6 +52,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                        [*subtrees, *loaded.subtrees])
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
+    if result.decisions and all(d.decision == "invalid" for d in result.decisions):
+        count = len(result.decisions)
+        which = "the AppWrapper is" if count == 1 else f"all {count} AppWrappers are"
+        print(f"dispatcher plan: {which} invalid: nothing can be dispatched (the "
+              "messages above say why)", file=sys.stderr)
+        return EXIT_INPUT
     return 0
 
 
@@ -61,8 +67,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.estimates import EstimateSettings
+    from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.operator import Settings, operate
+    from dispatcher.controller.startup import Stopped, stop_on_signals, until_stopped
     from dispatcher.controller.webhook import own_namespace
     from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
@@ -122,22 +130,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     async def run() -> int:
         # The webhook shares the event loop with the controller; of its state, only the
         # pod webhook reads it (holds a pod's room as it is created, pod_pinning.py).
+        stop = stop_on_signals()
         webhook = None
-        if args.webhook_port:
-            from dispatcher.controller.pod_pinning import PodPinning
-
-            settings.pod_pinning = PodPinning() if args.pin_pods else None
-            webhook = await _start_webhook(args, args.webhook_port, settings.pod_pinning,
-                                           settings.observer)
         try:
-            return await operate(settings)
+            if args.webhook_port:
+                from dispatcher.controller.pod_pinning import PodPinning
+
+                settings.pod_pinning = PodPinning() if args.pin_pods else None
+                webhook = await until_stopped(
+                    _start_webhook(args, args.webhook_port, settings.pod_pinning,
+                                   settings.observer), stop)
+            return await operate(settings, stop)
+        except Stopped:
+            return 0
         finally:
             if webhook is not None:
                 server, kube = webhook
                 await server.stop()
                 await kube.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except KubeconfigError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as e:  # a port taken, a certificate directory not readable
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_CLUSTER
 
 
 async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None,
@@ -146,7 +165,7 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
     import dataclasses
 
     from dispatcher.controller.kube import Kube
-    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server
+    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server, start_serving
 
     metrics = None if observer is None else observer.requests
     kube = await Kube.connect(args.kubeconfig, observer=metrics)
@@ -155,7 +174,7 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
         options = dataclasses.replace(options, pods_configuration=PODS_CONFIGURATION)
     server = make_server(kube, options, pods, metrics)
     try:
-        await server.start()
+        await start_serving(kube, server)
     except BaseException:
         await kube.close()
         raise
@@ -180,6 +199,7 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
     import asyncio
 
     from dispatcher.config import ConfigError
+    from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.webhook import serve
 
@@ -195,6 +215,9 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     try:
         asyncio.run(serve(options, args.kubeconfig))
+    except KubeconfigError as e:
+        print(f"dispatcher webhook: {e}", file=sys.stderr)
+        return EXIT_INPUT
     except (OSError, RuntimeError) as e:
         print(f"dispatcher webhook: {e}", file=sys.stderr)
         return EXIT_CLUSTER
@@ -283,10 +306,17 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return command.run(args)
 
 
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    from dispatcher import version
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
     )
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "plan",
@@ -440,6 +470,7 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     with the arguments after `appwrapper`."""
     parser = argparse.ArgumentParser(
         prog="kubectl appwrapper", description="AppWrappers and the dispatcher's queue.")
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     q = sub.add_parser("queue", help="the AppWrappers waiting for dispatch, in order",
                        description=QUEUE_DESCRIPTION)

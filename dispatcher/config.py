@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
+from dispatcher import yaml_text
 from dispatcher.kinds.scope import (
     CLUSTER_SCOPED_KINDS,
     DEFAULT_ALLOWED_KINDS,
@@ -90,7 +91,7 @@ def load_config(path: str | Path | None) -> DispatcherConfig:
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the configuration: {e.strerror or e}") from e
     try:
-        data = yaml.safe_load(text)
+        data = yaml_text.load(text, str(path))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if data is None:

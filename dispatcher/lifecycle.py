@@ -36,6 +36,7 @@ from typing import Literal
 
 from dispatcher.api.models import AppWrapper, Requeuing
 from dispatcher.kinds.completion import Outcome
+from dispatcher.wording import all_of, counted, plural, span
 
 Action = Literal["wait", "running", "holding", "completed", "failed", "requeue"]
 
@@ -83,7 +84,7 @@ def timing_for(aw: AppWrapper, base: Timing = DEFAULT_TIMING) -> tuple[Timing, l
         if value < 0 or value != value:
             warnings.append(f"metadata.annotations[{annotation!r}]: {raw!r} is not a number "
                             f"of seconds ≥ 0; the installation's default "
-                            f"{getattr(base, field_name):.0f} s applies")
+                            f"{span(getattr(base, field_name))} applies")
             continue
         overrides[field_name] = value
     return replace(base, **overrides), warnings
@@ -167,25 +168,26 @@ def judge(
             # pods of its other items still run (or wait): they hold what they hold.
             return Verdict("holding", "SomeItemsCompleted",
                            "the items with completionstatus have completed; "
-                           f"{pods.running} pods still running, {pods.pending} pending")
+                           f"{counted(pods.running, 'pod')} still running, {pods.pending} pending")
         return Verdict("completed", "PodsCompleted", "every wrapped object has finished")
     if outcome is None and expected_pods and pods.succeeded >= expected_pods \
             and not pods.active:
         return Verdict("completed", "PodsCompleted",
-                       f"all {expected_pods} pods have succeeded")
+                       f"{all_of(expected_pods, 'pod')} {plural(expected_pods, 'has', 'have')} "
+                       "succeeded")
 
     limit = aw.spec.schedulingSpec.dispatchDuration.limit
     deadline = dispatched_at + limit if limit else None
     if deadline is not None and now >= deadline:
         return Verdict("failed", "DispatchDeadlineExceeded",
-                       f"still not finished {limit} s after dispatch "
+                       f"still not finished {span(deadline - dispatched_at)} after dispatch "
                        "(spec.schedulingSpec.dispatchDuration.limit)")
 
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
     if up >= need:
         return Verdict("running", "PodsRunning",
-                       f"{pods.running} of {expected_pods} pods running"
+                       f"{pods.running} of {counted(expected_pods, 'pod')} running"
                        + (f", {pods.succeeded} succeeded" if pods.succeeded else ""),
                        check_at=deadline)
     requeues = aw.status.numberOfRequeueings
@@ -196,8 +198,8 @@ def judge(
         due = since + timing.failure_grace
         if now < due:
             return Verdict("wait", check_at=min(due, deadline) if deadline else due)
-        short = (f"the running gang has had {up} of the {need} pods it needs "
-                 f"(minAvailable) up for {now - since:.0f} s (a node gone, an eviction?)")
+        short = (f"the running gang has had {up} of the {counted(need, 'pod')} it needs "
+                 f"(minAvailable) up for {span(now - since)} (a node gone, an eviction?)")
         return _requeue_or_fail(aw, requeues, PODS_LOST, short, timing)
 
     unplaced_due = None
@@ -205,7 +207,7 @@ def judge(
         since, why = unplaced
         unplaced_due = since + timing.admission_grace
         if now >= unplaced_due:
-            short = f"{why} (for {now - since:.0f} s)"
+            short = f"{why} (for {span(now - since)})"
             return _requeue_or_fail(aw, requeues, PODS_UNPLACEABLE, short, timing)
     seen = pods.active + pods.succeeded + pods.failed
     waiting_for_pods = bool(expected_pods and not seen and timing.admission_grace > 0
@@ -214,7 +216,7 @@ def judge(
         assert created_at is not None
         due = created_at + timing.admission_grace
         if now >= due:
-            short = (f"{items} created, but no pod after {timing.admission_grace:.0f} s: "
+            short = (f"{items} created, but no pod after {span(timing.admission_grace)}: "
                      "is its operator running, or do a ResourceQuota or an admission "
                      "webhook refuse its pods? (kubectl describe the object)")
             return _requeue_or_fail(aw, requeues, PODS_NOT_CREATED, short, timing)
@@ -227,8 +229,8 @@ def judge(
         if unplaced_due is not None:
             due = min(due, unplaced_due)
         return Verdict("wait", check_at=min(due, deadline) if deadline else due)
-    short = (f"{up} of the {need} pods needed (minAvailable) running or succeeded "
-             f"{allowed:.0f} s after dispatch ({pods.pending} pending, {pods.failed} failed)")
+    short = (f"{up} of the {counted(need, 'pod')} needed (minAvailable) running or succeeded "
+             f"{span(allowed)} after dispatch ({pods.pending} pending, {pods.failed} failed)")
     return _requeue_or_fail(aw, requeues, "MinPodsNotRunning", short, timing)
 
 
@@ -237,8 +239,8 @@ def _requeue_or_fail(aw: AppWrapper, requeues: int, reason: str, short: str,
     limit_n = aw.spec.schedulingSpec.requeuing.maxNumRequeuings
     if limit_n and requeues >= limit_n:
         return Verdict("failed", REQUEUE_LIMIT_REACHED,
-                       f"{short}; already requeued {requeues} times "
+                       f"{short}; already requeued {counted(requeues, 'time')} "
                        "(spec.schedulingSpec.requeuing.maxNumRequeuings)")
     next_allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues + 1, timing)
     return Verdict("requeue", reason,
-                   f"{short}; torn down and requeued, {next_allowed:.0f} s allowed next time")
+                   f"{short}; torn down and requeued, {span(next_allowed)} allowed next time")

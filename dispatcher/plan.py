@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.admission import (
     FINISHED_STATES,
     Decision,
@@ -66,7 +67,7 @@ def read_documents(path: Path) -> Iterator[Document]:
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = yaml_text.load_all(text, str(path))
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML: {e}") from e
     for i, doc in enumerate(docs, start=1):

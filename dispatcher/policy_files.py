@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.queue.policy import Policy, PolicyError, policy_from_mapping
 
 
@@ -31,10 +32,19 @@ def builtin_names() -> list[str]:
                   if p.name.endswith(".yaml"))
 
 
+def _looks_like_a_path(name_or_path: str) -> bool:
+    return os.sep in name_or_path or "/" in name_or_path or \
+        name_or_path.endswith((".yaml", ".yml"))
+
+
 def load_policy(name_or_path: str) -> Policy:
     """A built-in policy by name (fifo, priority, backfill) or a policy YAML file."""
     path: Traversable = Path(name_or_path)
-    if not (path.name.endswith((".yaml", ".yml")) and path.is_file()):
+    if _looks_like_a_path(name_or_path):
+        if not path.is_file():
+            problem = "is not a file" if path.is_dir() else "does not exist"
+            raise PolicyError(f"policy file {name_or_path} {problem}")
+    else:
         path = policies_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
             names = builtin_names()
@@ -44,7 +54,7 @@ def load_policy(name_or_path: str) -> Policy:
                 f"unknown policy {name_or_path!r}: use {known} or the path of a policy YAML file"
             )
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_text.load(path.read_text(), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise PolicyError(f"{path}: cannot read policy: {e}") from e
     if not isinstance(data, dict):

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from dispatcher.wording import counted
+
 Resources = dict[str, int]
 
 CPU = "cpu"
@@ -245,7 +247,7 @@ def format_amount(name: str, value: int) -> str:
         sign = "-" if value < 0 else ""
         return f"{sign}{_bytes_text(abs(value))} {name}"
     if name == PODS:
-        return "1 pod" if value == 1 else f"{value} pods"
+        return counted(value, "pod")
     return f"{value} {name}"
 
 

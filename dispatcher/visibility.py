@@ -14,13 +14,11 @@ the cluster, and imports its client when called, so the command starts fast.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
@@ -35,10 +33,12 @@ from dispatcher.api.models import (
 )
 from dispatcher.kinds import InvalidItem
 from dispatcher.resources import CPU, GPU, PODS, format_amount
+from dispatcher.wording import span
 
 PENDING_STATES = frozenset({"", "Pending"})
-SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 UNKNOWN_POLICY = "unknown"  # no waiting AppWrapper says under which policy it waits
+# How long `queue` retries a server that does not answer (or answers 429/5xx).
+QUICK_RETRY_SECONDS = 3.0
 
 
 class ClusterError(RuntimeError):
@@ -148,18 +148,6 @@ def policy_of(rows: Sequence[PendingAppWrapper]) -> str:
 
 # --- rendering ---------------------------------------------------------------------------
 
-def duration(seconds: float) -> str:
-    """A short age, as kubectl prints them: 45s, 5m3s, 2h10m, 3d4h."""
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60}s" if s < 600 else f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60}m"
-    return f"{s // 86400}d{s % 86400 // 3600}h"
-
-
 def _amount(resource: str, value: int) -> str:
     if not value:
         return "-"
@@ -179,7 +167,7 @@ def eta(row: PendingAppWrapper) -> str:
     cannot fit this cluster; the message says which)."""
     if row.estimated_in is None:
         return "unknown"
-    return "now" if row.estimated_in < 1 else f"in {duration(row.estimated_in)}"
+    return "now" if row.estimated_in < 1 else f"in {span(row.estimated_in)}"
 
 
 def _status_text(row: PendingAppWrapper) -> str:
@@ -212,7 +200,7 @@ def to_table(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
             "-" if r.position is None else str(r.position), f"{r.namespace}/{r.name}", prio,
             str(r.pods), _amount(GPU, r.requests.get(GPU, 0)),
             _amount(CPU, r.requests.get(CPU, 0)), _amount("memory", r.requests.get("memory", 0)),
-            duration(r.waiting_seconds),
+            span(r.waiting_seconds),
             eta(r),
             _status_text(r), _message(r)))
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]
@@ -279,7 +267,11 @@ async def _list(kube: Any, namespace: str | None) -> list[dict[str, Any]]:
 async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
     """Every AppWrapper when allowed, so positions are those of the one queue; when only
     `namespace` may be listed, its AppWrappers alone."""
+    from dispatcher.controller.explain import explain
     from dispatcher.controller.kube import ApiError
+
+    def why(e: ApiError) -> str:
+        return explain(e, "your user", "ask your cluster's administrator")
 
     try:
         objects = await _list(kube, None)
@@ -288,12 +280,12 @@ async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
             raise ClusterError("AppWrappers are not served by this cluster: install the "
                                "CRD (crds/ or deploy/)") from None
         if e.status != 403 or namespace is None:
-            raise ClusterError(f"cannot list AppWrappers: {e}") from None
+            raise ClusterError(f"cannot list AppWrappers: {why(e)}") from None
         try:
             objects = await _list(kube, namespace)
         except ApiError as e2:
             raise ClusterError(f"cannot list AppWrappers in namespace {namespace}: "
-                               f"{e2}") from None
+                               f"{why(e2)}") from None
         return Listing(objects, "namespace", namespace)
     # With a namespace, the others are filtered out when shown: positions stay those of
     # the whole queue.
@@ -307,28 +299,19 @@ async def connected(kubeconfig: str | None, context: str | None
     namespace kubectl would default to (the context's); a failure to read the kubeconfig
     or reach the API server is a ClusterError."""
     from aiohttp import ClientError
-    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio import client
 
-    from dispatcher.controller.kube import Kube
+    from dispatcher.controller.kube import Kube, RetryPolicy
+    from dispatcher.controller.kubeconfig import KubeconfigError, load
 
-    in_cluster = kubeconfig is None and context is None \
-        and "KUBERNETES_SERVICE_HOST" in os.environ and not os.environ.get("KUBECONFIG")
-    default_ns = "default"
     try:
-        if in_cluster:
-            kube = await Kube.connect(None)
-            if SA_NAMESPACE_FILE.exists():
-                default_ns = SA_NAMESPACE_FILE.read_text().strip() or default_ns
-        else:
-            conf = client.Configuration()
-            loader = await config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=conf,
-                persist_config=False)
-            current = loader.current_context or {}
-            default_ns = (current.get("context") or {}).get("namespace") or default_ns
-            kube = Kube(client.ApiClient(configuration=conf))
-    except (config.ConfigException, OSError) as e:
-        raise ClusterError(f"cannot read the kubeconfig: {e}") from None
+        connection = await load(kubeconfig, context)
+    except KubeconfigError as e:
+        raise ClusterError(str(e)) from None
+    # A command answers at once: a server that refuses connections is not waited for.
+    kube = Kube(client.ApiClient(configuration=connection.configuration),
+                retry=RetryPolicy(budget=QUICK_RETRY_SECONDS))
+    default_ns = connection.namespace
     try:
         yield kube, default_ns
     except (OSError, ClientError) as e:  # connection refused, DNS, TLS

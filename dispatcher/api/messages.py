@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dispatcher.wording import plural
+
 MAX_MESSAGE_CHARS = 2048
 MAX_PROBLEM_CHARS = 512
 # The widest separator callers join lines with ("; ").
@@ -47,4 +49,4 @@ def problems_message(problems: Sequence[str], separator: str = "; ") -> str:
 
 
 def _more(count: int, noun: str) -> str:
-    return f"{_ELLIPSIS} and {count} more {noun}{'s' if count != 1 else ''}"
+    return f"{_ELLIPSIS} and {count} more {plural(count, noun)}"

@@ -22,7 +22,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dispatcher.wording import span
+
+from .explain import explain
 from .kube import ApiError, Kube, Resource
+from .startup import Trouble
 
 log = logging.getLogger("dispatcher.informer")
 
@@ -56,6 +60,7 @@ class Informer:
         self._version: str | None = None
         self._opened = False  # the current watch request got its stream
         self._listed_at = 0.0
+        self.trouble = Trouble(log, f"listing and watching {self.name}", clock)
 
     @property
     def name(self) -> str:
@@ -65,7 +70,7 @@ class Informer:
         if self.live:
             return None
         since = "" if self.lost_since is None else \
-            f" for {self.clock() - self.lost_since:.0f}s"
+            f" for {span(self.clock() - self.lost_since)}"
         return f"{self.name}: not watching{since} ({self.problem})"
 
     def _lost(self, problem: str) -> None:
@@ -106,13 +111,15 @@ class Informer:
                     self._not_served()
                     await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
                     continue
-                self._lost(str(e))
+                problem = explain(e)
+                self._lost(problem)
                 if self._opened:
                     # A stream that was open broke (a restart, a cut connection): the
                     # server answered a moment ago, so resume at once; back off only
                     # while it cannot be reached.
                     delay = FIRST_RETRY_SECONDS
                     continue
+                self.trouble.report(problem)
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 5.0)
             except Exception as e:  # a bad event must not end the watch for good
@@ -158,6 +165,7 @@ class Informer:
     def _resumed(self) -> None:
         if not self.live and self.problem != "not listed yet":
             log.info("watching %s again", self.name)
+        self.trouble.clear(say=False)
         self.live = True
         self.lost_since = None
         self.problem = ""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from collections import deque
@@ -28,8 +27,10 @@ from urllib.parse import quote
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from yarl import URL
+
+from .kubeconfig import load
 
 log = logging.getLogger("dispatcher.kube")
 
@@ -39,14 +40,24 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 NO_ANSWER = 0
 
 
+@dataclass(frozen=True)
+class Request:
+    """What was asked of whom, for messages: `method` is WATCH for a watch."""
+
+    method: str
+    path: str
+    server: str
+
+
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, request: Request | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.retry_after = retry_after
+        self.request = request
 
     @property
     def transient(self) -> bool:
@@ -183,7 +194,7 @@ def _retry_after(headers: Mapping[str, str] | None) -> float | None:
 
 
 def _error_of(status: int, http_reason: str, raw: bytes,
-              headers: Mapping[str, str] | None) -> ApiError:
+              headers: Mapping[str, str] | None, request: Request) -> ApiError:
     # Unknown paths answer with plain text ("404 page not found"), not a Status.
     try:
         data = json.loads(raw) if raw else None
@@ -192,7 +203,8 @@ def _error_of(status: int, http_reason: str, raw: bytes,
     text = raw.decode(errors="replace")
     reason = data.get("reason", "") if isinstance(data, dict) else ""
     message = data.get("message", text) if isinstance(data, dict) else text
-    return ApiError(status, reason or http_reason or "", message, _retry_after(headers))
+    return ApiError(status, reason or http_reason or "", message, _retry_after(headers),
+                    request)
 
 
 def read_environment_once(api: client.ApiClient) -> None:
@@ -231,20 +243,20 @@ class Kube:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, qps: float = 0.0,
                       burst: int = 1, retry: RetryPolicy | None = None,
-                      observer: RequestObserver | None = None) -> Kube:
-        """In-cluster when running in a pod with no kubeconfig given, else kubeconfig."""
-        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ \
-                and not os.environ.get("KUBECONFIG"):
-            conf = client.Configuration()
-            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-        else:
-            conf = client.Configuration()
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+                      observer: RequestObserver | None = None,
+                      context: str | None = None) -> Kube:
+        """In-cluster when running in a pod with no kubeconfig given, else kubeconfig
+        (kubeconfig.py); raises KubeconfigError, saying what to do, when there is none."""
+        conf = (await load(kubeconfig, context, persist=True)).configuration
         # The default pool (5 per core) is smaller than three watches plus a cycle's writes.
         conf.connection_pool_maxsize = 64
         api = client.ApiClient(configuration=conf)
         read_environment_once(api)
         return cls(api, retry=retry, qps=qps, burst=burst, observer=observer)
+
+    @property
+    def server(self) -> str:
+        return str(self.api.configuration.host)
 
     async def close(self) -> None:
         await self.api.close()
@@ -254,6 +266,7 @@ class Kube:
                     timeout: aiohttp.ClientTimeout) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         started = time.monotonic()
+        request = Request(method, path, self.server)
         try:
             response = await self.api.call_api(
                 path, method, query_params=list((query or {}).items()),
@@ -267,11 +280,12 @@ class Kube:
                 response.release()
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             self._answered(method, NO_ANSWER, started)
-            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__) from e
+            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__,
+                           request=request) from e
         self._answered(method, response.status, started)
         if response.status >= 400:
             raise _error_of(response.status, response.reason or "", raw,
-                            getattr(response, "headers", None))
+                            getattr(response, "headers", None), request)
         return json.loads(raw) if raw else None
 
     async def request(self, method: str, path: str, body: Any = None,
@@ -387,6 +401,7 @@ class Kube:
         query = {"watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=timeout_seconds + 15)
+        request = Request("WATCH", resource.path(), self.server)
         try:
             response = await self.api.call_api(
                 resource.path(), "GET", query_params=list(query.items()),
@@ -395,11 +410,13 @@ class Kube:
                 _return_http_data_only=True, _request_timeout=timeout,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__) from e
+            raise ApiError(NO_ANSWER, type(e).__name__, str(e) or type(e).__name__,
+                           request=request) from e
         try:
             if response.status >= 400:
                 raw = await response.read()
-                raise _error_of(response.status, response.reason or "", raw, response.headers)
+                raise _error_of(response.status, response.reason or "", raw, response.headers,
+                                request)
             if opened is not None:
                 opened()
             while True:
@@ -407,7 +424,7 @@ class Kube:
                     line = await response.content.readline()
                 except (aiohttp.ClientError, TimeoutError, OSError) as e:
                     raise ApiError(NO_ANSWER, type(e).__name__,
-                                   str(e) or type(e).__name__) from e
+                                   str(e) or type(e).__name__, request=request) from e
                 if not line:
                     return
                 if line.strip():

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from .explain import explain
 from .kube import ApiError, Kube, Resource
+from .startup import Trouble
 
 log = logging.getLogger("dispatcher.lease")
 
@@ -56,6 +58,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._last_renew = 0.0
+        self.trouble = Trouble(log, f"leader election (Lease {namespace}/{name})")
 
     @property
     def path(self) -> str:
@@ -113,12 +116,13 @@ class LeaderElector:
         while True:
             try:
                 if await self._try():
+                    self.trouble.clear()
                     self.leading = True
                     self._last_renew = self.clock()
                     log.info("%s: leading", self.identity)
                     return
             except ApiError as e:
-                log.info("leader election: %s", e)
+                self.trouble.report(explain(e))
             await asyncio.sleep(self.retry_period)
 
     async def keep(self) -> None:

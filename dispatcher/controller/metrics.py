@@ -24,7 +24,7 @@ import logging
 import platform
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +45,7 @@ from dispatcher.lifecycle import (
     WRAPPED_OBJECT_FAILED,
 )
 from dispatcher.resources import CPU
+from dispatcher.wording import span
 
 from .runtime import Dispatcher, Observer
 from .status import WRITE_KINDS
@@ -513,14 +514,18 @@ class MetricsServer:
     def __init__(self, observer: PrometheusObserver, port: int, host: str = "0.0.0.0",
                  max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
                  auth: MetricsAuth | None = None,
-                 visibility: VisibilityApi | None = None) -> None:
-        """`visibility`: the queue's visibility endpoint, served beside the metrics."""
+                 visibility: VisibilityApi | None = None,
+                 problem: Callable[[], str | None] = lambda: None) -> None:
+        """`visibility`: the queue's visibility endpoint, served beside the metrics;
+        `problem`: why start-up is stuck, if it is (the API server unreachable, a grant
+        missing)."""
         self.observer = observer
         self.host = host
         self.port = port
         self.max_cycle_age = max_cycle_age
         self.auth = auth if auth is not None else MetricsServer.default_auth
         self.visibility = visibility
+        self.problem = problem
         self.dispatcher: Dispatcher | None = None
         # Set while this replica waits for the Lease: a standby is healthy.
         self.standby: str | None = None
@@ -575,17 +580,20 @@ class MetricsServer:
 
     def health(self) -> tuple[bool, str]:
         d = self.dispatcher
-        if d is None and self.standby is not None:
-            return True, f"standby: {self.standby}"
         if d is None or not d.ready:
+            problem = self.problem()
+            if problem is not None:
+                return False, f"starting: {problem}"
+            if d is None and self.standby is not None:
+                return True, f"standby: {self.standby}"
             return False, "starting: the cluster is not listed yet"
         blind = d.blind()
         if blind is not None:
             return False, f"blind: {blind}; deciding nothing until the watch resumes"
         age = time.monotonic() - d.last_cycle_at
         if age > self.max_cycle_age:
-            return False, (f"the admission loop has not finished a cycle for {age:.0f}s "
-                           f"(limit {self.max_cycle_age:.0f}s)")
+            return False, (f"the admission loop has not finished a cycle for {span(age)} "
+                           f"(limit {span(self.max_cycle_age)})")
         return True, f"ok: {d.cycles} admission cycles, the last {age:.1f}s ago"
 
     async def healthz(self, request: web.Request) -> web.Response:

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from dispatcher.admission import Fit
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
+from dispatcher.wording import counted
 
 from .estimates import EstimateSettings
 from .grants import QUOTA_SUBTREES
@@ -35,6 +35,7 @@ from .kube import Kube, Resource
 from .leader_pod import own_pod, step_down, take_lead
 from .lease import LeaderElector
 from .runtime import APPWRAPPERS, Dispatcher, Observer
+from .startup import Stopped, Trouble, reach, stop_on_signals, until_stopped
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, PrometheusObserver
@@ -84,6 +85,7 @@ class Operator:
         self.informers: list[Informer] = []
         self.elector: LeaderElector | None = None
         self.metrics_server: MetricsServer | None = None
+        self.reaching = Trouble(log, "reaching the API server")
         self._tasks: list[asyncio.Task[None]] = []
 
     def blind(self) -> str | None:
@@ -93,19 +95,38 @@ class Operator:
                 return reason
         return None
 
-    async def _serve_metrics(self) -> Observer | None:
+    def problem(self) -> str | None:
+        """Why start-up is stuck, while a step of it fails (for /healthz)."""
+        if self.reaching.current is not None:
+            return self.reaching.current  # it says "cannot reach the API server" itself
+        troubles = [*([self.elector.trouble] if self.elector else []),
+                    *(i.trouble for i in self.informers)]
+        return next((f"{t.what}: {t.current}" for t in troubles if t.current is not None),
+                    None)
+
+    def _metrics(self) -> PrometheusObserver | None:
+        """What /metrics will say (None: no metrics port), before anything is served: the
+        API client reports its requests to it from the first."""
         s = self.settings
         if not s.metrics_port:
             return None
+        from .metrics import PrometheusObserver
+
+        return s.observer or PrometheusObserver()
+
+    async def _serve_metrics(self, metrics: PrometheusObserver | None) -> Observer | None:
+        s = self.settings
+        if metrics is None:
+            return None
         from .bearer import TokenReviewAuth
-        from .metrics import MetricsServer, PrometheusObserver
+        from .metrics import MetricsServer
         from .visibility_api import VisibilityApi
 
         # The queue as this process numbers it, to users RBAC lets list AppWrappers.
         visibility = VisibilityApi(lambda: self.dispatcher,
                                    TokenReviewAuth(lambda: Kube.connect(s.kubeconfig)))
-        server = MetricsServer(s.observer or PrometheusObserver(), s.metrics_port,
-                               s.metrics_host, visibility=visibility)
+        server = MetricsServer(metrics, s.metrics_port, s.metrics_host,
+                               visibility=visibility, problem=self.problem)
         await server.start()
         self.metrics_server = server
         observer: Observer = server.observer
@@ -113,46 +134,17 @@ class Operator:
 
     async def run(self, stop: asyncio.Event) -> int:
         s = self.settings
-        observer = await self._serve_metrics()
-        requests = None if self.metrics_server is None else self.metrics_server.observer.requests
+        metrics = self._metrics()
+        requests = None if metrics is None else metrics.requests
+        # First, before anything is served: a missing kubeconfig ends the process.
         kube = await Kube.connect(s.kubeconfig, qps=s.qps, burst=s.burst, observer=requests)
-        lease_kube: Kube | None = None
         try:
-            pod = own_pod() if s.pod_pinning is not None else None
-            if pod is not None:
-                await step_down(kube, pod)
-            if s.leader_election:
-                # Its own connections, not paced: a renewal queued behind a burst of item
-                # creations (the client's token bucket, a pool of busy connections) missed
-                # its deadline and a new leader stepped down 15 s after taking over.
-                lease_kube = await Kube.connect(s.kubeconfig, observer=requests)
-                self.elector = LeaderElector(lease_kube, s.lease_namespace, s.lease_name)
-                if self.metrics_server is not None:
-                    self.metrics_server.standby = (
-                        f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
-                acquired = asyncio.ensure_future(self.elector.acquire())
-                stopped = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({acquired, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                if not acquired.done():
-                    acquired.cancel()
-                    return 0
-                stopped.cancel()
-            d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
-                           allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                           estimates=s.estimates, pin_pods=s.pin_pods)
-            self.dispatcher = d
-            d.blind = self.blind
-            if self.metrics_server is not None:
-                self.metrics_server.standby = None
-                self.metrics_server.dispatcher = d
-            await self._start_informers(d, kube)
-            d.start()
-            if s.pod_pinning is not None:
-                s.pod_pinning.dispatcher = d
-                if pod is not None:
-                    await take_lead(kube, pod)
-            log.info("dispatcher ready: policy %s, %s fit, %d node(s), %d AppWrapper(s)",
-                     s.policy.name, s.fit, len(d.state.nodes), len(d.tracked))
+            observer = await self._serve_metrics(metrics)
+            try:
+                d = await until_stopped(self._start(kube, observer), stop)
+            except Stopped:
+                log.info("stopped before start-up finished")
+                return 0
             waits = [asyncio.ensure_future(stop.wait())]
             if self.elector is not None:
                 waits.append(asyncio.ensure_future(self.elector.lost.wait()))
@@ -172,10 +164,48 @@ class Operator:
             for task in self._tasks:
                 task.cancel()
             await kube.close()
-            if lease_kube is not None:
-                await lease_kube.close()
+            if self.elector is not None:
+                await self.elector.kube.close()
             if self.metrics_server is not None:
                 await self.metrics_server.stop()
+
+    async def _start(self, kube: Kube, observer: Observer | None) -> Dispatcher:
+        """Everything before the loop runs: each step waits for the API server and the
+        grants it needs, saying what is missing (log, /healthz)."""
+        s = self.settings
+        await reach(kube, self.reaching)
+        pod = own_pod() if s.pod_pinning is not None else None
+        if pod is not None:
+            await step_down(kube, pod)
+        if s.leader_election:
+            # Its own connections, not paced: a renewal queued behind a burst of item
+            # creations (the client's token bucket, a pool of busy connections) missed
+            # its deadline and a new leader stepped down 15 s after taking over.
+            requests = None if self.metrics_server is None else \
+                self.metrics_server.observer.requests
+            self.elector = LeaderElector(await Kube.connect(s.kubeconfig, observer=requests),
+                                         s.lease_namespace, s.lease_name)
+            if self.metrics_server is not None:
+                self.metrics_server.standby = (
+                    f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
+            await self.elector.acquire()
+        d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
+                       allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
+                       estimates=s.estimates, pin_pods=s.pin_pods)
+        self.dispatcher = d
+        d.blind = self.blind
+        if self.metrics_server is not None:
+            self.metrics_server.standby = None
+            self.metrics_server.dispatcher = d
+        await self._start_informers(d, kube)
+        d.start()
+        if s.pod_pinning is not None:
+            s.pod_pinning.dispatcher = d
+            if pod is not None:
+                await take_lead(kube, pod)
+        log.info("dispatcher ready: policy %s, %s fit, %s, %s", s.policy.name, s.fit,
+                 counted(len(d.state.nodes), "node"), counted(len(d.tracked), "AppWrapper"))
+        return d
 
     async def _start_informers(self, d: Dispatcher, kube: Kube) -> None:
         s = self.settings
@@ -205,12 +235,9 @@ class Operator:
 
 async def operate(settings: Settings,
                   stop_flag: asyncio.Event | threading.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status."""
-    stop = stop_flag if isinstance(stop_flag, asyncio.Event) else asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
+    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status. Raises
+    KubeconfigError, before anything starts, when there is no configuration to use."""
+    stop = stop_on_signals(stop_flag if isinstance(stop_flag, asyncio.Event) else None)
     watcher: asyncio.Task[None] | None = None
     if isinstance(stop_flag, threading.Event):
         flag = stop_flag

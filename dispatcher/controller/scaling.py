@@ -43,6 +43,7 @@ from dispatcher.cluster import ClusterState, PlannedPod
 from dispatcher.elastic import Scale, recorded_counts
 from dispatcher.fit.elastic import describe, lowest, sized
 from dispatcher.kinds.elastic import ElasticSet
+from dispatcher.wording import span
 
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
@@ -319,7 +320,7 @@ class Scaling:
         message = (f"could not resize to {describe(sets, counts)}: "
                    + "; ".join(r.why() for r in refusals)
                    + f"; it keeps {describe(sets, kept)} and is not resized for "
-                   f"{RESIZE_RETRY_SECONDS:.0f} s")
+                   f"{span(RESIZE_RETRY_SECONDS)}")
         log.warning("%s/%s: %s", *t.key, message)
         change = self.writer.begin(t, now)
         t.status.elasticPods = kept

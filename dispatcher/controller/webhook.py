@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import ssl
 import tempfile
 import time
@@ -39,6 +38,7 @@ from .certs import SecretCertificates, service_hosts
 from .kube import Kube
 from .metrics import RequestMetrics, exposition
 from .pod_pinning import PodPinning
+from .startup import Stopped, Trouble, reach, retry, stop_on_signals, until_stopped
 
 log = logging.getLogger("dispatcher.webhook")
 
@@ -302,20 +302,27 @@ def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = N
                          options.host, options.port, pods, metrics, serve_metrics)
 
 
+async def start_serving(kube: Kube, server: WebhookServer) -> None:
+    """Start `server` once the API server answers and its certificates can be had, saying
+    what fails meanwhile and retrying with backoff."""
+    trouble = Trouble(log, "starting the webhook")
+    await reach(kube, trouble)
+    await retry(server.start, trouble)
+
+
 async def serve(options: WebhookOptions, kubeconfig: str | None,
                 stop: asyncio.Event | None = None) -> None:
-    """`dispatcher webhook`: serve until SIGTERM/SIGINT (or ``stop``)."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    """`dispatcher webhook`: serve until SIGTERM/SIGINT (or ``stop``). Raises
+    KubeconfigError when there is no configuration to use."""
+    stop = stop_on_signals(stop)
     metrics = RequestMetrics()
     kube = await Kube.connect(kubeconfig, observer=metrics)
     server = make_server(kube, options, metrics=metrics, serve_metrics=True)
     try:
-        await server.start()
+        await until_stopped(start_serving(kube, server), stop)
         await stop.wait()
+    except Stopped:
+        log.info("stopped before the webhook served")
     finally:
         await server.stop()
         await kube.close()

@@ -1,4 +1,4 @@
-"""An estimate in words, for status messages: "estimated start in about 2 h 10 m (at
+"""An estimate in words, for status messages: "estimated start in about 2h10m (at
 14:32 UTC)"."""
 
 from __future__ import annotations
@@ -6,22 +6,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dispatcher.eta.replay import Estimate, Outcome
+from dispatcher.wording import DAY, HOUR, MINUTE, span
 
 # An estimate this close is "now": the next admission cycle dispatches it.
 SOON_SECONDS = 30.0
 
 
 def about(seconds: float) -> str:
-    """A rounded span: "less than a minute", "25 m", "2 h 10 m", "3 d 4 h"."""
-    if seconds < 60:
+    """A span rounded to the minute, to the hour beyond a day: "less than a minute",
+    "25m", "2h10m", "3d4h"."""
+    if seconds < MINUTE:
         return "less than a minute"
-    if seconds < 86400 - 30:
-        m = round(seconds / 60)
-        if m < 60:
-            return f"{m} m"
-        return f"{m // 60} h {m % 60} m" if m % 60 else f"{m // 60} h"
-    h = round(seconds / 3600)
-    return f"{h // 24} d {h % 24} h" if h % 24 else f"{h // 24} d"
+    if seconds < DAY - MINUTE / 2:
+        return span(round(seconds / MINUTE) * MINUTE)
+    return span(round(seconds / HOUR) * HOUR)
 
 
 def clock_time(at: float, now: float) -> str:

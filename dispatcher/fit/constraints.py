@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dispatcher.cluster.model import Node, Taint
 from dispatcher.kinds.podset import PodConstraints, Requirement, Toleration
+from dispatcher.wording import counted
 
 FILTERING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
@@ -80,5 +81,5 @@ def describe(constraints: PodConstraints) -> str:
     if constraints.affinity_terms:
         parts.append("required node affinity")
     if constraints.tolerations:
-        parts.append(f"{len(constraints.tolerations)} toleration(s)")
+        parts.append(counted(len(constraints.tolerations), "toleration"))
     return " and ".join(parts) if parts else "no node rules"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.gang import GangPodSet
 from dispatcher.kinds.elastic import ElasticSet
+from dispatcher.wording import counted, plural
 
 Counts = tuple[int, ...]
 
@@ -119,10 +120,10 @@ def describe(sets: Sequence[ElasticSet], counts: Sequence[int]) -> str:
     for s, c in zip(sets, counts, strict=True):
         replicas = c // s.unit
         if s.name.lower() == "worker":
-            parts.append(f"{replicas} worker{'s' if replicas != 1 else ''}")
+            parts.append(counted(replicas, "worker"))
         elif s.name.startswith("worker/"):
-            parts.append(f"{replicas} worker{'s' if replicas != 1 else ''} in group "
+            parts.append(f"{counted(replicas, 'worker')} in group "
                          f"{s.name.removeprefix('worker/')}")
         else:
-            parts.append(f"{c} {s.name} pod{'s' if c != 1 else ''}")
+            parts.append(f"{c} {s.name} {plural(c, 'pod')}")
     return " and ".join(parts)

@@ -20,6 +20,7 @@ from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.constraints import describe
 from dispatcher.kinds.podset import PodSet
 from dispatcher.resources import format_amount, format_resources
+from dispatcher.wording import counted, plural
 
 # Why a gang does not fit, from the most to the least actionable for a user.
 INSUFFICIENT = "InsufficientResources"  # the cluster lacks it in total
@@ -100,7 +101,7 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
             NO_MATCHING_NODE,
             f"no schedulable node accepts the pods{of} ({describe(ps.constraints)})",
         )
-    usable = (f"the {len(rows)} node(s) they may use" if len(rows) < cap.schedulable_count
+    usable = (f"the {counted(len(rows), 'node')} they may use" if len(rows) < cap.schedulable_count
               else "the nodes")
     for r, v in sorted(ps.request.items()):
         if v <= 0:
@@ -109,7 +110,8 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
         if total < v * count:
             return Shortfall(
                 INSUFFICIENT,
-                f"the {count} pods{of} need {format_amount(r, v * count)}, "
+                f"the {counted(count, 'pod')}{of} {plural(count, 'needs', 'need')} "
+                f"{format_amount(r, v * count)}, "
                 f"{format_amount(r, total)} free on {usable}",
             )
     for r, v in sorted(ps.request.items()):
@@ -129,12 +131,13 @@ def _pod_set_shortfall(gang: Sequence[GangPodSet], ps: PodSet, cap: Capacity) ->
     if alone < count:
         return Shortfall(
             FRAGMENTED,
-            f"enough free in total, but only {alone} of the {count} pods{of} "
+            f"enough free in total, but only {alone} of the {counted(count, 'pod')}{of} "
             f"({format_resources(_shown(ps.request))} each) fit on {usable} right now",
         )
     return Shortfall(
         FRAGMENTED,
-        f"the {count} pods{of} fit on their own, but not beside the rest of "
+        f"the {counted(count, 'pod')}{of} {plural(count, 'fits on its', 'fit on their')} own, "
+        "but not beside the rest of "
         "the gang on the nodes free right now",
     )
 

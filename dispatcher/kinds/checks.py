@@ -15,9 +15,11 @@ from dispatcher.api.durations import declared_duration
 from dispatcher.api.messages import cap_problems
 from dispatcher.api.models import GROWTH_TYPES, AppWrapper, GenericItem
 from dispatcher.api.names import GENERATED_SUFFIX, MAX_LABEL_VALUE
+from dispatcher.api.unknown_fields import unknown_fields
 from dispatcher.kinds import InvalidItem, PodSet, group_kind, infer_pod_sets, item_pod_sets
 from dispatcher.kinds.scope import CLUSTER_SCOPED_KINDS, GroupKind, kind_name
 from dispatcher.resources import PODS, format_resources
+from dispatcher.wording import counted
 
 # How many allowed kinds a refusal lists before "…".
 _SHOWN_KINDS = 8
@@ -59,7 +61,7 @@ def check_kinds(
 
 def warnings(aw: AppWrapper) -> list[str]:
     """What the dispatcher accepts, as MCAD does, but the user should hear about."""
-    found: list[str] = []
+    found = unknown_fields(aw)
     growth = aw.spec.schedulingSpec.requeuing.growthType
     if growth not in GROWTH_TYPES:
         found.append(
@@ -94,8 +96,9 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
     detail = f" ({' + '.join(f'{s.name} {s.count}' for s in sets)})" if len(sets) > 1 else ""
     template = item.generictemplate
     return [
-        f"{where}.custompodresources: declares {_pods(declared)}, but {template.get('kind')} "
-        f"{_item_name(template)} will create {_pods(real)}{detail}; the dispatcher reserves "
+        f"{where}.custompodresources: declares {counted(declared, 'pod')}, but "
+        f"{template.get('kind')} {_item_name(template)} will create {counted(real, 'pod')}"
+        f"{detail}; the dispatcher reserves "
         f"room for the {declared} declared, as MCAD does: correct custompodresources, or "
         "remove it to let the dispatcher count the pods"
     ]
@@ -171,10 +174,6 @@ def _item_name(template: Mapping[str, Any]) -> str:
         if isinstance(meta.get("generateName"), str) and meta["generateName"]:
             return repr(meta["generateName"] + "…")
     return "(unnamed)"
-
-
-def _pods(n: int) -> str:
-    return f"{n} pod{'s' if n != 1 else ''}"
 
 
 def _listed(kinds: Collection[GroupKind]) -> str:

@@ -38,7 +38,7 @@ from dispatcher.eta import (
 )
 from dispatcher.queue.queue import WrapperKey
 from dispatcher.simulate.engine import JobRun, Simulation
-from dispatcher.simulate.report import duration_text
+from dispatcher.wording import span
 
 Mode = Literal["exact", "history"]
 MODES: tuple[Mode, ...] = ("exact", "history")
@@ -197,8 +197,8 @@ def accuracy_cells(a: Accuracy) -> tuple[str, ...]:
 
     times = "-" if math.isnan(a.median_seconds) else \
         f"{a.median_seconds:.2f} ({a.max_seconds:.2f})"
-    return (a.mode, str(a.samples), f"{a.estimates:,}", duration_text(a.median_error),
-            duration_text(a.p90_error), rel(a.median_relative), rel(a.p90_relative),
+    return (a.mode, str(a.samples), f"{a.estimates:,}", span(a.median_error),
+            span(a.p90_error), rel(a.median_relative), rel(a.p90_relative),
             f"{a.beyond:,} ({a.beyond_wrong:,})", times)
 
 

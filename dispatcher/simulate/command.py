@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
 from dispatcher.quota import QuotaForest, is_quota_subtree
@@ -30,6 +31,7 @@ from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_dict, to_table
 from dispatcher.simulate.teams import TeamRule, assign, parse_teams
 from dispatcher.simulate.traces import TraceError, read_trace
+from dispatcher.wording import counted
 
 EXIT_INPUT = 2
 
@@ -120,7 +122,7 @@ def _check(args: argparse.Namespace) -> str | None:
 def load_forest(path: Path) -> QuotaForest:
     """The quota trees of a YAML file of QuotaSubtrees (or Lists of them)."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        docs = yaml_text.load_all(path.read_text(), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise TraceError(f"{path}: cannot read QuotaSubtrees: {e}") from e
     objs: list[Mapping[str, Any]] = []
@@ -199,7 +201,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         print(to_table(summary), file=out)
         if probe is not None:
-            print(f"\nstart estimates: every queued job's, at {args.eta} moments spread over "
+            print(f"\nstart estimates: every queued job's, at {counted(args.eta, 'moment')} "
+                  "spread over "
                   "the submissions (samples: those with jobs queued), compared with its start "
                   "in this run:", file=out)
             print(render(ACCURACY_HEADER, [accuracy_cells(a) for a in accuracy]), file=out)

@@ -20,8 +20,9 @@ from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.queue.policy import Policy
 from dispatcher.quota import QuotaForest
 from dispatcher.simulate.engine import simulate
-from dispatcher.simulate.report import Summary, duration_text, summarise
+from dispatcher.simulate.report import Summary, summarise
 from dispatcher.simulate.traces import GPU, Trace, TraceJob
+from dispatcher.wording import counted, span
 
 ASSUMPTION = ("elastic: a job of N GPUs runs on ceil(N/2) to N of them, in whole pods "
               "(one-pod jobs stay rigid); work scales linearly with its pods")
@@ -76,8 +77,8 @@ HEADER = ("", "mean wait", "median wait", "p95 wait", "max wait", "utilisation",
 def rows(c: Comparison) -> list[tuple[str, ...]]:
     def row(label: str, s: Summary) -> tuple[str, ...]:
         d = s.delays
-        return (label, duration_text(d.mean), duration_text(d.median), duration_text(d.p95),
-                duration_text(d.max), f"{s.utilisation:.1%}", duration_text(s.makespan),
+        return (label, span(d.mean), span(d.median), span(d.p95),
+                span(d.max), f"{s.utilisation:.1%}", span(s.makespan),
                 str(s.preemptions), f"{s.lost_gpu_hours:,.0f}")
     return [row("rigid", c.rigid), row("elastic", c.elastic)]
 
@@ -96,7 +97,7 @@ def _figures(s: Summary) -> dict[str, Any]:
 
 def table(c: Comparison, title: str) -> str:
     lines = [title, ASSUMPTION,
-             f"{c.elastic_jobs} of {len(c.rigid.run.jobs)} jobs elastic; "
+             f"{c.elastic_jobs} of {counted(len(c.rigid.run.jobs), 'job')} elastic; "
              f"{c.scale_outs} scale-outs, {c.scale_ins} scale-ins"]
     body: Sequence[tuple[str, ...]] = [HEADER, *rows(c)]
     widths = [max(len(r[k]) for r in body) for k in range(len(HEADER))]

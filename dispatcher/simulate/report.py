@@ -29,6 +29,7 @@ from typing import Any
 from dispatcher.simulate.engine import NODE_CPU_MILLI, NODE_MEMORY, JobRun, Run
 from dispatcher.simulate.teams import team_of
 from dispatcher.simulate.traces import Trace
+from dispatcher.wording import plural, span
 
 SHOWN = 5  # jobs listed by name in the table for each kind of problem
 
@@ -207,26 +208,12 @@ def _starvation(runs: Sequence[JobRun], end: float) -> Starvation | None:
 # --- formatting --------------------------------------------------------------------
 
 
-def duration_text(seconds: float) -> str:
-    """42s, 12m 5s, 3h 12m, 2d 4h."""
-    if math.isnan(seconds):
-        return "-"
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
-
-
 def _num(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 3)
 
 
 def _count(n: int, word: str) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+    return f"{n:,} {plural(n, word)}"
 
 
 def _pods(n: int) -> str:
@@ -246,9 +233,9 @@ def _names(runs: Sequence[JobRun]) -> str:
 
 def model_notes(run: Run) -> list[str]:
     return [
-        f"{run.nodes} nodes x {run.gpus_per_node} GPUs ({run.total_gpus} GPUs); each node "
-        f"also has {NODE_CPU_MILLI // 1000:,} CPUs, {NODE_MEMORY >> 50} PiB of memory and 110 "
-        "pods, so only GPUs and the pod limit bind",
+        f"{_count(run.nodes, 'node')} x {run.gpus_per_node} GPUs ({run.total_gpus} GPUs); "
+        f"each node also has {NODE_CPU_MILLI // 1000:,} CPUs, {NODE_MEMORY >> 50} PiB of "
+        "memory and 110 pods, so only GPUs and the pod limit bind",
         "one admission cycle after every batch of arrivals and completions",
     ]
 
@@ -257,7 +244,7 @@ def to_table(s: Summary) -> str:
     run = s.run
     n = len(run.jobs)
     lines = [
-        f"dispatcher simulate: {s.trace.source}, {n:,} jobs, policy {run.policy.name}, "
+        f"dispatcher simulate: {s.trace.source}, {_count(n, 'job')}, policy {run.policy.name}, "
         f"{run.fit} fit",
         *(f"  {note}" for note in [*model_notes(run), *s.trace.notes]),
         "",
@@ -276,20 +263,20 @@ def to_table(s: Summary) -> str:
             f"in {_pods(first.job.pods)}: {first.never_fits})")
     if s.never_started:
         row("  never started", f"{_names(s.never_started)}")
-    row("makespan", f"{duration_text(s.makespan)} ({s.makespan:,.0f} s), peak queue "
+    row("makespan", f"{span(s.makespan)} ({s.makespan:,.0f}s), peak queue "
         f"{_count(s.peak_queue, 'job')}")
     util = f"{s.utilisation:.1%} of {run.total_gpus:,} GPUs over the makespan"
     if run.fit == "aggregate":
         util += f"; {s.held_fraction:.1%} more held idle by partial gangs"
     row("GPU utilisation", util)
     d = s.delays
-    row("queueing delay", f"mean {duration_text(d.mean)}, median {duration_text(d.median)}, "
-        f"p95 {duration_text(d.p95)}, max {duration_text(d.max)} "
-        f"({d.waited:,} of {d.jobs:,} started jobs waited)")
+    row("queueing delay", f"mean {span(d.mean)}, median {span(d.median)}, "
+        f"p95 {span(d.p95)}, max {span(d.max)} "
+        f"({d.waited:,} of {_count(d.jobs, 'started job')} waited)")
     header = ("GPUS", "PODS", "JOBS", "WAITED", "MEAN", "MEDIAN", "P95", "MAX")
     table = [header] + [
-        (str(g), str(p), f"{x.jobs:,}", f"{x.waited:,}", duration_text(x.mean),
-         duration_text(x.median), duration_text(x.p95), duration_text(x.max))
+        (str(g), str(p), f"{x.jobs:,}", f"{x.waited:,}", span(x.mean),
+         span(x.median), span(x.p95), span(x.max))
         for g, p, x in s.by_size
     ]
     lines.append("  by gang size:")
@@ -302,9 +289,9 @@ def to_table(s: Summary) -> str:
     else:
         row("fragmentation", "not measured under the aggregate rule (see partial gangs)")
         pending = sorted(_pending_seconds(r, run.end) for r in s.unplaced)
-        row("partial gangs", f"{len(s.unplaced):,} dispatched jobs had pods no node could "
-            f"hold (pending for nodes: median {duration_text(percentile(pending, 50))}, "
-            f"max {duration_text(pending[-1] if pending else math.nan)}); "
+        row("partial gangs", f"{_count(len(s.unplaced), 'dispatched job')} had pods no node could "
+            f"hold (pending for nodes: median {span(percentile(pending, 50))}, "
+            f"max {span(pending[-1] if pending else math.nan)}); "
             f"{len(s.partial):,} of them held the GPUs of their placed pods idle waiting for "
             f"the rest ({s.held_gpu_hours:,.1f} GPU-hours)"
             + (f": {_names(s.partial)}" if s.partial else ""))
@@ -312,11 +299,11 @@ def to_table(s: Summary) -> str:
         st = s.starvation
         state = "still waiting at the end after" if st.still_waiting else "waited"
         row("starvation", f"longest wait: {st.job.job.name} ({st.job.gpus} GPUs in "
-            f"{_pods(st.job.job.pods)}) {state} {duration_text(st.wait)}; "
+            f"{_pods(st.job.job.pods)}) {state} {span(st.wait)}; "
             f"{_count(st.overtaken_by, 'job')} submitted after it started before it")
     for p, x in s.by_priority:
-        row(f"priority {p}", f"{x.jobs:,} jobs: mean wait {duration_text(x.mean)}, p95 "
-            f"{duration_text(x.p95)}, max {duration_text(x.max)}")
+        row(f"priority {p}", f"{_count(x.jobs, 'job')}: mean wait {span(x.mean)}, p95 "
+            f"{span(x.p95)}, max {span(x.max)}")
     if run.policy.preemption != "never":
         row("preemption", f"{_count(s.preemptions, 'preemption')} of "
             f"{_count(s.preempted_jobs, 'job')}: {s.lost_gpu_hours:,.1f} GPU-hours of work "
@@ -327,15 +314,15 @@ def to_table(s: Summary) -> str:
                                          "QUOTA", "QUOTA USE", "BORROWED GPU-H", "PREEMPTED",
                                          "LOST GPU-H")]
         teams.extend(
-            (t.team, f"{t.jobs:,}", duration_text(t.delays.mean), duration_text(t.delays.p95),
+            (t.team, f"{t.jobs:,}", span(t.delays.mean), span(t.delays.p95),
              f"{t.gpu_hours:,.0f}", "-" if t.quota_gpus is None else str(t.quota_gpus),
              "-" if t.quota_use is None else f"{t.quota_use:.1%}",
              f"{t.borrowed_gpu_hours:,.0f}", f"{t.preemptions:,}", f"{t.lost_gpu_hours:,.1f}")
             for t in s.teams)
         lines.extend(_aligned(teams, left=1))
     rate = run.events / run.wall_seconds if run.wall_seconds else 0.0
-    row("run", f"{run.events:,} events, {run.cycles:,} admission cycles in "
-        f"{run.wall_seconds:.1f} s ({rate:,.0f} events/s)")
+    row("run", f"{_count(run.events, 'event')}, {_count(run.cycles, 'admission cycle')} in "
+        f"{run.wall_seconds:.1f}s ({rate:,.0f} events/s)")
     return "\n".join(lines)
 
 

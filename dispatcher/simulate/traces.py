@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from dispatcher import yaml_text
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit.gang import GangPodSet, demand
@@ -49,6 +50,7 @@ from dispatcher.kinds import InvalidItem
 from dispatcher.kinds.podset import PodSet
 from dispatcher.queue.queue import QueuedWrapper
 from dispatcher.resources import PODS
+from dispatcher.wording import counted
 
 GPU = "nvidia.com/gpu"
 CSV_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
@@ -186,7 +188,7 @@ def read_csv(text: str, source: str, gpus_per_node: int = 8,
     g = gpus_per_node
     notes = [f"a job of N GPUs is a gang of ceil(N/{g}) pods of min(N, {g}) GPUs"]
     if rounded:
-        notes.append(f"{rounded} job(s) asked for more than {g} GPUs, not a multiple of "
+        notes.append(f"{counted(rounded, 'job')} asked for more than {g} GPUs, not a multiple of "
                      f"{g}: rounded up to whole pods of {g} GPUs")
     return Trace(tuple(jobs), source, tuple(notes))
 
@@ -202,7 +204,7 @@ class _Entry:
 
 def _entries(text: str, source: str) -> Iterator[_Entry]:
     """Each job entry with the line it starts on (lists and List kinds flattened)."""
-    loader = yaml.SafeLoader(text)
+    loader = yaml.SafeLoader(yaml_text.named(text, source))
     try:
         while loader.check_node():
             root = loader.get_node()

@@ -11,7 +11,6 @@ of another shape than its RayCluster makes, and once stopped at its own gang's h
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from dispatcher.kinds.checks import pods_made
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster import config as lc_config
 
+from ..shared_files import MCAD_V1BETA1, require
 from .dispatcher_process import DispatcherProcess, install_crd, wait_quiet
 from .webhook_process import (
     free_port,
@@ -32,7 +32,7 @@ from .webhook_process import (
     unregister_pod_webhook,
 )
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "mcad-v1beta1"
+CORPUS = MCAD_V1BETA1
 GLUE = "multi-cluster-app-dispatcher__doc__usage__examples__kuberay__config__aw-kuberay-glue.yaml"
 PODS_NS = "dispatcher-glue-pod-webhook"  # the pod webhook's Secret
 
@@ -73,13 +73,7 @@ ROWS = _rows()
 
 
 def _need_corpus() -> None:
-    if ROWS:
-        return
-    why = (f"needs MCAD's manifests in {CORPUS} (../shared/conformance/mcad-v1beta1 beside "
-           "the checkout)")
-    if os.environ.get("CI") == "true":
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
+    require(CORPUS, "MCAD's AppWrapper manifests", "MCAD_V1BETA1")
 
 
 def _profile_of_snapshot(tmp: Path) -> Path:

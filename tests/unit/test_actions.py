@@ -87,7 +87,7 @@ def test_why_says_what_the_dispatcher_published_and_who_is_ahead() -> None:
     assert lines[1] == "  why        waiting for the AppWrappers ahead of it (priority policy)"
     assert lines[2] == ("  position   2 in the cluster's queue (priority policy); 1 in quota "
                         "node gold (tree quota_gpu)")
-    assert lines[3] == "  estimated  2027-01-15T09:00:00Z (in 1h0m)"
+    assert lines[3] == "  estimated  2027-01-15T09:00:00Z (in 1h)"
     assert lines[4] == ("  ahead      1  other/head  Backoff/AppWrapperNotRunnable  "
                         "Fragmented: 16 nvidia.com/gpu free in total, but at most 4 on a node")
     assert lines[-1].startswith("  history    Init → Backoff")

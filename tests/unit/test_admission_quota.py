@@ -164,7 +164,7 @@ def test_a_borrower_counted_again_keeps_rising_past_the_room_a_later_wrapper_too
     w.submit(appwrapper("a3", {"gpu": "team-a"}, gpu=1))
     last = w.settle()
     assert (last[("test", "a3")].decision, last[("test", "a3")].message) == (
-        "dispatch", "all 1 pods fit: on n0; quota team-a (tree gpu)")
+        "dispatch", "its pod fits: on n0; quota team-a (tree gpu)")
     w.cycle()
     assert w.ledger is not None and w.ledger.over_quota() == []
     assert [p.describe() for p in w.ledger.placements(("test", "b"))] == [

@@ -7,6 +7,9 @@ from pathlib import Path
 import yaml
 
 from tests.conformance.mcad_kuttl import HERE, MCAD_KUTTL, PATCHES, SUITES, parse, suite_file
+from tests.shared_files import require
+
+require(MCAD_KUTTL / "test", "MCAD's kuttl suites (test/kuttl-test*.yaml)", "MCAD_KUTTL")
 
 
 def test_every_mcad_suite_has_its_replacement_with_the_same_tests_and_timeout() -> None:

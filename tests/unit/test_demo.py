@@ -60,7 +60,7 @@ class WaitingQueue(SettledQueue):
     def items(self, *args: str) -> list[dict[str, Any]]:
         return [{"metadata": {"name": "tf"}, "status": {
             "queuejobstate": "Backoff", "message": "InsufficientResources: x; estimated "
-            "start in about 1 m (at 10:01 UTC)"}}]
+            "start in about 1m (at 10:01 UTC)"}}]
 
 
 def test_the_demo_shows_the_queue_and_its_estimates_while_some_wait(

@@ -210,7 +210,7 @@ def test_beyond_the_horizon_never_fits_invalid_and_stuck_are_said() -> None:
     assert f.stopped == "horizon"
     nxt = f.estimates[("ns", "next")]
     assert (nxt.outcome, nxt.at) == ("beyond", 7 * DAY)
-    assert describe(nxt, 0.0) == "no start estimated within 7 d"
+    assert describe(nxt, 0.0) == "no start estimated within 7d"
     huge = f.estimates[("ns", "huge")]
     assert huge.outcome == "never" and huge.reason.startswith(
         "would not fit even on an empty cluster")
@@ -351,8 +351,8 @@ def test_the_history_keeps_the_latest_completions() -> None:
 # --- words ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0, "less than a minute"), (59, "less than a minute"), (90, "2 m"), (3569, "59 m"),
-    (3599, "1 h"), (3600, "1 h"), (7800, "2 h 10 m"), (86399, "1 d"), (93600, "1 d 2 h"),
+    (0, "less than a minute"), (59, "less than a minute"), (90, "2m"), (3569, "59m"),
+    (3599, "1h"), (3600, "1h"), (7800, "2h10m"), (86399, "1d"), (93600, "1d2h"),
 ])
 def test_spans_in_words(seconds: float, text: str) -> None:
     assert about(seconds) == text
@@ -365,12 +365,12 @@ def test_an_estimate_in_words() -> None:
     assert describe(e, e.at or 0) == "estimated start: at the next admission cycle"
     later = replace(e, at=1_800_000_000.0 + 7800)
     assert describe(later, 1_800_000_000.0) == (
-        "estimated start in about 2 h 10 m (at 10:10 UTC)")
+        "estimated start in about 2h10m (at 10:10 UTC)")
     assert describe(replace(e, at=1_800_000_000.0 + 2 * DAY), 1_800_000_000.0) == (
-        "estimated start in about 2 d (at 2027-01-17 08:00 UTC)")
+        "estimated start in about 2d (at 2027-01-17 08:00 UTC)")
     # Within the hour, to the second.
     assert describe(replace(e, at=1_800_000_000.0 + 45), 1_800_000_000.0) == (
         "estimated start in less than a minute (at 08:00:45 UTC)")
     assert describe(replace(e, at=1_800_000_000.0 + 1530), 1_800_000_000.0) == (
-        "estimated start in about 26 m (at 08:25:30 UTC)")
+        "estimated start in about 26m (at 08:25:30 UTC)")
     assert not math.isnan(f.seconds)

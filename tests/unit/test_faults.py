@@ -455,7 +455,7 @@ def test_a_gang_with_no_pods_is_requeued_after_the_admission_grace_naming_the_ca
         status = aw_status(kube, "a")
         requeue = [c for c in status["conditions"] if c["type"] == "PreemptCandidate"][-1]
         assert requeue["reason"] == "PodsNotCreated"
-        assert "Job 'a' created, but no pod after 60 s: is its operator running" \
+        assert "Job 'a' created, but no pod after 1m: is its operator running" \
             in requeue["message"]
 
     run(scenario)

@@ -63,9 +63,9 @@ def test_waits_until_the_deadline_then_requeues_with_a_reason() -> None:
     assert early.action == "wait" and early.check_at == 160
     late = judge(w, PodCounts(pending=3, running=1), 4, "running", 100, False, now=160)
     assert late.action == "requeue" and late.reason == "MinPodsNotRunning"
-    assert late.message == ("1 of the 4 pods needed (minAvailable) running or succeeded 60 s "
+    assert late.message == ("1 of the 4 pods needed (minAvailable) running or succeeded 1m "
                             "after dispatch (3 pending, 0 failed); torn down and requeued, "
-                            "120 s allowed next time")
+                            "2m allowed next time")
 
 
 def test_requeue_limit_fails_it() -> None:
@@ -169,7 +169,7 @@ def test_running_hold_completion_while_other_pods_run_then_completed() -> None:
     v = judge(a, PodCounts(running=1, succeeded=1), 2, "succeeded", dispatched_at=0,
               running=True, now=10)
     assert (v.action, v.reason) == ("holding", "SomeItemsCompleted")
-    assert "1 pods still running" in v.message
+    assert "1 pod still running" in v.message
     v = judge(a, PodCounts(pending=1, succeeded=1), 2, "succeeded", dispatched_at=0,
               running=True, now=10)
     assert v.action == "holding"

@@ -78,7 +78,7 @@ def test_plan_prints_the_capped_message(tmp_path: Path,
                                        "metadata": {"name": "n"},
                                        "status": {"allocatable": {"cpu": "8"}}}))
     wrappers.write_text(json.dumps(huge_invalid_appwrapper(500)))  # YAML reads slowly
-    assert main(["plan", "-o", "json", "--cluster", str(cluster), str(wrappers)]) == 0
+    assert main(["plan", "-o", "json", "--cluster", str(cluster), str(wrappers)]) == 2
     (decision,) = json.loads(capsys.readouterr().out)["decisions"]
     assert decision["decision"] == "invalid"
     assert len(decision["message"]) <= MAX_MESSAGE_CHARS

@@ -47,8 +47,9 @@ def write(tmp: Path, name: str, *docs: Any) -> str:
     return str(path)
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    assert main(["plan", "-o", "json", *argv]) == 0
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str, status: int = 0
+              ) -> dict[str, Any]:
+    assert main(["plan", "-o", "json", *argv]) == status
     result: dict[str, Any] = json.loads(capsys.readouterr().out)
     return result
 
@@ -195,7 +196,7 @@ def test_plan_shows_what_mcad_would_accept_silently(
     cluster = write(tmp_path, "c.yaml", node("n1"))
     wrappers = write(tmp_path, "a.yaml", declared, aw("plain", 1, 1))
     first, second = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
-    assert first["decision"] == "dispatch" and first["message"] == "all 1 pods fit: on n1"
+    assert first["decision"] == "dispatch" and first["message"] == "its pod fits: on n1"
     assert [w.split(":")[0] for w in first["warnings"]] == [
         "spec.schedulingSpec.requeuing.growthType",
         "spec.resources.GenericItems[0].custompodresources"]
@@ -204,7 +205,7 @@ def test_plan_shows_what_mcad_would_accept_silently(
     assert main(["plan", "--cluster", cluster, wrappers]) == 0
     row = capsys.readouterr().out.splitlines()[2]
     assert row.split()[:3] == ["1", "team/declared-1", "dispatch"]
-    assert ("all 1 pods fit: on n1; warning: spec.schedulingSpec.requeuing.growthType: "
+    assert ("its pod fits: on n1; warning: spec.schedulingSpec.requeuing.growthType: "
             "'quadratic' is not exponential") in row
     assert "; warning: spec.resources.GenericItems[0].custompodresources: declares 1 pod" in row
 
@@ -221,7 +222,7 @@ def test_the_installation_decides_the_kinds(tmp_path: Path,
         "custompodresources": [{"replicas": 1, "requests": {"cpu": 1}}]})
     cluster = write(tmp_path, "c.yaml", node("n1"))
     wrappers = write(tmp_path, "a.yaml", binding, namespace)
-    default = plan_json(capsys, "--cluster", cluster, wrappers)["decisions"]
+    default = plan_json(capsys, "--cluster", cluster, wrappers, status=2)["decisions"]
     assert [d["decision"] for d in default] == ["invalid", "invalid"]
     assert default[0]["message"].startswith(
         "spec.resources.GenericItems[1]: RoleBinding 'grant' is of a kind this dispatcher "
@@ -253,7 +254,7 @@ def test_plan_shows_preemption_quota_nodes_and_usage(capsys: pytest.CaptureFixtu
     assert lines[1].split() == ["#", "APPWRAPPER", "DECISION", "REASON", "QUOTA", "MESSAGE"]
     assert lines[2].split()[:5] == ["1", "team-a/urgent", "preempt", "Preempting", "team-a"]
     assert ("dispatch after preempting team-b/train-big (reclaiming the quota it borrows); "
-            "then all 1 pods fit: on gpu-1") in lines[2]
+            "then its pod fits: on gpu-1") in lines[2]
     assert lines[4].split()[:4] == ["3", "team-c/sweep", "wait", "QuotaExceeded"]
     assert "QuotaExceeded  team-c (no room)  team-c (tree quota_gpu) would use 12 of its 8" in (
         lines[4])

@@ -149,7 +149,7 @@ def test_a_hold_is_given_up_after_the_policys_deadline_and_the_queue_moves_on() 
     high = decisions["high"]
     assert (high.decision, high.reason) == ("wait", INSUFFICIENT)
     assert high.message.startswith("gave up the room held for it: what it waited for was "
-                                   "not gone after 120 s; ")
+                                   "not gone after 2m; ")
     assert decisions["small"].decision == "dispatch"
     assert not w.holds
 

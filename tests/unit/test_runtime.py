@@ -443,6 +443,8 @@ def test_plain_text_404_from_the_api_server_means_the_kind_is_not_served() -> No
             pass
 
     class Api:
+        configuration = type("Configuration", (), {"host": "https://127.0.0.1:6443"})
+
         async def call_api(self, *args: Any, **kwargs: Any) -> Response:
             return Response()
 

@@ -77,7 +77,7 @@ def test_a_waiting_wrapper_is_told_when_it_will_start() -> None:
         assert second["message"] == (
             "InsufficientResources: the room it needs is held for gangs dispatched but not "
             "running yet, or for preemptors: needs 8 nvidia.com/gpu, 0 nvidia.com/gpu free "
-            "and 8 nvidia.com/gpu held; estimated start in about 2 h 10 m (at 10:10 UTC)")
+            "and 8 nvidia.com/gpu held; estimated start in about 2h10m (at 10:10 UTC)")
         assert second["conditions"][-1]["message"] == second["message"]
         # A wrapper that cannot fit this cluster gets no estimate, only its reason.
         huge = aw_status(kube, "huge")
@@ -120,7 +120,7 @@ def test_estimates_do_not_rewrite_status_while_nothing_changes() -> None:
         assert kube.status_writes("second") == writes + 1
         second = aw_status(kube, "second")
         assert second["estimatedStart"] == "2027-01-15T11:00:00Z"
-        assert "estimated start in about 2 h 50 m (at 11:00 UTC)" in second["message"]
+        assert "estimated start in about 2h50m (at 11:00 UTC)" in second["message"]
 
     run(scenario)
 
@@ -267,7 +267,7 @@ def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch
 
     seen: list[operator.Settings] = []
 
-    async def operate(settings: operator.Settings) -> int:
+    async def operate(settings: operator.Settings, stop: object = None) -> int:
         seen.append(settings)
         return 0
 

@@ -234,7 +234,7 @@ def test_a_preemptor_whose_victims_never_go_gives_up_its_hold_after_the_deadline
         await d.cycle()
         message = aw_status(kube, "high")["message"]
         assert message.startswith("InsufficientResources: gave up the room held for it: "
-                                  "what it waited for was not gone after 300 s; "), message
+                                  "what it waited for was not gone after 5m; "), message
         assert not d.m.sharing.holds
         assert kube.get("batch/v1", "Job", "team", "high") is None
 

@@ -88,7 +88,7 @@ def test_the_table_shows_teams_priorities_and_preemptions(
                  "priority-preemption", "--quota", quota_file(tmp_path, 4, 4, 8)]) == 0
     text = capsys.readouterr().out
     assert "preemption       1 preemption of 1 job: 0.1 GPU-hours of work lost" in text
-    assert "priority 10      1 jobs: mean wait 0s" in text
+    assert "priority 10      1 job: mean wait 0s" in text
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["TEAM", "JOBS"])
     assert lines[header + 2].split()[:2] == ["team-b", "1"]
