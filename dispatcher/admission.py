@@ -17,6 +17,7 @@ whole gangs to tear down first (see dispatcher.preemption).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,7 +51,8 @@ from dispatcher.fit.gang import (
     place,
     place_aggregate,
 )
-from dispatcher.kinds import InvalidItem, item_pod_sets
+from dispatcher.fit.topology import Topology
+from dispatcher.kinds import InvalidItem, item_pod_sets, topology_request
 from dispatcher.kinds.elastic import (
     ElasticSet,
     declared_sets,
@@ -81,6 +83,7 @@ QUOTA_EXCEEDED = "QuotaExceeded"  # no room in its quota, even borrowing; never 
 UNKNOWN_QUOTA = "UnknownQuotaNode"  # its labels name no usable quota leaf; never holds the line
 PREEMPTING = "Preempting"  # the reason of a `preempt` verdict
 AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
+NO_TOPOLOGY = Topology()
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,16 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
             problems.append(f"spec.resources.GenericItems[{i}]: {e}")
             continue
         gang.extend(GangPodSet(i, ps) for ps in sets)
+    try:
+        whole = topology_request(aw.metadata.annotations, "metadata.annotations",
+                                 whole_gang=True)
+    except InvalidItem as e:
+        problems.append(str(e))
+        whole = None
+    if whole is not None:  # a pod set's own request wins for that set
+        gang = [g if g.pod_set.topology is not None
+                else GangPodSet(g.item, dataclasses.replace(g.pod_set, topology=whole))
+                for g in gang]
     minimum = aw.spec.schedulingSpec.minAvailable
     if not declared and minimum is not None:
         ranged = from_min_available(tolerant, [g.pod_set.count for g in gang], minimum)
@@ -232,6 +245,7 @@ def admit(
     admitted: Sequence[AdmittedWrapper] = (),
     holds: Mapping[WrapperKey, Hold] | None = None,
     scaling: list[Scale] | None = None,
+    topology: Topology | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -248,11 +262,19 @@ def admit(
     Elastic gangs (dispatcher.elastic) are admitted at their minimum and grown in the
     same cycle by what is left; pass `scaling` to have the admitted ones grown too (their
     scale-outs are appended to it). Scale-ins come as `preempt` decisions' `shrinks`.
+
+    `topology`: the installation's topology levels (fit.topology). A pod set asking for a
+    level it lacks is invalid; one asking for a domain is placed in one (per-node fit;
+    the aggregate rule places no pod and so ignores the requests).
     """
     stats = stats if stats is not None else CycleStats()
+    topology = topology if topology is not None else NO_TOPOLOGY
     fit_gang, hopeless_gang = (
         (place, never_fits) if fit == "per-node" else (place_aggregate, never_fits_aggregate)
     )
+    if fit == "per-node" and topology.levels:
+        fit_gang = topology.place
+        hopeless_gang = functools.partial(never_fits, placer=topology.place)
     answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
     never = answers.never
     holds, expired = _live_holds(holds or {}, admitted, policy, now, quota)
@@ -279,8 +301,9 @@ def admit(
         seen[w.key] = w
         w = at_minimum(w)
         prio = w.effective_priority(now)
-        if w.invalid is not None:
-            decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
+        invalid = w.invalid if w.invalid is not None else topology.problem(w.gang)
+        if invalid is not None:
+            decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, invalid,
                                       effective_priority=prio))
             continue
         own_hold = held.get(w.key)

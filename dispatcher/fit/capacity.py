@@ -89,6 +89,9 @@ class Capacity:
         ] + extended[::-1]
         self.extended: tuple[str, ...] = tuple(self.resources[j] for j in extended)
         self._eligible: dict[PodConstraints, IndexArray] = {}
+        # What other modules work out from the node layout alone (topology domains),
+        # shared like the eligibility answers by the snapshots of one layout.
+        self.derived: dict[object, object] = {}
         self._requests: dict[tuple[tuple[str, int], ...], _Ask] = {}
         # Room not free because it is promised: to gangs dispatched whose pods are not
         # bound yet, to preemptors. Only what a waiting wrapper is told: "held", not

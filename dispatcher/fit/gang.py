@@ -11,12 +11,12 @@ places fits the node it names, with the capacity the earlier pods left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.capacity import Capacity, IndexArray
 from dispatcher.fit.constraints import describe
 from dispatcher.kinds.podset import PodSet
 from dispatcher.resources import format_amount, format_resources
@@ -65,7 +65,7 @@ def _size(ps: PodSet) -> tuple[int, int, int]:
     return (extended, req.get("cpu", 0), req.get("memory", 0))
 
 
-def _total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
+def total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
     lacking = [(r, v) for r, v in sorted(demand(gang).items())
                if v > cap.free_total.get(r, 0)]
     if not lacking:
@@ -147,13 +147,15 @@ def _order(gang: Sequence[GangPodSet]) -> list[GangPodSet]:
     return sorted(gang, key=lambda g: _size(g.pod_set), reverse=True)
 
 
-def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
+def place(gang: Sequence[GangPodSet], cap: Capacity,
+          within: IndexArray | None = None) -> list[Placement] | Shortfall:
     """Place every pod of the gang on a node, taking the capacity; or take nothing.
 
     On success the capacity is taken from `cap`; on failure `cap` is left as it was
-    and the Shortfall says what blocks the gang.
+    and the Shortfall says what blocks the gang. `within` (rows, ascending) keeps the
+    pods on those nodes: one topology domain.
     """
-    total = _total_shortfall(gang, cap)
+    total = total_shortfall(gang, cap)
     if total is not None:
         return total
     ordered = _order(gang)
@@ -167,6 +169,8 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
         if ps.count == 0:
             continue
         rows = cap.eligible_rows(ps.constraints)
+        if within is not None:
+            rows = np.intersect1d(rows, within, assume_unique=True)
         candidates = cap.with_room(rows, ps.request)
         # Each candidate takes at least one pod: the fill uses at most `count` of them,
         # and as many are room enough. Only they are counted.
@@ -202,7 +206,7 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
 
 def place_aggregate(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
     """MCAD's rule: the gang's total against the cluster's total free capacity."""
-    total = _total_shortfall(gang, cap)
+    total = total_shortfall(gang, cap)
     if total is not None:
         return total
     cap.take_total(demand(gang))
@@ -212,12 +216,17 @@ def place_aggregate(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement
     ]
 
 
-def never_fits(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
+Placer = Callable[[Sequence[GangPodSet], Capacity], "list[Placement] | Shortfall"]
+
+
+def never_fits(gang: Sequence[GangPodSet], empty: Capacity,
+               placer: Placer | None = None) -> Shortfall | None:
     """Why the gang would not fit even with every pod gone, or None if it would.
 
     `empty` is a `Capacity.empty` of the cluster's nodes; it is left as it was.
+    `placer`: how pods are placed (default `place`; topology-aware, say).
     """
-    result = place(gang, empty)
+    result = (placer or place)(gang, empty)
     if isinstance(result, Shortfall):
         return Shortfall(NEVER_FITS, "would not fit even on an empty cluster: " + result.message)
     for p in result:
@@ -228,7 +237,7 @@ def never_fits(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
 
 def never_fits_aggregate(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
     """The aggregate rule's version: the gang's total against all allocatable."""
-    short = _total_shortfall(gang, empty)
+    short = total_shortfall(gang, empty)
     if short is None:
         return None
     return Shortfall(NEVER_FITS, "would not fit even on an empty cluster: " + short.message)

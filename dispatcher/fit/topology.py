@@ -1,0 +1,258 @@
+"""Topology-aware gang placement: a pod set (or a whole gang) in one rack, block...
+
+The installation names its topology levels as node labels, outermost first (a block
+holds racks, a rack holds nodes). A domain of a level is the set of nodes sharing that
+label's value and the values of the levels above it (rack r1 of block b1 is not rack r1
+of block b2); a node without the label is in no domain of that level.
+
+A pod set asks, with Kueue's annotations, for one domain of a level: required (all its
+pods there, or it waits) or preferred (one domain of that level if any fits, else one of
+the level above, and so on, else anywhere). Among the domains that fit, the pods go to
+the smallest that holds them (least allocatable of the gang's main resource), ties to
+the fullest (least free): large domains stay whole for the large gangs waiting. Inside
+the domain, pods are placed as fit.gang places them on the whole cluster.
+
+Work per decision is linear in the nodes (a sum per domain, vectorised) plus one
+placement try per domain whose free totals hold the pods: never a step per pair of
+domains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dispatcher.fit.capacity import Capacity, IndexArray, IntArray
+from dispatcher.fit.gang import (
+    GangPodSet,
+    Placement,
+    Shortfall,
+    demand,
+    place,
+    total_shortfall,
+)
+from dispatcher.kinds.podset import TopologyRequest
+from dispatcher.resources import format_amount
+
+NO_DOMAIN = "NoTopologyDomain"  # enough room, but not inside one domain of the level
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The installation's topology levels: node labels, outermost first."""
+
+    levels: tuple[str, ...] = ()
+
+    def problem(self, gang: Sequence[GangPodSet]) -> str | None:
+        """Why the gang's topology requests cannot be honoured here (a level the
+        installation does not have), or None."""
+        for g in gang:
+            t = g.pod_set.topology
+            if t is not None and t.level not in self.levels:
+                known = (f"the configured levels are {', '.join(self.levels)}" if self.levels
+                         else "the installation configures no topology levels "
+                              "(topology.levels in the dispatcher's configuration)")
+                kind = "required" if t.required else "preferred"
+                return (f"pod set {g.pod_set.name} asks for {kind} topology level {t.level!r}, "
+                        f"which is not a topology level here: {known}")
+        return None
+
+    def place(self, gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
+        """fit.gang.place, with every pod set that asks for a domain kept in one."""
+        return place_in_topology(gang, cap, self)
+
+
+class _Level:
+    """The domains of one level over a node layout (rows in `Capacity.names` order)."""
+
+    def __init__(self, cap: Capacity, levels: tuple[str, ...], depth: int) -> None:
+        label = levels[depth]
+        keys: dict[tuple[str | None, ...], int] = {}
+        self.names: list[str] = []
+        ids = np.full(len(cap.names), -1, dtype=np.intp)
+        for row, name in enumerate(cap.names):
+            labels = cap.nodes[name].labels
+            value = labels.get(label)
+            if value is None:
+                continue
+            key = (*(labels.get(outer) for outer in levels[:depth]), value)
+            domain = keys.get(key)
+            if domain is None:
+                domain = keys[key] = len(self.names)
+                self.names.append(value)
+            ids[row] = domain
+        self.label = label
+        labelled = np.flatnonzero(ids >= 0)
+        # Rows grouped by domain (each group ascending): a sum per domain is one reduceat.
+        self.order: IndexArray = labelled[np.argsort(ids[labelled], kind="stable")]
+        sizes = np.bincount(ids[labelled], minlength=len(self.names))
+        self.starts: IndexArray = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
+        self.rows: list[IndexArray] = np.split(self.order, np.cumsum(sizes)[:-1].tolist())
+        self.name_rank: IndexArray = np.argsort(np.argsort(np.array(self.names, dtype=object)))
+        self._allocatable: dict[str, IntArray] = {}
+        self._nodes = [cap.nodes[n] for n in cap.names]
+
+    def per_domain(self, values: IntArray) -> IntArray:
+        """The sum of a per-row column over each domain."""
+        if not len(self.order):
+            return np.zeros(0, dtype=np.int64)
+        summed: IntArray = np.add.reduceat(values[self.order], self.starts)
+        return summed
+
+    def allocatable(self, resource: str) -> IntArray:
+        known = self._allocatable.get(resource)
+        if known is None:
+            column = np.array([n.allocatable.get(resource, 0) for n in self._nodes],
+                              dtype=np.int64)
+            known = self._allocatable[resource] = self.per_domain(column)
+        return known
+
+
+def _levels(cap: Capacity, topology: Topology) -> list[_Level]:
+    key = ("topology", topology.levels)
+    known = cap.derived.get(key)
+    if not isinstance(known, list):
+        known = [_Level(cap, topology.levels, d) for d in range(len(topology.levels))]
+        cap.derived[key] = known
+    return known
+
+
+def noun(level: str) -> str:
+    """What a user calls a domain of `level`: cloud.provider.com/topology-rack -> rack."""
+    short = level.rsplit("/", 1)[-1]
+    return short.removeprefix("topology-") or level
+
+
+def _main_resource(need: dict[str, int]) -> str:
+    """The resource a user counts a gang in: its largest extended resource, else cpu."""
+    extended = [(v, r) for r, v in need.items() if "/" in r and v > 0]
+    if extended:
+        return max(extended)[1]
+    return "cpu" if need.get("cpu", 0) > 0 else max(
+        ((v, r) for r, v in need.items()), default=(0, "cpu"))[1]
+
+
+@dataclass(frozen=True)
+class _Missed:
+    """No domain of the level held the pods: what the best one had, for the message."""
+
+    level: str
+    resource: str
+    need: int
+    best: str | None  # the domain with the most free of `resource`, None: no domain
+    best_free: int
+    total_free: int
+    roomy: str | None  # a domain whose free totals were enough, if any
+
+
+def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
+                   level: _Level) -> list[Placement] | _Missed:
+    need = demand(sets)
+    main = _main_resource(need)
+    eligible: npt.NDArray[np.bool_] = np.zeros(len(cap.names), dtype=bool)
+    for constraints in {g.pod_set.constraints for g in sets}:
+        eligible[cap.eligible_rows(constraints)] = True
+    every = np.arange(len(cap.names), dtype=np.intp)
+    fits = np.ones(len(level.names), dtype=bool)
+    main_free = np.zeros(len(level.names), dtype=np.int64)
+    total_free = 0
+    for r, v in need.items():
+        if v <= 0:
+            continue
+        column = np.where(eligible, np.maximum(cap.column(r, every), 0), 0)
+        free = level.per_domain(column)
+        fits &= free >= v
+        if r == main:
+            main_free, total_free = free, int(column.sum())
+    candidates = np.flatnonzero(fits)
+    if len(candidates):
+        # Smallest domain first, ties to the fullest, then by name: stable answers.
+        order = np.lexsort((level.name_rank[candidates], main_free[candidates],
+                            level.allocatable(main)[candidates]))
+        for domain in candidates[order].tolist():
+            placed = place(sets, cap, within=level.rows[domain])
+            if not isinstance(placed, Shortfall):
+                return placed
+    best = int(np.argmax(main_free)) if len(level.names) else None
+    return _Missed(level.label, main, need.get(main, 0),
+                   None if best is None else level.names[best],
+                   0 if best is None else int(main_free[best]), total_free,
+                   level.names[int(candidates[0])] if len(candidates) else None)
+
+
+def _missed_message(m: _Missed) -> str:
+    what = f"needs {format_amount(m.resource, m.need)} in one {m.level}"
+    if m.best is None:
+        return f"{what}: no schedulable node it may use carries the label {m.level}"
+    kind = noun(m.level)
+    total = f"{format_amount(m.resource, m.total_free)} free in total"
+    if m.roomy is not None:
+        return (f"{what}: {kind} {m.roomy} has enough free in total, but not on nodes its "
+                f"pods fit one by one; {total}")
+    return (f"{what}: best {kind} {m.best} has {format_amount(m.resource, m.best_free)} free; "
+            f"{total}")
+
+
+def _place_group(sets: Sequence[GangPodSet], request: TopologyRequest, cap: Capacity,
+                 topology: Topology) -> list[Placement] | Shortfall:
+    levels = _levels(cap, topology)
+    depth = topology.levels.index(request.level)
+    missed: _Missed | None = None
+    for d in ([depth] if request.required else range(depth, -1, -1)):
+        found = _in_one_domain(sets, cap, levels[d])
+        if not isinstance(found, _Missed):
+            return found
+        missed = missed or found
+    if not request.required:
+        return place(sets, cap)  # preferred only: anywhere, as without topology
+    assert missed is not None
+    return Shortfall(NO_DOMAIN, _missed_message(missed))
+
+
+def _groups(gang: Sequence[GangPodSet]
+            ) -> tuple[list[tuple[TopologyRequest, list[GangPodSet]]], list[GangPodSet]]:
+    """The pod sets kept together, each with its request (the AppWrapper's request makes
+    one group of all the sets it covers), and the free ones."""
+    groups: dict[TopologyRequest, list[GangPodSet]] = {}
+    own: list[tuple[TopologyRequest, list[GangPodSet]]] = []
+    free: list[GangPodSet] = []
+    for g in gang:
+        t = g.pod_set.topology
+        if t is None:
+            free.append(g)
+        elif t.whole_gang:
+            groups.setdefault(t, []).append(g)
+        else:
+            own.append((t, [g]))
+    return [*groups.items(), *own], free
+
+
+def place_in_topology(gang: Sequence[GangPodSet], cap: Capacity,
+                      topology: Topology) -> list[Placement] | Shortfall:
+    """Place the gang with its topology requests honoured, taking the capacity; or take
+    nothing and say why. The levels must be the topology's (Topology.problem)."""
+    together, free = _groups(gang)
+    if not together:
+        return place(gang, cap)
+    short = total_shortfall(gang, cap)
+    if short is not None:
+        return short
+    # The largest groups first: they have the fewest domains to choose from.
+    together.sort(key=lambda tg: sum(g.pod_set.count for g in tg[1]), reverse=True)
+    placed: list[Placement] = []
+    steps: list[tuple[TopologyRequest | None, list[GangPodSet]]] = [*together]
+    if free:
+        steps.append((None, free))
+    for request, sets in steps:
+        result = (place(sets, cap) if request is None
+                  else _place_group(sets, request, cap, topology))
+        if isinstance(result, Shortfall):
+            for p in placed:
+                assert p.node is not None
+                cap.give(p.node, p.request)
+            return result
+        placed.extend(result)
+    return sorted(placed, key=lambda p: (p.item, p.pod_set, p.pod))
