@@ -17,7 +17,6 @@ whole gangs to tear down first (see dispatcher.preemption).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,7 +43,9 @@ from dispatcher.fit.elastic import describe, lowest
 from dispatcher.fit.gang import (
     NEVER_FITS,
     GangPodSet,
+    Hopeless,
     Placement,
+    Placer,
     Shortfall,
     never_fits,
     never_fits_aggregate,
@@ -269,12 +270,7 @@ def admit(
     """
     stats = stats if stats is not None else CycleStats()
     topology = topology if topology is not None else NO_TOPOLOGY
-    fit_gang, hopeless_gang = (
-        (place, never_fits) if fit == "per-node" else (place_aggregate, never_fits_aggregate)
-    )
-    if fit == "per-node" and topology.levels:
-        fit_gang = topology.place
-        hopeless_gang = functools.partial(never_fits, placer=topology.place)
+    fit_gang, hopeless_gang = fit_rules(fit, topology)
     answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
     never = answers.never
     holds, expired = _live_holds(holds or {}, admitted, policy, now, quota)
@@ -443,6 +439,16 @@ def admit(
                      if d.key in expired and d.decision != "dispatch" else d
                      for d in decisions]
     return decisions
+
+
+def fit_rules(fit: Fit, topology: Topology = NO_TOPOLOGY) -> tuple[Placer, Hopeless]:
+    """How gangs are placed, and how "never fits" is answered, under `fit`: topology
+    requests count under per-node fit only (the aggregate rule places no pod)."""
+    if fit == "aggregate":
+        return place_aggregate, never_fits_aggregate
+    if topology.levels:
+        return topology.place, topology.never_fits
+    return place, never_fits
 
 
 def _live_holds(holds: Mapping[WrapperKey, Hold], admitted: Sequence[AdmittedWrapper],

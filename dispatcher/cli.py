@@ -48,7 +48,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
     result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
-                       [*subtrees, *loaded.subtrees])
+                       [*subtrees, *loaded.subtrees], config.topology_levels)
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
     return 0
@@ -107,9 +107,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader_election=args.leader_elect,
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
-        require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods)
+        require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
+        topology=config.topology_levels)
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
+    if config.topology.levels:
+        logging.getLogger("dispatcher").info("topology levels: %s",
+                                             ", ".join(config.topology.levels))
     if args.metrics_auth == "kubernetes":
         from dispatcher.controller.bearer import TokenReviewAuth
         from dispatcher.controller.kube import Kube

@@ -217,6 +217,7 @@ def place_aggregate(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement
 
 
 Placer = Callable[[Sequence[GangPodSet], Capacity], "list[Placement] | Shortfall"]
+Hopeless = Callable[[Sequence[GangPodSet], Capacity], "Shortfall | None"]
 
 
 def never_fits(gang: Sequence[GangPodSet], empty: Capacity,

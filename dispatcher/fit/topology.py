@@ -31,6 +31,7 @@ from dispatcher.fit.gang import (
     Placement,
     Shortfall,
     demand,
+    never_fits,
     place,
     total_shortfall,
 )
@@ -63,6 +64,10 @@ class Topology:
     def place(self, gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
         """fit.gang.place, with every pod set that asks for a domain kept in one."""
         return place_in_topology(gang, cap, self)
+
+    def never_fits(self, gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
+        """fit.gang.never_fits, with the topology requests honoured."""
+        return never_fits(gang, empty, placer=self.place)
 
 
 class _Level:

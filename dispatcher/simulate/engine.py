@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
     BEHIND_HEAD,
+    NO_TOPOLOGY,
     QUOTA_EXCEEDED,
     UNKNOWN_QUOTA,
     CycleStats,
@@ -62,6 +63,7 @@ from dispatcher.admission import (
     EmptyClusterAnswers,
     Fit,
     admit,
+    fit_rules,
 )
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
 from dispatcher.cluster.state import PlannedPod
@@ -74,10 +76,9 @@ from dispatcher.fit.gang import (
     Placement,
     Shortfall,
     demand,
-    never_fits,
-    never_fits_aggregate,
     place,
 )
+from dispatcher.fit.topology import Topology
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
@@ -198,7 +199,8 @@ class Simulation:
                  fit: Fit = "per-node", gpus_per_node: int = 8,
                  cycle_interval: float | None = None,
                  progress: Progress | None = None, skip_behind_head: bool = True,
-                 forest: QuotaForest | None = None, observe: Observe | None = None) -> None:
+                 forest: QuotaForest | None = None, observe: Observe | None = None,
+                 topology: Topology = NO_TOPOLOGY) -> None:
         if policy.preemption != "never" and fit != "per-node":
             raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
         self.policy = policy
@@ -224,7 +226,8 @@ class Simulation:
         # arrival check and every admission cycle of the run.
         self._answers = EmptyClusterAnswers()
         self._answers.empty = self._empty = Capacity.empty(self.nodes)
-        self._hopeless_of = never_fits if fit == "per-node" else never_fits_aggregate
+        self.topology = topology
+        self._hopeless_of = fit_rules(fit, topology)[1]
         self._never = self._answers.never
         # Allocatable minus the demand of dispatched, unfinished gangs (MCAD's view).
         self._free_total: dict[str, int] = {}
@@ -363,7 +366,7 @@ class Simulation:
         decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
                           admitted=self.admitted() if preempting or self.elastic else (),
-                          holds=self.holds, scaling=scaling)
+                          holds=self.holds, scaling=scaling, topology=self.topology)
         if cap is not self.view:
             for d in decisions:
                 if d.decision == "dispatch":

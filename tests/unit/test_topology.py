@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -246,9 +249,7 @@ def test_admit_waits_for_a_rack_while_the_cluster_total_fits() -> None:
     assert d.message.startswith(f"needs 16 nvidia.com/gpu in one {RACK}: best rack")
 
 
-def test_config_takes_levels_or_a_kueue_topology(tmp_path: object) -> None:
-    from pathlib import Path
-    assert isinstance(tmp_path, Path)
+def test_config_takes_levels_or_a_kueue_topology(tmp_path: Path) -> None:
     plain = tmp_path / "plain.yaml"
     plain.write_text(f"topology:\n  levels: [{BLOCK}, {RACK}]\n")
     assert load_config(plain).topology_levels == LEVELS
@@ -268,3 +269,81 @@ def test_config_takes_levels_or_a_kueue_topology(tmp_path: object) -> None:
     with pytest.raises(ConfigError, match="listed twice"):
         load_config(twice)
     assert load_config(None).topology_levels == Topology()
+
+
+def test_plan_with_the_configured_levels_keeps_a_gang_in_one_rack_and_says_why_one_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import main
+
+    from .test_plan import aw, node, write
+
+    def labelled(name: str, block: str, rack: str) -> dict[str, object]:
+        return node(name, labels={BLOCK: block, RACK: rack})
+
+    # r1 has 2 nodes, r2 has 3: a gang of 3 whole nodes fits only in r2, and nodes of r1
+    # sort first, so a plain placement would use them.
+    cluster = write(tmp_path, "cluster.yaml", {"apiVersion": "v1", "kind": "List", "items": [
+        labelled("a1", "b1", "r1"), labelled("a2", "b1", "r1"),
+        labelled("b1", "b1", "r2"), labelled("b2", "b1", "r2"), labelled("b3", "b1", "r2")]})
+    gang3, gang2 = aw("three", 3, 8, created="2026-01-01T00:00:00Z"), aw(
+        "two", 2, 8, created="2026-01-01T00:01:00Z")
+    for w in (gang3, gang2):
+        w["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    wrappers = write(tmp_path, "aws.yaml", gang3, gang2,
+                     aw("plain", 1, 8, created="2026-01-01T00:02:00Z"))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"topology:\n  levels: [{BLOCK}, {RACK}]\n")
+    assert main(["plan", "-o", "json", "--cluster", cluster, "--config", str(config),
+                 wrappers]) == 0
+    three, two, plain = json.loads(capsys.readouterr().out)["decisions"]
+    assert three["decision"] == "dispatch"
+    assert sorted(p["node"] for p in three["placements"]) == ["b1", "b2", "b3"]
+    assert two["decision"] == "dispatch"
+    assert sorted(p["node"] for p in two["placements"]) == ["a1", "a2"]
+    assert plain["decision"] == "wait"
+    # Without the levels, the same annotations are refused, naming what to configure.
+    assert main(["plan", "-o", "json", "--cluster", cluster, wrappers]) == 0
+    three, _, _ = json.loads(capsys.readouterr().out)["decisions"]
+    assert three["decision"] == "invalid"
+    assert "configures no topology levels" in three["message"]
+
+
+def test_the_controller_holds_room_for_a_required_gang_in_one_rack_and_says_why_one_waits(
+) -> None:
+    from dispatcher.controller.runtime import Dispatcher
+
+    from .fake_kube import FakeKube
+    from .test_runtime import Clock, _res, appwrapper, aw_status, run
+    from .test_runtime import job as runtime_job
+    from .test_runtime import node as runtime_node
+
+    def labelled(name: str, rack: str) -> dict[str, Any]:
+        n = runtime_node(name)
+        n["metadata"]["labels"] = {BLOCK: "b1", RACK: rack}
+        return n
+
+    def racked_wrapper(name: str, pods: int, created: int) -> dict[str, Any]:
+        w = appwrapper(name, runtime_job(name, pods, 8), created=created)
+        w["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+        return w
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        for name, rack in (("a1", "r1"), ("a2", "r1"), ("b1", "r2"), ("b2", "r2"),
+                           ("b3", "r2"), ("c1", "r3")):
+            kube.put(labelled(name, rack))
+        kube.put(racked_wrapper("three", 3, 1))
+        kube.put(racked_wrapper("big", 3, 2))
+        d = Dispatcher(kube, FIFO, clock=clock, topology=LEVELS)  # type: ignore[arg-type]
+        for kind, on in (("Node", d.on_node), ("AppWrapper", d.on_appwrapper)):
+            for obj in await kube.list(_res(kind)):
+                on("ADDED", obj)
+        await d.cycle()
+        # The room held for the gang (its pods are pinned to it) is one rack's.
+        held = sorted(p.node for p in d.state.holdings(("team", "three")))
+        assert held == ["b1", "b2", "b3"]
+        # 24 GPUs free on a1, a2 and c1, but no rack has them.
+        assert aw_status(kube, "big")["message"] == (
+            f"{NO_DOMAIN}: needs 24 nvidia.com/gpu in one {RACK}: best rack r1 has 16 "
+            "nvidia.com/gpu free; 24 nvidia.com/gpu free in total")
+
+    run(scenario)
