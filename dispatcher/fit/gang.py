@@ -51,6 +51,9 @@ class Shortfall:
     message: str
 
 
+NOT_WITHIN = Shortfall(FRAGMENTED, "does not fit on the given nodes")
+
+
 def demand(gang: Sequence[GangPodSet]) -> dict[str, int]:
     total: dict[str, int] = {}
     for g in gang:
@@ -153,7 +156,8 @@ def place(gang: Sequence[GangPodSet], cap: Capacity,
 
     On success the capacity is taken from `cap`; on failure `cap` is left as it was
     and the Shortfall says what blocks the gang. `within` (rows, ascending) keeps the
-    pods on those nodes: one topology domain.
+    pods on those nodes: one topology domain, whose caller explains a failure itself
+    (the Shortfall is then NOT_WITHIN, not worked out).
     """
     total = total_shortfall(gang, cap)
     if total is not None:
@@ -162,15 +166,15 @@ def place(gang: Sequence[GangPodSet], cap: Capacity,
     for g in ordered:  # cheap early answer: some pod larger than any node's free amount
         for r, v in g.pod_set.request.items():
             if g.pod_set.count and v > cap.max_free(r):
-                return _pod_set_shortfall(gang, g.pod_set, cap)
+                return NOT_WITHIN if within is not None else _pod_set_shortfall(
+                    gang, g.pod_set, cap)
     placements: list[Placement] = []
     for g in ordered:
         ps = g.pod_set
         if ps.count == 0:
             continue
-        rows = cap.eligible_rows(ps.constraints)
-        if within is not None:
-            rows = np.intersect1d(rows, within, assume_unique=True)
+        rows = (cap.eligible_rows(ps.constraints) if within is None
+                else cap.eligible_in(ps.constraints, within))
         candidates = cap.with_room(rows, ps.request)
         # Each candidate takes at least one pod: the fill uses at most `count` of them,
         # and as many are room enough. Only they are counted.
@@ -200,7 +204,7 @@ def place(gang: Sequence[GangPodSet], cap: Capacity,
         for p in placements:
             assert p.node is not None
             cap.give(p.node, p.request)
-        return _pod_set_shortfall(gang, ps, cap)
+        return NOT_WITHIN if within is not None else _pod_set_shortfall(gang, ps, cap)
     return sorted(placements, key=lambda p: (p.item, p.pod_set, p.pod))
 
 

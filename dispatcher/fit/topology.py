@@ -150,28 +150,40 @@ class _Missed:
     best: str | None  # the domain with the most free of `resource`, None: no domain
     best_free: int
     total_free: int
-    roomy: str | None  # a domain whose free totals were enough, if any
+    roomy: str | None  # a domain with room for each pod set on its own, if any
 
 
 def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
                    level: _Level) -> list[Placement] | _Missed:
     need = demand(sets)
     main = _main_resource(need)
-    eligible: npt.NDArray[np.bool_] = np.zeros(len(cap.names), dtype=bool)
-    for constraints in {g.pod_set.constraints for g in sets}:
-        eligible[cap.eligible_rows(constraints)] = True
-    every = np.arange(len(cap.names), dtype=np.intp)
+    ruled = [cap.eligible_rows(c) for c in {g.pod_set.constraints for g in sets}]
+    eligible: npt.NDArray[np.bool_] | None = None  # None: every node
+    if not any(rows is cap.all_rows for rows in ruled):
+        eligible = np.zeros(len(cap.names), dtype=bool)
+        for rows in ruled:
+            eligible[rows] = True
     fits = np.ones(len(level.names), dtype=bool)
     main_free = np.zeros(len(level.names), dtype=np.int64)
     total_free = 0
     for r, v in need.items():
         if v <= 0:
             continue
-        column = np.where(eligible, np.maximum(cap.column(r, every), 0), 0)
+        column = np.maximum(cap.column(r, cap.all_rows), 0)
+        if eligible is not None:
+            column[~eligible] = 0
         free = level.per_domain(column)
         fits &= free >= v
         if r == main:
             main_free, total_free = free, int(column.sum())
+    for g in sets:  # and each pod set's pods must fit its nodes one by one
+        counts = cap.how_many(cap.all_rows, g.pod_set.request)
+        allowed = cap.eligible_rows(g.pod_set.constraints)
+        if allowed is not cap.all_rows:
+            kept = np.zeros(len(cap.names), dtype=bool)
+            kept[allowed] = True
+            counts = np.where(kept, counts, 0)
+        fits &= level.per_domain(np.minimum(counts, g.pod_set.count)) >= g.pod_set.count
     candidates = np.flatnonzero(fits)
     if len(candidates):
         # Smallest domain first, ties to the fullest, then by name: stable answers.
@@ -195,8 +207,8 @@ def _missed_message(m: _Missed) -> str:
     kind = noun(m.level)
     total = f"{format_amount(m.resource, m.total_free)} free in total"
     if m.roomy is not None:
-        return (f"{what}: {kind} {m.roomy} has enough free in total, but not on nodes its "
-                f"pods fit one by one; {total}")
+        return (f"{what}: {kind} {m.roomy} has room for each pod set, but not for them all "
+                f"at once; {total}")
     return (f"{what}: best {kind} {m.best} has {format_amount(m.resource, m.best_free)} free; "
             f"{total}")
 
