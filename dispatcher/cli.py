@@ -166,13 +166,14 @@ def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
     from dispatcher.config import load_config
     from dispatcher.controller.webhook import WebhookOptions, own_namespace
 
+    config = load_config(args.config)
     return WebhookOptions(
         port=port, host=args.webhook_host, namespace=args.namespace or own_namespace(),
         service=args.webhook_service, secret=args.webhook_secret,
         configuration=args.webhook_configuration or None,
         cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
         cert_hosts=tuple(args.webhook_cert_host or ()),
-        allowed_kinds=load_config(args.config).allowed_kinds)
+        allowed_kinds=config.allowed_kinds, topology=config.topology_levels)
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:

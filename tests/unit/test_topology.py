@@ -347,3 +347,25 @@ def test_the_controller_holds_room_for_a_required_gang_in_one_rack_and_says_why_
             "nvidia.com/gpu free; 24 nvidia.com/gpu free in total")
 
     run(scenario)
+
+
+def test_the_webhook_refuses_an_unknown_level_at_apply_naming_the_levels() -> None:
+    from dispatcher.controller.access import Access
+    from dispatcher.controller.admission_review import AppWrapperReview
+
+    from .fake_authz import FakeApi
+    from .test_admission_review import ALICE, RIGHTS, admitted
+    from .test_admission_review import appwrapper as review_wrapper
+    from .test_admission_review import job as review_job
+
+    review = AppWrapperReview(Access(FakeApi(RIGHTS)), topology=LEVELS)  # type: ignore[arg-type]
+    zone = review_wrapper(review_job(), annotations={
+        "kueue.x-k8s.io/podset-required-topology": "example.com/zone"})
+    _, verdict = admitted(review, zone, ALICE)
+    assert not verdict.allowed
+    assert "'example.com/zone', which is not a topology level here: the configured levels " \
+           f"are {BLOCK}, {RACK}" in verdict.message
+    rack = review_wrapper(review_job(), annotations={
+        "kueue.x-k8s.io/podset-required-topology": RACK})
+    _, verdict = admitted(review, rack, ALICE)
+    assert verdict.allowed, verdict.message
