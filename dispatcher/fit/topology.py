@@ -73,20 +73,22 @@ class Topology:
 class _Level:
     """The domains of one level over a node layout (rows in `Capacity.names` order)."""
 
-    def __init__(self, cap: Capacity, levels: tuple[str, ...], depth: int) -> None:
-        label = levels[depth]
-        keys: dict[tuple[str | None, ...], int] = {}
+    def __init__(self, cap: Capacity, label: str, outer: list[int]) -> None:
+        """`outer`: per row, the path of label values above this level (a number); it
+        becomes the path down to this level."""
+        paths: dict[tuple[int, str | None], int] = {}
+        domains: dict[int, int] = {}
         self.names: list[str] = []
         ids = np.full(len(cap.names), -1, dtype=np.intp)
         for row, name in enumerate(cap.names):
-            labels = cap.nodes[name].labels
-            value = labels.get(label)
+            value = cap.nodes[name].labels.get(label)
+            path = paths.setdefault((outer[row], value), len(paths))
+            outer[row] = path
             if value is None:
                 continue
-            key = (*(labels.get(outer) for outer in levels[:depth]), value)
-            domain = keys.get(key)
+            domain = domains.get(path)
             if domain is None:
-                domain = keys[key] = len(self.names)
+                domain = domains[path] = len(self.names)
                 self.names.append(value)
             ids[row] = domain
         self.label = label
@@ -94,11 +96,19 @@ class _Level:
         # Rows grouped by domain (each group ascending): a sum per domain is one reduceat.
         self.order: IndexArray = labelled[np.argsort(ids[labelled], kind="stable")]
         sizes = np.bincount(ids[labelled], minlength=len(self.names))
-        self.starts: IndexArray = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
-        self.rows: list[IndexArray] = np.split(self.order, np.cumsum(sizes)[:-1].tolist())
-        self.name_rank: IndexArray = np.argsort(np.argsort(np.array(self.names, dtype=object)))
+        ends = np.cumsum(sizes)
+        self.starts: IndexArray = (ends - sizes).astype(np.intp)
+        self._ends = ends.tolist()
+        by_name = sorted(range(len(self.names)), key=self.names.__getitem__)
+        self.name_rank: IndexArray = np.empty(len(self.names), dtype=np.intp)
+        self.name_rank[by_name] = np.arange(len(self.names), dtype=np.intp)
         self._allocatable: dict[str, IntArray] = {}
         self._nodes = [cap.nodes[n] for n in cap.names]
+
+    def rows(self, domain: int) -> IndexArray:
+        """The rows of one domain, ascending."""
+        found: IndexArray = self.order[int(self.starts[domain]):self._ends[domain]]
+        return found
 
     def per_domain(self, values: IntArray) -> IntArray:
         """The sum of a per-row column over each domain."""
@@ -120,7 +130,8 @@ def _levels(cap: Capacity, topology: Topology) -> list[_Level]:
     key = ("topology", topology.levels)
     known = cap.derived.get(key)
     if not isinstance(known, list):
-        known = [_Level(cap, topology.levels, d) for d in range(len(topology.levels))]
+        outer = [0] * len(cap.names)
+        known = [_Level(cap, label, outer) for label in topology.levels]
         cap.derived[key] = known
     return known
 
@@ -190,7 +201,7 @@ def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
         order = np.lexsort((level.name_rank[candidates], main_free[candidates],
                             level.allocatable(main)[candidates]))
         for domain in candidates[order].tolist():
-            placed = place(sets, cap, within=level.rows[domain])
+            placed = place(sets, cap, within=level.rows(domain))
             if not isinstance(placed, Shortfall):
                 return placed
     best = int(np.argmax(main_free)) if len(level.names) else None
