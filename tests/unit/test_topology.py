@@ -369,3 +369,28 @@ def test_the_webhook_refuses_an_unknown_level_at_apply_naming_the_levels() -> No
         "kueue.x-k8s.io/podset-required-topology": RACK})
     _, verdict = admitted(review, rack, ALICE)
     assert verdict.allowed, verdict.message
+
+
+def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requiring_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import main
+
+    from .test_simulate import trace
+
+    # 4 nodes of 8 GPUs in 2 racks. `one` takes a node of rack r0; `pair` (16 GPUs, two
+    # pods) then fits the tightest nodes: one in each rack, unless it requires a rack.
+    path = trace(tmp_path, ("one", 0, 100, 8), ("pair", 1, 100, 16))
+    args = ["simulate", "-o", "json", "--trace", path, "--nodes", "4", "--topology", "1x2"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["topology"] == {
+        "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0}
+    assert main([*args, "--require-rack", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["topology"] == {
+        "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1}
+    assert main([a for a in args if a not in ("-o", "json")] + ["--require-rack", "1"]) == 0
+    assert ("topology         1 of 1 started gangs of 2+ pods in one rack; 1 job required one"
+            in capsys.readouterr().out)
+    assert main(["simulate", "--trace", path, "--nodes", "4", "--require-rack", "0.5"]) == 2
+    assert "--require-rack needs --topology" in capsys.readouterr().err
+    assert main(["simulate", "--trace", path, "--nodes", "4", "--topology", "2x3"]) == 2
+    assert "6 racks for 4 nodes" in capsys.readouterr().err
