@@ -336,7 +336,7 @@ def admit(
                     ledger.add(mine, force=True)
                 shrunk = None if own_hold is not None or in_quota.unknown else _try_shrink(
                     w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search,
-                    stats)
+                    stats, fit_gang)
                 if shrunk is not None:  # a borrower gives back quota (and room) it owes
                     decisions.append(shrunk)
                     quota_failed.clear()
@@ -406,7 +406,8 @@ def admit(
                                       hopeless.message, effective_priority=prio))
             continue
         shrunk = None if own_hold is not None else _try_shrink(
-            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats)
+            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats,
+            fit_gang)
         if shrunk is not None:
             decisions.append(shrunk)
             quota_failed.clear()
@@ -487,12 +488,13 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
     new: dict[WrapperKey, int] = {}
     for i, d in enumerate(decisions):
         w = seen.get(d.key)
-        if w is not None and d.decision == "dispatch" and d.elastic:
+        if w is not None and d.decision == "dispatch" and d.elastic and not _in_domain(w.gang):
             new[d.key] = i
             candidates.append(Candidate(d.key, rank(policy, d.effective_priority, w.first_seen),
                                         w.labels, newly_admitted(w)))
     for a in pool:
-        if a.elastic is not None and a.key not in gone and a.key not in seen:
+        if (a.elastic is not None and a.key not in gone and a.key not in seen
+                and not _in_domain(a.elastic.gang)):
             candidates.append(Candidate(a.key, rank(policy, a.priority, a.elastic.first_seen),
                                         a.labels, a.elastic))
     if not candidates:
@@ -514,6 +516,12 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
             message=f"{d.message}; {s.message}")
 
 
+def _in_domain(gang: Sequence[GangPodSet]) -> bool:
+    """Whether the gang requires one topology domain: its growth, placed anywhere, could
+    leave the domain, so it is not grown."""
+    return any(g.pod_set.topology is not None and g.pod_set.topology.required for g in gang)
+
+
 def _minimum_message(w: QueuedWrapper) -> str:
     if not w.elastic:
         return ""
@@ -523,12 +531,15 @@ def _minimum_message(w: QueuedWrapper) -> str:
 def _try_shrink(w: QueuedWrapper, prio: float, capacity: Capacity,
                 pool: Sequence[AdmittedWrapper], policy: Policy, now: float,
                 ledger: QuotaLedger | None, shrinking: ShrinkRound,
-                search: PreemptionSearch | None, stats: CycleStats) -> Decision | None:
-    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit."""
+                search: PreemptionSearch | None, stats: CycleStats,
+                placer: Placer) -> Decision | None:
+    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit (its pods
+    placed by `placer`)."""
     if not pool or not shrinking.may_search(w, prio):
         return None
     found = shrink_search(w, prio, capacity, pool, policy, now, ledger,
-                          gone=shrinking.scaled | (search.gone if search is not None else set()))
+                          gone=shrinking.scaled | (search.gone if search is not None else set()),
+                          placer=placer)
     if found is None:
         shrinking.failed(w, prio)
         return None

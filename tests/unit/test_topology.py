@@ -394,3 +394,45 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     assert "--require-rack needs --topology" in capsys.readouterr().err
     assert main(["simulate", "--trace", path, "--nodes", "4", "--topology", "2x3"]) == 2
     assert "6 racks for 4 nodes" in capsys.readouterr().err
+
+
+def test_an_elastic_gang_requiring_a_rack_is_admitted_in_one_and_not_grown_out_of_it(
+) -> None:
+    from dispatcher.api.models import parse_appwrapper
+
+    from .elastic_world import pytorchjob
+
+    manifest = pytorchjob("elastic", low=2, high=6)
+    manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    w = queued_from_appwrapper(parse_appwrapper(manifest), 0.0)
+    # r1 holds the minimum (master + 2 workers); r2's nodes would take the growth.
+    cap = nodes_in({("b1", "r1"): [8, 8, 8], ("b1", "r2"): [8] * 5})
+    [d] = admit([w], cap, FIFO, 0.0, topology=LEVELS)
+    assert d.decision == "dispatch" and d.elastic == (2,)
+    assert domains_of(list(d.placements), cap, RACK) == {"r1"}
+
+
+def test_an_elastic_gang_is_not_scaled_in_for_a_gang_its_freed_room_cannot_hold_in_a_rack(
+) -> None:
+    from .elastic_world import ElasticWorld, pytorchjob
+    from .quota_world import appwrapper as quota_wrapper
+
+    # Racks r0 (n0, n2) and r1 (n1, n3). The elastic gang fills them: its master on n0,
+    # workers on n1, n2, n3. Scaling in its last two workers frees n2 and n3: one node in
+    # each rack, no room for the urgent gang, which requires one rack.
+    racks = [node(f"n{i}", labels={BLOCK: "b1", RACK: f"r{i % 2}"}) for i in range(4)]
+    world = ElasticWorld(racks, Policy("preempt", order="priority",
+                                       preemption="lowerPriority"), topology=LEVELS)
+    world.submit(pytorchjob("elastic", low=1, high=3))
+    world.settle()
+    assert world.workers("elastic") == 3
+    urgent = quota_wrapper("urgent", gpu=8, pods=2, priority=10)
+    urgent["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    world.submit(urgent)
+    world.settle()
+    assert world.is_running("urgent"), world.history[-1]
+    [placed] = [d for cycle in world.history for d in cycle
+                if d.name == "urgent" and d.decision == "dispatch"]
+    assert len({world.state.nodes[p.node].labels[RACK] for p in placed.placements
+                if p.node}) == 1
+    assert not world.scales or all(s.after[0] == 3 for s in world.scales)
