@@ -35,7 +35,7 @@ from dispatcher.fit.gang import (
     place,
     total_shortfall,
 )
-from dispatcher.kinds.podset import TopologyRequest
+from dispatcher.kinds.podset import PodConstraints, TopologyRequest
 from dispatcher.resources import format_amount
 
 NO_DOMAIN = "NoTopologyDomain"  # enough room, but not inside one domain of the level
@@ -174,27 +174,26 @@ def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
         eligible = np.zeros(len(cap.names), dtype=bool)
         for rows in ruled:
             eligible[rows] = True
-    fits = np.ones(len(level.names), dtype=bool)
-    main_free = np.zeros(len(level.names), dtype=np.int64)
-    total_free = 0
-    for r, v in need.items():
-        if v <= 0:
-            continue
-        column = np.maximum(cap.column(r, cap.all_rows), 0)
-        if eligible is not None:
-            column[~eligible] = 0
-        free = level.per_domain(column)
-        fits &= free >= v
-        if r == main:
-            main_free, total_free = free, int(column.sum())
-    for g in sets:  # and each pod set's pods must fit its nodes one by one
-        counts = cap.how_many(cap.all_rows, g.pod_set.request)
-        allowed = cap.eligible_rows(g.pod_set.constraints)
+    column = np.maximum(cap.column(main, cap.all_rows), 0)
+    if eligible is not None:
+        column[~eligible] = 0
+    main_free = level.per_domain(column)
+    total_free = int(column.sum())
+    fits = main_free >= need.get(main, 0)
+    # Each shape's pods must fit the domain's nodes one by one (pod sets of one shape and
+    # rules together): the check that rules out most domains, short of placing.
+    shapes: dict[tuple[tuple[tuple[str, int], ...], PodConstraints], int] = {}
+    for g in sets:
+        key = (tuple(sorted(g.pod_set.request.items())), g.pod_set.constraints)
+        shapes[key] = shapes.get(key, 0) + g.pod_set.count
+    for (request, constraints), count in shapes.items():
+        counts = cap.how_many(cap.all_rows, dict(request))
+        allowed = cap.eligible_rows(constraints)
         if allowed is not cap.all_rows:
             kept = np.zeros(len(cap.names), dtype=bool)
             kept[allowed] = True
             counts = np.where(kept, counts, 0)
-        fits &= level.per_domain(np.minimum(counts, g.pod_set.count)) >= g.pod_set.count
+        fits &= level.per_domain(np.minimum(counts, count)) >= count
     candidates = np.flatnonzero(fits)
     if len(candidates):
         # Smallest domain first, ties to the fullest, then by name: stable answers.
