@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from dispatcher.admission import (
+    NO_TOPOLOGY,
     QUOTA_EXCEEDED,
     UNKNOWN_QUOTA,
     CycleStats,
@@ -41,6 +42,7 @@ from dispatcher.admission import (
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState, node_from_object
 from dispatcher.fit import Capacity
+from dispatcher.fit.topology import Topology
 from dispatcher.policy_files import load_policy
 from dispatcher.preemption import AdmittedWrapper, quota_ledger
 from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper
@@ -208,20 +210,22 @@ def timed(fn: Any, repeat: int = 5) -> tuple[float, Any]:
 
 
 def measure(state: ClusterState, ordered: list[QueuedWrapper], policy: Policy, fit: Fit,
-            now: float, repeat: int) -> tuple[float, float, float, float, int, int]:
+            now: float, repeat: int, topology: Topology = NO_TOPOLOGY
+            ) -> tuple[float, float, float, float, int, int]:
     """Full cycle (wall and CPU) and head decision (each with its capacity snapshot),
-    head alone."""
+    head alone; with the topology levels if given."""
     cpu0 = time.process_time()
-    cycle_s, decisions = timed(lambda: admit(ordered, Capacity.of(state), policy, now, fit),
-                               repeat)
+    cycle_s, decisions = timed(lambda: admit(ordered, Capacity.of(state), policy, now, fit,
+                                             topology=topology), repeat)
     cpu_s = (time.process_time() - cpu0) / repeat
-    head_s, _ = timed(lambda: admit(ordered[:1], Capacity.of(state), policy, now, fit), 9)
+    head_s, _ = timed(lambda: admit(ordered[:1], Capacity.of(state), policy, now, fit,
+                                    topology=topology), 9)
     cap = Capacity.of(state)
     t0 = time.perf_counter()
-    admit(ordered[:1], cap, policy, now, fit)
+    admit(ordered[:1], cap, policy, now, fit, topology=topology)
     head_only_s = time.perf_counter() - t0
     stats = CycleStats()
-    admit(ordered, Capacity.of(state), policy, now, fit, stats)
+    admit(ordered, Capacity.of(state), policy, now, fit, stats, topology=topology)
     dispatched = sum(d.decision == "dispatch" for d in decisions)
     return (cycle_s * 1e3, cpu_s * 1e3, head_s * 1e3, head_only_s * 1e3, dispatched,
             stats.fit_checks)

@@ -43,14 +43,17 @@ from dispatcher.fit.elastic import describe, lowest
 from dispatcher.fit.gang import (
     NEVER_FITS,
     GangPodSet,
+    Hopeless,
     Placement,
+    Placer,
     Shortfall,
     never_fits,
     never_fits_aggregate,
     place,
     place_aggregate,
 )
-from dispatcher.kinds import InvalidItem, item_pod_sets
+from dispatcher.fit.topology import Topology
+from dispatcher.kinds import InvalidItem, item_pod_sets, topology_request
 from dispatcher.kinds.elastic import (
     ElasticSet,
     declared_sets,
@@ -82,6 +85,7 @@ QUOTA_EXCEEDED = "QuotaExceeded"  # no room in its quota, even borrowing; never 
 UNKNOWN_QUOTA = "UnknownQuotaNode"  # its labels name no usable quota leaf; never holds the line
 PREEMPTING = "Preempting"  # the reason of a `preempt` verdict
 AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
+NO_TOPOLOGY = Topology()
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,16 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
             problems.append(f"spec.resources.GenericItems[{i}]: {e}")
             continue
         gang.extend(GangPodSet(i, ps) for ps in sets)
+    try:
+        whole = topology_request(aw.metadata.annotations, "metadata.annotations",
+                                 whole_gang=True)
+    except InvalidItem as e:
+        problems.append(str(e))
+        whole = None
+    if whole is not None:  # a pod set's own request wins for that set
+        gang = [g if g.pod_set.topology is not None
+                else GangPodSet(g.item, dataclasses.replace(g.pod_set, topology=whole))
+                for g in gang]
     minimum = aw.spec.schedulingSpec.minAvailable
     if not declared and minimum is not None:
         ranged = from_min_available(tolerant, [g.pod_set.count for g in gang], minimum)
@@ -233,6 +247,7 @@ def admit(
     admitted: Sequence[AdmittedWrapper] = (),
     holds: Mapping[WrapperKey, Hold] | None = None,
     scaling: list[Scale] | None = None,
+    topology: Topology | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -249,11 +264,14 @@ def admit(
     Elastic gangs (dispatcher.elastic) are admitted at their minimum and grown in the
     same cycle by what is left; pass `scaling` to have the admitted ones grown too (their
     scale-outs are appended to it). Scale-ins come as `preempt` decisions' `shrinks`.
+
+    `topology`: the installation's topology levels (fit.topology). A pod set asking for a
+    level it lacks is invalid; one asking for a domain is placed in one (per-node fit;
+    the aggregate rule places no pod and so ignores the requests).
     """
     stats = stats if stats is not None else CycleStats()
-    fit_gang, hopeless_gang = (
-        (place, never_fits) if fit == "per-node" else (place_aggregate, never_fits_aggregate)
-    )
+    topology = topology if topology is not None else NO_TOPOLOGY
+    fit_gang, hopeless_gang = fit_rules(fit, topology)
     answers = empty_answers if empty_answers is not None else EmptyClusterAnswers()
     never = answers.never
     holds, expired = _live_holds(holds or {}, admitted, policy, now, quota)
@@ -280,8 +298,9 @@ def admit(
         seen[w.key] = w
         w = at_minimum(w)
         prio = w.effective_priority(now)
-        if w.invalid is not None:
-            decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, w.invalid,
+        invalid = w.invalid if w.invalid is not None else topology.problem(w.gang)
+        if invalid is not None:
+            decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, invalid,
                                       effective_priority=prio))
             continue
         own_hold = held.get(w.key)
@@ -318,7 +337,7 @@ def admit(
                     ledger.add(mine, force=True)
                 shrunk = None if own_hold is not None or in_quota.unknown else _try_shrink(
                     w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search,
-                    stats)
+                    stats, fit_gang)
                 if shrunk is not None:  # a borrower gives back quota (and room) it owes
                     decisions.append(shrunk)
                     quota_failed.clear()
@@ -388,7 +407,8 @@ def admit(
                                       hopeless.message, effective_priority=prio))
             continue
         shrunk = None if own_hold is not None else _try_shrink(
-            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats)
+            w, prio, capacity, elastic_pool, policy, now, ledger, shrinking, search, stats,
+            fit_gang)
         if shrunk is not None:
             decisions.append(shrunk)
             quota_failed.clear()
@@ -421,6 +441,16 @@ def admit(
                      if d.key in expired and d.decision != "dispatch" else d
                      for d in decisions]
     return decisions
+
+
+def fit_rules(fit: Fit, topology: Topology = NO_TOPOLOGY) -> tuple[Placer, Hopeless]:
+    """How gangs are placed, and how "never fits" is answered, under `fit`: topology
+    requests count under per-node fit only (the aggregate rule places no pod)."""
+    if fit == "aggregate":
+        return place_aggregate, never_fits_aggregate
+    if topology.levels:
+        return topology.place, topology.never_fits
+    return place, never_fits
 
 
 def _live_holds(holds: Mapping[WrapperKey, Hold], admitted: Sequence[AdmittedWrapper],
@@ -459,12 +489,13 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
     new: dict[WrapperKey, int] = {}
     for i, d in enumerate(decisions):
         w = seen.get(d.key)
-        if w is not None and d.decision == "dispatch" and d.elastic:
+        if w is not None and d.decision == "dispatch" and d.elastic and not _in_domain(w.gang):
             new[d.key] = i
             candidates.append(Candidate(d.key, rank(policy, d.effective_priority, w.first_seen),
                                         w.labels, newly_admitted(w)))
     for a in pool:
-        if a.elastic is not None and a.key not in gone and a.key not in seen:
+        if (a.elastic is not None and a.key not in gone and a.key not in seen
+                and not _in_domain(a.elastic.gang)):
             candidates.append(Candidate(a.key, rank(policy, a.priority, a.elastic.first_seen),
                                         a.labels, a.elastic))
     if not candidates:
@@ -486,6 +517,12 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
             message=f"{d.message}; {s.message}")
 
 
+def _in_domain(gang: Sequence[GangPodSet]) -> bool:
+    """Whether the gang requires one topology domain: its growth, placed anywhere, could
+    leave the domain, so it is not grown."""
+    return any(g.pod_set.topology is not None and g.pod_set.topology.required for g in gang)
+
+
 def _minimum_message(w: QueuedWrapper) -> str:
     if not w.elastic:
         return ""
@@ -495,12 +532,15 @@ def _minimum_message(w: QueuedWrapper) -> str:
 def _try_shrink(w: QueuedWrapper, prio: float, capacity: Capacity,
                 pool: Sequence[AdmittedWrapper], policy: Policy, now: float,
                 ledger: QuotaLedger | None, shrinking: ShrinkRound,
-                search: PreemptionSearch | None, stats: CycleStats) -> Decision | None:
-    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit."""
+                search: PreemptionSearch | None, stats: CycleStats,
+                placer: Placer) -> Decision | None:
+    """`w`'s decision to wait for elastic gangs to shrink, if that lets it fit (its pods
+    placed by `placer`)."""
     if not pool or not shrinking.may_search(w, prio):
         return None
     found = shrink_search(w, prio, capacity, pool, policy, now, ledger,
-                          gone=shrinking.scaled | (search.gone if search is not None else set()))
+                          gone=shrinking.scaled | (search.gone if search is not None else set()),
+                          placer=placer)
     if found is None:
         shrinking.failed(w, prio)
         return None

@@ -49,7 +49,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
     result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
-                       [*subtrees, *loaded.subtrees])
+                       [*subtrees, *loaded.subtrees], config.topology_levels)
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
     if result.decisions and all(d.decision == "invalid" for d in result.decisions):
@@ -113,13 +113,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         leader_election=args.leader_elect,
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
-        require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods)
+        require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
+        topology=config.topology_levels)
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
 
         settings.observer = PrometheusObserver()  # the webhook's requests are measured too
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
+    if config.topology.levels:
+        logging.getLogger("dispatcher").info("topology levels: %s",
+                                             ", ".join(config.topology.levels))
     if args.metrics_auth == "kubernetes":
         from dispatcher.controller.bearer import TokenReviewAuth
         from dispatcher.controller.kube import Kube
@@ -186,13 +190,14 @@ def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
     from dispatcher.config import load_config
     from dispatcher.controller.webhook import WebhookOptions, own_namespace
 
+    config = load_config(args.config)
     return WebhookOptions(
         port=port, host=args.webhook_host, namespace=args.namespace or own_namespace(),
         service=args.webhook_service, secret=args.webhook_secret,
         configuration=args.webhook_configuration or None,
         cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
         cert_hosts=tuple(args.webhook_cert_host or ()),
-        allowed_kinds=load_config(args.config).allowed_kinds)
+        allowed_kinds=config.allowed_kinds, topology=config.topology_levels)
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:

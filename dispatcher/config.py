@@ -1,4 +1,4 @@
-"""The installation's configuration file: which kinds AppWrappers may wrap.
+"""The installation's configuration file: which kinds AppWrappers may wrap, topology levels.
 
 ```yaml
 # dispatcher-config.yaml
@@ -6,6 +6,8 @@ allowedKinds:
   defaults: true                 # start from DEFAULT_ALLOWED_KINDS (the guide's table)
   add: [RoleBinding.rbac.authorization.k8s.io, MyJob.example.com]
   remove: [Secret]
+topology:                        # node labels, outermost first (docs/topology.md)
+  levels: [cloud.provider.com/topology-block, cloud.provider.com/topology-rack]
 ```
 
 Kinds are written ``Kind.group`` (``Kind`` alone for the core group). Read once at
@@ -17,12 +19,21 @@ names the file and the field. Without a file, the defaults apply.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from dispatcher import yaml_text
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import (
     CLUSTER_SCOPED_KINDS,
     DEFAULT_ALLOWED_KINDS,
@@ -67,10 +78,53 @@ class AllowedKinds(BaseModel):
         return frozenset((base | added) - removed)
 
 
+class TopologyLevels(BaseModel):
+    """The topology levels, node labels outermost first; also read from Kueue's
+    ``Topology`` object (``spec.levels[].nodeLabel``) pasted as it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    levels: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kueue(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "Topology":
+            spec = data.get("spec")
+            levels = spec.get("levels") if isinstance(spec, dict) else None
+            if not isinstance(levels, list):
+                raise ValueError("a Kueue Topology needs spec.levels: [{nodeLabel: ...}, ...]")
+            return {"levels": levels}
+        return data
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _labels(cls, levels: Any) -> Any:
+        if not isinstance(levels, list):
+            return levels
+        out = [level.get("nodeLabel") if isinstance(level, dict) else level
+               for level in levels]
+        labels = [x for x in out if isinstance(x, str) and x]
+        if len(labels) < len(out):
+            bad = [repr(x) for x in out if not isinstance(x, str) or not x]
+            raise ValueError(f"{', '.join(bad)}: a level is a node label, e.g. "
+                             "cloud.provider.com/topology-rack (or {nodeLabel: ...})")
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)}: listed twice; list each level once")
+        return labels
+
+
 class DispatcherConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowedKinds: AllowedKinds = Field(default_factory=AllowedKinds)
+    topology: TopologyLevels = Field(default_factory=TopologyLevels)
+
+    @property
+    def topology_levels(self) -> Topology:
+        """The topology levels for admission (none: no topology-aware placement)."""
+        return Topology(tuple(self.topology.levels))
 
     @property
     def allowed_kinds(self) -> frozenset[GroupKind]:
@@ -107,7 +161,8 @@ def load_config(path: str | Path | None) -> DispatcherConfig:
 
 def _text(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
-        return "unknown field (a configuration has allowedKinds: {defaults, add, remove})"
+        return ("unknown field (a configuration has allowedKinds: {defaults, add, remove} "
+                "and topology: {levels: [node labels, outermost first]})")
     if err["type"] == "value_error" and "ctx" in err:
         return str(err["ctx"]["error"])
     return err["msg"]

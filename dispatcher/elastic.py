@@ -50,7 +50,7 @@ from dispatcher.fit.elastic import (
     shrunk,
     sized,
 )
-from dispatcher.fit.gang import GangPodSet, Placement, Shortfall, demand, place
+from dispatcher.fit.gang import GangPodSet, Placement, Placer, Shortfall, demand, place
 from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.preemption import AdmittedWrapper, on_path, quota_scope
 from dispatcher.queue.policy import Policy
@@ -290,9 +290,11 @@ class _Giver:
 
 def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
                   admitted: Sequence[AdmittedWrapper], policy: Policy, now: float,
-                  ledger: QuotaLedger | None, gone: Iterable[WrapperKey] = ()) -> Shrink | None:
+                  ledger: QuotaLedger | None, gone: Iterable[WrapperKey] = (),
+                  placer: Placer = place) -> Shrink | None:
     """The fewest pods of elastic wrappers to remove so that `w` fits (see the module
-    docstring), or None when removing every pod above their minimums would not do."""
+    docstring), or None when removing every pod above their minimums would not do.
+    `placer` places `w`'s pods (topology-aware, say)."""
     givers = _givers(w, priority, admitted, policy, now, ledger, set(gone))
     if not givers:
         return None
@@ -301,7 +303,7 @@ def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
     active = ledger if ledger is not None and ledger.active else None
     for g in givers:
         amounts.append(g.most)
-        placed = _fits(w, cap, givers[:len(amounts)], amounts, active)
+        placed = _fits(w, cap, givers[:len(amounts)], amounts, active, placer)
         if placed is not None:
             break
     if placed is None:
@@ -313,12 +315,12 @@ def shrink_search(w: QueuedWrapper, priority: float, cap: Capacity,
         while hi - lo > 1:
             mid = (lo + hi) // 2
             trial = [*amounts[:i], mid, *amounts[i + 1:]]
-            if _fits(w, cap, chosen, trial, active) is not None:
+            if _fits(w, cap, chosen, trial, active, placer) is not None:
                 hi = mid
             else:
                 lo = mid
         amounts[i] = hi
-    final = _fits(w, cap, chosen, amounts, active)
+    final = _fits(w, cap, chosen, amounts, active, placer)
     assert final is not None
     scales = []
     for g, n in zip(chosen, amounts, strict=True):
@@ -366,7 +368,7 @@ def _givers(w: QueuedWrapper, priority: float, admitted: Sequence[AdmittedWrappe
 
 
 def _fits(w: QueuedWrapper, cap: Capacity, givers: Sequence[_Giver], amounts: Sequence[int],
-          ledger: QuotaLedger | None) -> list[Placement] | None:
+          ledger: QuotaLedger | None, placer: Placer) -> list[Placement] | None:
     """W's placement once `givers` gave back `amounts` replicas: its quota (with what
     they stop counting) and its pods on nodes."""
     if ledger is not None:
@@ -382,7 +384,7 @@ def _fits(w: QueuedWrapper, cap: Capacity, givers: Sequence[_Giver], amounts: Se
         for p in g.pods(n):
             if p.node in trial.nodes:
                 trial.give(p.node, p.request)
-    result = place(w.gang, trial)
+    result = placer(w.gang, trial)
     return None if isinstance(result, Shortfall) else result
 
 

@@ -24,6 +24,7 @@ import yaml
 from dispatcher import yaml_text
 from dispatcher.admission import (
     FINISHED_STATES,
+    NO_TOPOLOGY,
     Decision,
     Fit,
     admit,
@@ -34,6 +35,7 @@ from dispatcher.api.models import AppWrapper
 from dispatcher.cluster import ClusterState, PlannedPod, bound_pod_from_object, node_from_object
 from dispatcher.elastic import Scale
 from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.preemption import AdmittedWrapper, quota_ledger
 from dispatcher.queue.policy import Policy
@@ -199,7 +201,8 @@ class PlanResult:
 
 def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
          fit: Fit, now: float, admitted: Sequence[AppWrapper] = (),
-         subtrees: Sequence[Mapping[str, Any]] = ()) -> PlanResult:
+         subtrees: Sequence[Mapping[str, Any]] = (),
+         topology: Topology = NO_TOPOLOGY) -> PlanResult:
     queue = AdmissionQueue(policy)
     duplicates: list[QueuedWrapper] = []
     for w in wrappers:
@@ -217,7 +220,7 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
     before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}
     scaling: list[Scale] = []
     decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
-                      quota=ledger, admitted=records, scaling=scaling)
+                      quota=ledger, admitted=records, scaling=scaling, topology=topology)
     return PlanResult(decisions, records, ledger, list(forest.problems), before, scaling)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.checks import check_kinds, warnings
 from dispatcher.kinds.scope import CLUSTER_SCOPED_KINDS, DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.queue.queue import QueuedWrapper
@@ -45,11 +46,14 @@ def review(
     default_first_seen: float,
     allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
     cluster_scoped: Collection[GroupKind] = CLUSTER_SCOPED_KINDS,
+    topology: Topology | None = None,
 ) -> Review:
     """Validate `obj` (an AppWrapper from the API server or a file) for this installation.
 
     `default_first_seen` is its queue time when neither its status nor its creation
-    timestamp gives one. `allowed` and `cluster_scoped` as for `check_kinds`.
+    timestamp gives one. `allowed` and `cluster_scoped` as for `check_kinds`. With
+    `topology`, a topology level it asks for must be one of the installation's (without,
+    admission checks that).
     """
     try:
         aw = parse_appwrapper(obj)
@@ -60,6 +64,9 @@ def review(
     refused = check_kinds(aw, allowed, cluster_scoped)
     # queued.invalid is the items' counting problems, already one bounded message.
     counting = [queued.invalid] if queued.invalid is not None else []
+    level = topology.problem(queued.gang) if topology is not None and not counting else None
+    if level is not None:
+        counting.append(level)
     if refused:
         return Review(aw, None, cap_problems([*refused, *counting]), found)
     if counting:

@@ -41,6 +41,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.quota import DEFAULT_NODE
 from dispatcher.review import review
@@ -126,9 +127,11 @@ class AppWrapperReview:
     """Decides AdmissionReview requests for AppWrappers."""
 
     def __init__(self, access: Access,
-                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
+                 topology: Topology | None = None) -> None:
         self.access = access
         self.allowed_kinds = allowed_kinds
+        self.topology = topology
 
     @staticmethod
     def _ours(request: Mapping[str, Any]) -> bool:
@@ -208,7 +211,8 @@ class AppWrapperReview:
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
                      namespace: str, check_items: bool, check_spec: bool = True,
                      old: Mapping[str, Any] | None = None) -> Verdict:
-        checked = review(obj, 0.0, self.allowed_kinds) if check_spec else None
+        checked = (review(obj, 0.0, self.allowed_kinds, topology=self.topology)
+                   if check_spec else None)
         spec = checked.problems if checked is not None else []
         denied: list[str] = []
         if check_items:

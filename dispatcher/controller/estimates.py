@@ -60,6 +60,7 @@ from dispatcher.eta import (
 )
 from dispatcher.eta.text import describe, outcome_of
 from dispatcher.fit import Capacity
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds import InvalidItem
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue import Policy, QueuedWrapper
@@ -239,7 +240,7 @@ class Estimates:
         return functools.partial(
             _round, _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
                            m.sharing.forest(), dict(m.sharing.holds), self.history.copy()),
-            self.d.policy, self.d.fit, self.s, now, self._empty_answers())
+            self.d.policy, self.d.fit, self.s, now, self._empty_answers(), self.d.topology)
 
     def _spec(self, t: Tracked | None) -> _Spec:
         """Where `t` may declare its duration: its spec, and newer annotations if seen."""
@@ -354,7 +355,7 @@ class _Round:
 
 
 def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
-           answers: EmptyClusterAnswers) -> Forecast:
+           answers: EmptyClusterAnswers, topology: Topology) -> Forecast:
     """One round of estimates, in the round's thread: expected durations, then the replay."""
     rule, history = s.rule, r.history
 
@@ -371,7 +372,8 @@ def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
         running.append(RunningWrapper(record.key, record.holdings, now + left, record, gang,
                                       expected.seconds))
     return forecast(r.queued, running, r.capacity, policy, now, durations, fit=fit,
-                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits)
+                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits,
+                    topology=topology)
 
 
 def _adopted(t: Tracked, text: str) -> Shown | None:

@@ -22,7 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dispatcher.admission import Fit
+from dispatcher.admission import NO_TOPOLOGY, Fit
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
@@ -68,6 +69,7 @@ class Settings:
     require_creator: bool = False
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
     pin_pods: bool = True
+    topology: Topology = NO_TOPOLOGY  # the topology levels (fit.topology)
     # The pod webhook served beside the controller (`run --webhook-port`): it pins with
     # this process's memory once the loop runs.
     pod_pinning: PodPinning | None = None
@@ -191,7 +193,7 @@ class Operator:
             await self.elector.acquire()
         d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
                        allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                       estimates=s.estimates, pin_pods=s.pin_pods)
+                       estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology)
         self.dispatcher = d
         d.blind = self.blind
         if self.metrics_server is not None:

@@ -33,7 +33,15 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
-from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
+from dispatcher.admission import (
+    AWAITING_PREEMPTION,
+    BEHIND_HEAD,
+    NO_TOPOLOGY,
+    Decision,
+    Fit,
+    admit,
+    fit_rules,
+)
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.messages import cap_problems, problems_message
@@ -42,7 +50,8 @@ from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.elastic import Scale
 from dispatcher.fit import Capacity
-from dispatcher.fit.gang import GangPodSet, Shortfall, place
+from dispatcher.fit.gang import GangPodSet, Placer, Shortfall, place
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import (
     DEFAULT_TIMING,
@@ -137,11 +146,13 @@ class Dispatcher:
                  message_interval: float | None = None,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  require_creator: bool = False,
-                 estimates: EstimateSettings | None = None, pin_pods: bool = False) -> None:
+                 estimates: EstimateSettings | None = None, pin_pods: bool = False,
+                 topology: Topology = NO_TOPOLOGY) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
         self.fit: Fit = fit
+        self.topology = topology
         self.clock = clock
         self.timing = timing
         self.m = Memory(policy)
@@ -478,7 +489,8 @@ class Dispatcher:
                     # node before a restart will bind there, so their room is held there.
                     _take(capacity, held_pinned)
                     planned, lost = _unbound_plan(t.queued.gang, self.m.state, t.key,
-                                                  capacity, unfit, held_pinned), []
+                                                  capacity, unfit, held_pinned,
+                                                  fit_rules("per-node", self.topology)[0]), []
                     if unfit and room_lost:
                         # What was promised went with the node, and nothing left can
                         # take it: held anyway it would be promised twice.
@@ -845,7 +857,7 @@ class Dispatcher:
         decisions = await loop.run_in_executor(None, functools.partial(
             admit, ordered, capacity, self.policy, now, self.fit,
             empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
-            holds=dict(sharing.holds), scaling=scales))
+            holds=dict(sharing.holds), scaling=scales, topology=self.topology))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         for d in decisions:
@@ -1040,13 +1052,14 @@ def _items_text(t: Tracked) -> str:
 
 def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWrapperKey,
                   capacity: Capacity, unfit: list[PlannedPod] | None = None,
-                  pinned: Sequence[PlannedPod] = ()) -> list[PlannedPod]:
+                  pinned: Sequence[PlannedPod] = (), placer: Placer = place
+                  ) -> list[PlannedPod]:
     """Where the gang's pods that are not bound yet can go now. Bound members (and
     `pinned` ones, held where they were let go) are taken off by request shape, then by
     amount (declared pods need not match the real ones: custompodresources); the rest
-    is placed per node like a dispatch, or — if the cluster has moved on and they no
-    longer fit — charged to the nodes with the most room, which errs towards holding too
-    much, never too little."""
+    is placed per node like a dispatch (by `placer`: in its topology domain), or — if
+    the cluster has moved on and they no longer fit — charged to the nodes with the most
+    room, which errs towards holding too much, never too little."""
     bound = [dict(p.request) for p in state.bound_pods_of(owner)]
     bound += [dict(p.request) for p in pinned]
     counts: list[int] = []
@@ -1062,7 +1075,7 @@ def _unbound_plan(gang: Sequence[GangPodSet], state: ClusterState, owner: AppWra
                  for g, count in zip(gang, counts, strict=True) if count]
     if not remaining:
         return []
-    placed = place(remaining, capacity)
+    placed = placer(remaining, capacity)
     if not isinstance(placed, Shortfall):
         return [PlannedPod(p.node, p.request) for p in placed if p.node is not None]
     return _roomiest([dict(g.pod_set.request) for g in remaining

@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 
 from .access import Access
@@ -77,6 +78,8 @@ class WebhookOptions:
     cert_dir: Path | None = None
     cert_hosts: tuple[str, ...] = ()
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
+    # The installation's topology levels: a level an AppWrapper asks for must be one.
+    topology: Topology | None = None
     # With `dispatcher run`: the pod webhook's configuration, its CA patched as well.
     pods_configuration: str | None = None
 
@@ -298,7 +301,8 @@ def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = N
         source = secret_source(SecretCertificates(kube, options.namespace, options.secret,
                                                   hosts, options.configuration,
                                                   options.pods_configuration))
-    return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds), source,
+    return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds,
+                                          options.topology), source,
                          options.host, options.port, pods, metrics, serve_metrics)
 
 

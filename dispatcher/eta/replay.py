@@ -39,16 +39,19 @@ from typing import Literal
 
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
+    NO_TOPOLOGY,
     CycleStats,
     Decision,
     EmptyClusterAnswers,
     Fit,
     admit,
     blocks,
+    fit_rules,
 )
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity
-from dispatcher.fit.gang import GangPodSet, Shortfall, never_fits, never_fits_aggregate
+from dispatcher.fit.gang import GangPodSet, Shortfall
+from dispatcher.fit.topology import Topology
 from dispatcher.preemption import AdmittedWrapper, Hold, quota_ledger
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
@@ -135,16 +138,18 @@ def forecast(
     empty_answers: EmptyClusterAnswers | None = None,
     limits: Limits = Limits(),
     clock: Callable[[], float] = time.perf_counter,
+    topology: Topology = NO_TOPOLOGY,
 ) -> Forecast:
     """Estimate when each wrapper of `queued` starts (see the module docstring).
 
     `capacity`: the free capacity now (``Capacity.of(state)``); it is used up by the
     replay, so pass one of its own. `durations`: the expected duration of every queued
     wrapper, by key. `forest` and `holds` as the admission loop has them.
-    `empty_answers` as for `admit` (the nodes must be the same).
+    `empty_answers` as for `admit` (the nodes must be the same); `topology` as for
+    `admit`.
     """
     return _Replay(queued, running, capacity, policy, now, durations, fit, forest, holds,
-                   empty_answers, limits, clock).run()
+                   empty_answers, limits, clock, topology).run()
 
 
 @dataclass(eq=False)
@@ -164,11 +169,12 @@ class _Replay:
                  durations: Mapping[WrapperKey, float], fit: Fit,
                  forest: QuotaForest | None, holds: Mapping[WrapperKey, Hold] | None,
                  answers: EmptyClusterAnswers | None, limits: Limits,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], topology: Topology) -> None:
         self.started_at = clock()
         self.clock = clock
         self.policy = policy
         self.fit: Fit = fit
+        self.topology = topology
         self.now = now
         self.limits = limits
         self.cap = capacity
@@ -195,7 +201,7 @@ class _Replay:
             self.ledger = quota_ledger(forest, [r.admitted for r in running if r.admitted],
                                        self.holds)
         self._left_ledger = False
-        hopeless_of: Hopeless = never_fits if fit == "per-node" else never_fits_aggregate
+        hopeless_of = fit_rules(fit, topology)[1]
         estimates = self.result.estimates
         for w in queued:
             if w.invalid is not None:
@@ -358,7 +364,7 @@ class _Replay:
         decisions = admit(self._ordered(t, view, stats), view, self.policy, t, self.fit,
                           stats, empty_answers=self.answers, quota=self.ledger,
                           admitted=self._admitted() if self.preempting else (),
-                          holds=self.holds)
+                          holds=self.holds, topology=self.topology)
         for d in decisions:
             if d.decision == "dispatch":
                 self._dispatch(d, t, taken=view is self.cap)

@@ -89,6 +89,10 @@ class Capacity:
         ] + extended[::-1]
         self.extended: tuple[str, ...] = tuple(self.resources[j] for j in extended)
         self._eligible: dict[PodConstraints, IndexArray] = {}
+        self._eligible_masks: dict[PodConstraints, npt.NDArray[np.bool_]] = {}
+        # What other modules work out from the node layout alone (topology domains),
+        # shared like the eligibility answers by the snapshots of one layout.
+        self.derived: dict[object, object] = {}
         self._requests: dict[tuple[tuple[str, int], ...], _Ask] = {}
         # Room not free because it is promised: to gangs dispatched whose pods are not
         # bound yet, to preemptors. Only what a waiting wrapper is told: "held", not
@@ -175,6 +179,23 @@ class Capacity:
                     else np.array(sorted(admitted), dtype=np.intp))
             self._eligible[constraints] = rows
         return rows
+
+    @property
+    def all_rows(self) -> IndexArray:
+        """Every row, in order (reading a column for them needs no gather)."""
+        return self._all_rows
+
+    def eligible_in(self, constraints: PodConstraints, within: IndexArray) -> IndexArray:
+        """Those of `within` (rows) that admit pods with these rules, in the same order."""
+        rows = self.eligible_rows(constraints)
+        if rows is self._all_rows:
+            return within
+        mask = self._eligible_masks.get(constraints)
+        if mask is None:
+            mask = self._eligible_masks[constraints] = np.zeros(len(self.names), dtype=bool)
+            mask[rows] = True
+        found: IndexArray = within[mask[within]]
+        return found
 
     def eligible(self, constraints: PodConstraints) -> list[str]:
         """Names of the nodes that admit pods with these rules, capacity aside."""

@@ -11,12 +11,12 @@ places fits the node it names, with the capacity the earlier pods left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.capacity import Capacity, IndexArray
 from dispatcher.fit.constraints import describe
 from dispatcher.kinds.podset import PodSet
 from dispatcher.resources import format_amount, format_resources
@@ -52,6 +52,9 @@ class Shortfall:
     message: str
 
 
+NOT_WITHIN = Shortfall(FRAGMENTED, "does not fit on the given nodes")
+
+
 def demand(gang: Sequence[GangPodSet]) -> dict[str, int]:
     total: dict[str, int] = {}
     for g in gang:
@@ -66,7 +69,7 @@ def _size(ps: PodSet) -> tuple[int, int, int]:
     return (extended, req.get("cpu", 0), req.get("memory", 0))
 
 
-def _total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
+def total_shortfall(gang: Sequence[GangPodSet], cap: Capacity) -> Shortfall | None:
     lacking = [(r, v) for r, v in sorted(demand(gang).items())
                if v > cap.free_total.get(r, 0)]
     if not lacking:
@@ -150,26 +153,31 @@ def _order(gang: Sequence[GangPodSet]) -> list[GangPodSet]:
     return sorted(gang, key=lambda g: _size(g.pod_set), reverse=True)
 
 
-def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
+def place(gang: Sequence[GangPodSet], cap: Capacity,
+          within: IndexArray | None = None) -> list[Placement] | Shortfall:
     """Place every pod of the gang on a node, taking the capacity; or take nothing.
 
     On success the capacity is taken from `cap`; on failure `cap` is left as it was
-    and the Shortfall says what blocks the gang.
+    and the Shortfall says what blocks the gang. `within` (rows, ascending) keeps the
+    pods on those nodes: one topology domain, whose caller explains a failure itself
+    (the Shortfall is then NOT_WITHIN, not worked out).
     """
-    total = _total_shortfall(gang, cap)
+    total = total_shortfall(gang, cap)
     if total is not None:
         return total
     ordered = _order(gang)
     for g in ordered:  # cheap early answer: some pod larger than any node's free amount
         for r, v in g.pod_set.request.items():
             if g.pod_set.count and v > cap.max_free(r):
-                return _pod_set_shortfall(gang, g.pod_set, cap)
+                return NOT_WITHIN if within is not None else _pod_set_shortfall(
+                    gang, g.pod_set, cap)
     placements: list[Placement] = []
     for g in ordered:
         ps = g.pod_set
         if ps.count == 0:
             continue
-        rows = cap.eligible_rows(ps.constraints)
+        rows = (cap.eligible_rows(ps.constraints) if within is None
+                else cap.eligible_in(ps.constraints, within))
         candidates = cap.with_room(rows, ps.request)
         # Each candidate takes at least one pod: the fill uses at most `count` of them,
         # and as many are room enough. Only they are counted.
@@ -199,13 +207,13 @@ def place(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortf
         for p in placements:
             assert p.node is not None
             cap.give(p.node, p.request)
-        return _pod_set_shortfall(gang, ps, cap)
+        return NOT_WITHIN if within is not None else _pod_set_shortfall(gang, ps, cap)
     return sorted(placements, key=lambda p: (p.item, p.pod_set, p.pod))
 
 
 def place_aggregate(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement] | Shortfall:
     """MCAD's rule: the gang's total against the cluster's total free capacity."""
-    total = _total_shortfall(gang, cap)
+    total = total_shortfall(gang, cap)
     if total is not None:
         return total
     cap.take_total(demand(gang))
@@ -215,12 +223,18 @@ def place_aggregate(gang: Sequence[GangPodSet], cap: Capacity) -> list[Placement
     ]
 
 
-def never_fits(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
+Placer = Callable[[Sequence[GangPodSet], Capacity], "list[Placement] | Shortfall"]
+Hopeless = Callable[[Sequence[GangPodSet], Capacity], "Shortfall | None"]
+
+
+def never_fits(gang: Sequence[GangPodSet], empty: Capacity,
+               placer: Placer | None = None) -> Shortfall | None:
     """Why the gang would not fit even with every pod gone, or None if it would.
 
     `empty` is a `Capacity.empty` of the cluster's nodes; it is left as it was.
+    `placer`: how pods are placed (default `place`; topology-aware, say).
     """
-    result = place(gang, empty)
+    result = (placer or place)(gang, empty)
     if isinstance(result, Shortfall):
         return Shortfall(NEVER_FITS, "would not fit even on an empty cluster: " + result.message)
     for p in result:
@@ -231,7 +245,7 @@ def never_fits(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
 
 def never_fits_aggregate(gang: Sequence[GangPodSet], empty: Capacity) -> Shortfall | None:
     """The aggregate rule's version: the gang's total against all allocatable."""
-    short = _total_shortfall(gang, empty)
+    short = total_shortfall(gang, empty)
     if short is None:
         return None
     return Shortfall(NEVER_FITS, "would not fit even on an empty cluster: " + short.message)

@@ -7,6 +7,7 @@ inferred from the object, with the defaults the API server would have applied.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,8 +18,9 @@ from dispatcher.kinds.podset import (
     PodSet,
     Requirement,
     Toleration,
+    TopologyRequest,
 )
-from dispatcher.kinds.podspec import constraints_of, pod_set_from_template
+from dispatcher.kinds.podspec import constraints_of, pod_set_from_template, topology_request
 from dispatcher.kinds.registry import HANDLERS as _HANDLERS
 from dispatcher.kinds.registry import KNOWN_KINDS, NO_POD_KINDS
 from dispatcher.resources import PODS, ResourceSpecError, resource_list
@@ -32,12 +34,14 @@ __all__ = [
     "PodSet",
     "Requirement",
     "Toleration",
+    "TopologyRequest",
     "constraints_of",
     "group_kind",
     "infer_pod_sets",
     "item_pod_sets",
     "pod_set_from_template",
     "pod_template_paths",
+    "topology_request",
 ]
 
 APPWRAPPER_KINDS: frozenset[tuple[str, str]] = frozenset({
@@ -138,9 +142,9 @@ def item_pod_sets(
     """The pod sets of one GenericItem: its custompodresources if any, else inferred.
 
     A custompodresources entry is `replicas` pods (missing: 1) each requesting
-    `requests`, any missing resource defaulting to `limits`. Their node rules come from
-    the object when it can say: pairwise when its kind is known and it has as many pod
-    templates as there are entries, else from its only template, else none.
+    `requests`, any missing resource defaulting to `limits`. Their node rules and topology
+    request come from the object when it can say: pairwise when its kind is known and it
+    has as many pod templates as there are entries, else from its only template, else none.
     `index` (the item's position) makes error messages point at the exact item.
     """
     if not custompodresources:
@@ -149,13 +153,14 @@ def item_pod_sets(
             raise _unknown_kind(obj, index)
         return inferred
     templates = infer_pod_sets(obj) or []
+    rules: list[tuple[PodConstraints, TopologyRequest | None]]
     if len(templates) == len(custompodresources):
-        constraints = [t.constraints for t in templates]
+        rules = [(t.constraints, t.topology) for t in templates]
     elif len(templates) == 1:
-        constraints = [templates[0].constraints] * len(custompodresources)
+        rules = [(templates[0].constraints, templates[0].topology)] * len(custompodresources)
     else:
-        constraints = [NO_CONSTRAINTS] * len(custompodresources)
+        rules = [(NO_CONSTRAINTS, None)] * len(custompodresources)
     return [
-        _custom_pod_set(i, entry, c)
-        for i, (entry, c) in enumerate(zip(custompodresources, constraints, strict=True))
+        dataclasses.replace(_custom_pod_set(i, entry, c), topology=topology)
+        for i, (entry, (c, topology)) in enumerate(zip(custompodresources, rules, strict=True))
     ]

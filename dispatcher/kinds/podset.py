@@ -43,6 +43,20 @@ NO_CONSTRAINTS = PodConstraints()
 
 
 @dataclass(frozen=True)
+class TopologyRequest:
+    """Kueue's topology annotations: the pods in one domain of node label `level`.
+
+    `required`: in one domain or not at all; else as few domains as possible. `whole_gang`:
+    asked on the AppWrapper, so every pod set of it without its own request shares the
+    one domain.
+    """
+
+    level: str
+    required: bool
+    whole_gang: bool = False
+
+
+@dataclass(frozen=True)
 class PodSet:
     """`count` pods that each request `request` (canonical units, see resources)."""
 
@@ -50,8 +64,10 @@ class PodSet:
     count: int
     request: Mapping[str, int] = field(hash=False, compare=True)
     constraints: PodConstraints = NO_CONSTRAINTS
+    topology: TopologyRequest | None = None
 
     @property
     def key(self) -> tuple[Any, ...]:
         """A hashable identity of the demand, for caching fit answers by shape."""
-        return (self.count, tuple(sorted(self.request.items())), self.constraints)
+        return (self.count, tuple(sorted(self.request.items())), self.constraints,
+                self.topology)

@@ -6,11 +6,18 @@ must compare and hash equal: fit answers are cached by them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.kinds.base import InvalidItem, Path, as_map, child_list, child_map, path_text
-from dispatcher.kinds.podset import PodConstraints, PodSet, Requirement, Toleration
+from dispatcher.kinds.podset import (
+    PodConstraints,
+    PodSet,
+    Requirement,
+    Toleration,
+    TopologyRequest,
+)
 from dispatcher.resources import ResourceSpecError, pod_request
 
 TOLERATION_OPERATORS = frozenset({"Equal", "Exists"})
@@ -19,6 +26,9 @@ EXISTENCE_OPERATORS = frozenset({"Exists", "DoesNotExist"})
 NUMBER_OPERATORS = frozenset({"Gt", "Lt"})
 # The only field kube-scheduler supports in matchFields; nodeName pins to it too.
 NODE_NAME_FIELD = "metadata.name"
+# Kueue's topology annotations (on a pod template, or on the AppWrapper for the whole gang).
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 Term = tuple[Requirement, ...]
 
@@ -127,6 +137,25 @@ def constraints_of(spec: Mapping[str, Any], path: str = "spec") -> PodConstraint
     )
 
 
+def topology_request(annotations: Mapping[str, Any], where: str,
+                     whole_gang: bool = False) -> TopologyRequest | None:
+    """The topology request of Kueue's annotations, if any; `where` names the annotations
+    in error messages. Whether the level is one the installation has is checked at
+    admission, which knows the configured levels."""
+    found = [(key, annotations[key]) for key in (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY)
+             if key in annotations]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise InvalidItem(f"{where} has both {REQUIRED_TOPOLOGY} and {PREFERRED_TOPOLOGY}: "
+                          "keep one")
+    key, level = found[0]
+    if not isinstance(level, str) or not level:
+        raise InvalidItem(f"{where}[{key}] must name a topology level (a node label), "
+                          "e.g. cloud.provider.com/topology-rack")
+    return TopologyRequest(level, key == REQUIRED_TOPOLOGY, whole_gang)
+
+
 def pod_set_from_spec(name: str, count: int, spec: object, path: str) -> PodSet:
     """`count` pods of PodSpec `spec`, which sits at `path` (for error messages)."""
     if count < 0:
@@ -151,4 +180,9 @@ def pod_set_from_template(
     template) so that errors name the exact field.
     """
     tmpl = {} if template is None else as_map(template, _split(path) or ("object",))
-    return pod_set_from_spec(name, count, tmpl.get("spec"), f"{path}.spec" if path else "spec")
+    pod_set = pod_set_from_spec(name, count, tmpl.get("spec"), f"{path}.spec" if path else "spec")
+    metadata = child_map(tmpl, "metadata", _split(path))
+    where = f"{path}.metadata" if path else "metadata"
+    annotations = child_map(metadata, "annotations", _split(where))
+    topology = topology_request(annotations, f"{where}.annotations")
+    return pod_set if topology is None else dataclasses.replace(pod_set, topology=topology)

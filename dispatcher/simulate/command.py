@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,7 +26,7 @@ from dispatcher.simulate.accuracy import (
     compare,
     render,
 )
-from dispatcher.simulate.engine import simulate
+from dispatcher.simulate.engine import requiring_rack, simulate
 from dispatcher.simulate.plot import PlotError, check_available, plot
 from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_dict, to_table
@@ -95,6 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CSV traces: the fraction of jobs (0-1) given priority 10")
     p.add_argument("--eta", type=int, metavar="N",
                    help="measure start estimates at N moments (see above)")
+    p.add_argument("--topology", metavar="BLOCKSxRACKS",
+                   help="spread the nodes over BLOCKS x RACKS racks (e.g. 8x40), labelled "
+                        "with their block and rack: the report counts the gangs in one rack")
+    p.add_argument("--require-rack", type=float, default=0.0, metavar="FRACTION",
+                   help="with --topology: this fraction of the jobs of 2 pods or more "
+                        "require one rack (Kueue's podset-required-topology)")
     p.add_argument("--elastic", action="store_true",
                    help="compare the trace rigid and elastic (see above)")
 
@@ -116,6 +123,30 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--eta measures start estimates with --fit per-node only"
     if args.elastic and (args.fit != "per-node" or args.eta is not None or args.plot):
         return "--elastic compares with --fit per-node, without --eta or --plot"
+    return _check_topology(args)
+
+
+def _racks(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    blocks, _, racks = text.lower().partition("x")
+    if not (blocks.isdigit() and racks.isdigit() and int(blocks) and int(racks)):
+        raise ValueError(f"--topology {text}: write BLOCKSxRACKS, e.g. 8x40")
+    return int(blocks), int(racks)
+
+
+def _check_topology(args: argparse.Namespace) -> str | None:
+    try:
+        racks = _racks(args.topology)
+    except ValueError as e:
+        return str(e)
+    if racks is not None and racks[0] * racks[1] > args.nodes:
+        return (f"--topology {args.topology}: {racks[0] * racks[1]} racks for {args.nodes} "
+                "nodes; every rack needs a node")
+    if not 0 <= args.require_rack <= 1:
+        return f"--require-rack must be a fraction between 0 and 1, got {args.require_rack}"
+    if args.require_rack and (racks is None or args.fit != "per-node" or args.elastic):
+        return "--require-rack needs --topology and --fit per-node, without --elastic"
     return None
 
 
@@ -185,9 +216,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.eta is not None:
         submits = [j.submit for j in trace.jobs]
         probe = Probe(min(submits), max(submits), samples=args.eta)
+    if args.require_rack:
+        trace = replace(trace, jobs=tuple(requiring_rack(trace.jobs, args.require_rack)))
     try:
         result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
-                          args.cycle_interval, bar, forest, observe=probe)
+                          args.cycle_interval, bar, forest, observe=probe,
+                          racks=_racks(args.topology))
     finally:
         if bar is not None:
             bar.close()

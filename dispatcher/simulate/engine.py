@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
     BEHIND_HEAD,
+    NO_TOPOLOGY,
     QUOTA_EXCEEDED,
     UNKNOWN_QUOTA,
     CycleStats,
@@ -62,6 +63,7 @@ from dispatcher.admission import (
     EmptyClusterAnswers,
     Fit,
     admit,
+    fit_rules,
 )
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
 from dispatcher.cluster.state import PlannedPod
@@ -74,10 +76,10 @@ from dispatcher.fit.gang import (
     Placement,
     Shortfall,
     demand,
-    never_fits,
-    never_fits_aggregate,
     place,
 )
+from dispatcher.fit.topology import Topology
+from dispatcher.kinds.podset import TopologyRequest
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
@@ -106,6 +108,38 @@ def gpu_nodes(count: int, gpus_per_node: int) -> list[Node]:
                                      "memory": NODE_MEMORY, PODS: DEFAULT_MAX_PODS})
         for i in range(count)
     ]
+
+
+BLOCK = "cloud.provider.com/topology-block"
+RACK = "cloud.provider.com/topology-rack"
+#: The levels of a generated topology (`racked_nodes`).
+RACKED = Topology((BLOCK, RACK))
+
+
+def racked_nodes(count: int, gpus_per_node: int, blocks: int, racks: int) -> list[Node]:
+    """`gpu_nodes` spread evenly over `blocks` x `racks` (racks per block) racks, in order:
+    node i is in rack i * blocks * racks // count (the racks differ by a node at most)."""
+    domains = blocks * racks
+    return [replace(n, labels={BLOCK: f"b{r // racks}", RACK: f"r{r}"})
+            for i, n in enumerate(gpu_nodes(count, gpus_per_node))
+            for r in (i * domains // count,)]
+
+
+def requiring_rack(jobs: Sequence[TraceJob], fraction: float) -> list[TraceJob]:
+    """`jobs` with `fraction` of those of 2 pods or more (spread evenly over the trace)
+    requiring one rack for the whole gang, as Kueue's annotation on the AppWrapper asks."""
+    out: list[TraceJob] = []
+    k = 0
+    ask = TopologyRequest(RACK, True, whole_gang=True)
+    for j in jobs:
+        if j.pods >= 2:
+            if int((k + 1) * fraction) > int(k * fraction):
+                gang = tuple(GangPodSet(g.item, replace(g.pod_set, topology=ask))
+                             for g in j.wrapper.gang)
+                j = replace(j, wrapper=replace(j.wrapper, gang=gang))
+            k += 1
+        out.append(j)
+    return out
 
 
 @dataclass(frozen=True)
@@ -148,6 +182,7 @@ class JobRun:
     scale_outs: int = 0
     scale_ins: int = 0
     bound_pods_before: int = 0  # its pods during the segment that ends at the next change
+    racks: int = 0  # racks its pods got at its first dispatch (with a topology; else 0)
 
     @property
     def wait(self) -> float | None:
@@ -183,6 +218,7 @@ class Run:
     trees: tuple[str, ...] = ()  # quota trees, by name
     team_quota: dict[str, int] = field(default_factory=dict)  # leaf -> its GPUs (first tree)
     preemptions: int = 0
+    racked: bool = False  # the nodes carry a topology (racks are counted)
 
     @property
     def total_gpus(self) -> int:
@@ -198,7 +234,8 @@ class Simulation:
                  fit: Fit = "per-node", gpus_per_node: int = 8,
                  cycle_interval: float | None = None,
                  progress: Progress | None = None, skip_behind_head: bool = True,
-                 forest: QuotaForest | None = None, observe: Observe | None = None) -> None:
+                 forest: QuotaForest | None = None, observe: Observe | None = None,
+                 topology: Topology = NO_TOPOLOGY) -> None:
         if policy.preemption != "never" and fit != "per-node":
             raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
         self.policy = policy
@@ -224,7 +261,10 @@ class Simulation:
         # arrival check and every admission cycle of the run.
         self._answers = EmptyClusterAnswers()
         self._answers.empty = self._empty = Capacity.empty(self.nodes)
-        self._hopeless_of = never_fits if fit == "per-node" else never_fits_aggregate
+        self.topology = topology
+        self._hopeless_of = fit_rules(fit, topology)[1]
+        self._rack = {n.name: n.labels.get(RACK) for n in self.nodes} if RACK in \
+            topology.levels else {}
         self._never = self._answers.never
         # Allocatable minus the demand of dispatched, unfinished gangs (MCAD's view).
         self._free_total: dict[str, int] = {}
@@ -256,6 +296,7 @@ class Simulation:
         start = jobs[order[0]].submit if jobs else 0.0
         result = Run(self.runs, len(self.nodes), self.gpus_per_node, self.policy, self.fit,
                      start, start)
+        result.racked = bool(self._rack)
         if self.forest is not None:
             result.trees = tuple(self.forest.trees)
             first = next(iter(self.forest.trees.values()))
@@ -363,7 +404,7 @@ class Simulation:
         decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
                           admitted=self.admitted() if preempting or self.elastic else (),
-                          holds=self.holds, scaling=scaling)
+                          holds=self.holds, scaling=scaling, topology=self.topology)
         if cap is not self.view:
             for d in decisions:
                 if d.decision == "dispatch":
@@ -494,6 +535,8 @@ class Simulation:
             self._free_total[r] = self._free_total.get(r, 0) - v
         if self.fit == "per-node":
             run.bound = _group(d.placements)
+            if self._rack and not run.racks:
+                run.racks = len({self._rack.get(p.node or "") for p in d.placements})
             self._start(i, t)
             return
         run.bound_per_set = [0] * len(w.gang)
@@ -653,8 +696,13 @@ def _unbind(bound: list[Bound], pod: PlannedPod) -> None:
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
              fit: Fit = "per-node", cycle_interval: float | None = None,
              progress: Progress | None = None, forest: QuotaForest | None = None,
-             observe: Observe | None = None) -> Run:
+             observe: Observe | None = None, racks: tuple[int, int] | None = None) -> Run:
     """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`,
-    with the quota trees of `forest` if given; `observe` sees every step."""
-    return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
-                      cycle_interval, progress, forest=forest, observe=observe).run()
+    with the quota trees of `forest` if given; `observe` sees every step. `racks`:
+    (blocks, racks per block), the nodes spread over them (`racked_nodes`)."""
+    if racks is None:
+        return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
+                          cycle_interval, progress, forest=forest, observe=observe).run()
+    return Simulation(jobs, racked_nodes(nodes, gpus_per_node, *racks), policy, fit,
+                      gpus_per_node, cycle_interval, progress, forest=forest, observe=observe,
+                      topology=RACKED).run()

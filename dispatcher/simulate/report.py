@@ -136,6 +136,11 @@ class Summary:
     preemptions: int = 0
     preempted_jobs: int = 0
     lost_gpu_hours: float = 0.0
+    # With a topology: the started gangs of 2 pods or more, those of them in one rack, and
+    # those that required it.
+    gangs: int = 0
+    one_rack: int = 0
+    required_rack: int = 0
 
 
 def summarise(run: Run, trace: Trace) -> Summary:
@@ -156,6 +161,7 @@ def summarise(run: Run, trace: Trace) -> Summary:
         sizes.setdefault((r.gpus, r.job.pods), []).append(r.wait or 0.0)
     fragmented = tuple(r for r in runs if r.fragmented_seconds > 0)
     unplaced = tuple(r for r in runs if r.partial)
+    gangs = [r for r in started if r.job.pods >= 2] if run.racked else []
     return Summary(
         run=run,
         trace=trace,
@@ -178,7 +184,15 @@ def summarise(run: Run, trace: Trace) -> Summary:
         preemptions=sum(r.preemptions for r in runs),
         preempted_jobs=sum(r.preemptions > 0 for r in runs),
         lost_gpu_hours=sum(r.lost_gpu_seconds for r in runs) / 3600,
+        gangs=len(gangs),
+        one_rack=sum(r.racks == 1 for r in gangs),
+        required_rack=sum(_requires_rack(r) for r in runs),
     )
+
+
+def _requires_rack(r: JobRun) -> bool:
+    return any(g.pod_set.topology is not None and g.pod_set.topology.required
+               for g in r.job.wrapper.gang)
 
 
 def _by_priority(started: Sequence[JobRun]) -> tuple[tuple[int, Delays], ...]:
@@ -304,6 +318,9 @@ def to_table(s: Summary) -> str:
     for p, x in s.by_priority:
         row(f"priority {p}", f"{_count(x.jobs, 'job')}: mean wait {span(x.mean)}, p95 "
             f"{span(x.p95)}, max {span(x.max)}")
+    if run.racked:
+        row("topology", f"{s.one_rack:,} of {s.gangs:,} started gangs of 2+ pods in one rack; "
+            f"{_count(s.required_rack, 'job')} required one")
     if run.policy.preemption != "never":
         row("preemption", f"{_count(s.preemptions, 'preemption')} of "
             f"{_count(s.preempted_jobs, 'job')}: {s.lost_gpu_hours:,.1f} GPU-hours of work "
@@ -393,6 +410,8 @@ def to_dict(s: Summary) -> dict[str, Any]:
             "preemptions": s.preemptions, "jobsPreempted": s.preempted_jobs,
             "lostGpuHours": round(s.lost_gpu_hours, 3)},
         "teams": [t.as_dict() for t in s.teams],
+        "topology": None if not run.racked else {
+            "startedGangs": s.gangs, "inOneRack": s.one_rack, "requiringOneRack": s.required_rack},
         "run": {"events": run.events, "admissionCycles": run.cycles,
                 "wallSeconds": round(run.wall_seconds, 3), "eventsPerSecond": round(rate)},
     }

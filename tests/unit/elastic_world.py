@@ -81,7 +81,7 @@ class ElasticWorld(World):
         scaling: list[Scale] = []
         decisions = admit(self.queue.ordered(self.now), Capacity.of(self.state), self.policy,
                           self.now, quota=self.ledger, admitted=admitted, holds=self.holds,
-                          scaling=scaling)
+                          scaling=scaling, topology=self.topology)
         for d in decisions:
             key = (d.namespace, d.name)
             if d.decision == "dispatch":

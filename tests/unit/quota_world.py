@@ -12,6 +12,7 @@ from typing import Any
 
 from dispatcher.admission import (
     AWAITING_PREEMPTION,
+    NO_TOPOLOGY,
     Decision,
     admit,
     queued_from_appwrapper,
@@ -19,6 +20,7 @@ from dispatcher.admission import (
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState, Node, PlannedPod
 from dispatcher.fit import Capacity
+from dispatcher.fit.topology import Topology
 from dispatcher.preemption import AdmittedWrapper, Hold, quota_ledger
 from dispatcher.queue import AdmissionQueue, Policy, QueuedWrapper, WrapperKey
 from dispatcher.quota import QuotaForest, QuotaLedger
@@ -77,6 +79,7 @@ class World:
     terminating: list[WrapperKey] = field(default_factory=list)
     history: list[list[Decision]] = field(default_factory=list)
     ledger: QuotaLedger | None = None
+    topology: Topology = NO_TOPOLOGY
 
     def __post_init__(self) -> None:
         for n in self.nodes:
@@ -104,7 +107,8 @@ class World:
         admitted = self.admitted()
         self.ledger = quota_ledger(self.forest, admitted, self.holds)
         decisions = admit(self.queue.ordered(self.now), Capacity.of(self.state), self.policy,
-                          self.now, quota=self.ledger, admitted=admitted, holds=self.holds)
+                          self.now, quota=self.ledger, admitted=admitted, holds=self.holds,
+                          topology=self.topology)
         for d in decisions:
             key = (d.namespace, d.name)
             if d.decision == "dispatch":
