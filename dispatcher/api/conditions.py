@@ -4,11 +4,11 @@ MCAD keeps ``status.conditions`` as a history: a new condition is appended when 
 type changes, and ``status.queuejobstate`` names the type of the latest one. A happy life
 reads ``Init → Queueing → HeadOfLine → Dispatched → Running → Completed``.
 
-Two additions make ``kubectl wait --for=condition=TYPE`` mean what it says. Each condition
-records ``observedGeneration``, the spec generation it was reached for: kubectl waits on
-when the spec was edited since. And each type is listed once, where it was last entered
-(a type entered again moves to the end): kubectl reads the first condition of a type, which
-would otherwise be its oldest.
+Each condition also records ``observedGeneration``, the spec generation it was reached
+for: ``kubectl wait --for=condition=TYPE`` then waits on when the spec was edited since. The
+history stays MCAD's (a type entered again is appended again): kubectl reads the first
+condition of a type, so it is the way to wait for ``Completed`` and ``Failed``, which end a
+run; for where an AppWrapper is now, ``status.state``.
 
 MCAD also defines the condition types ``Preempted`` and ``Deleted``, and no
 ``Requeued``; the dispatcher records a requeue as ``PreemptCandidate`` with a reason
@@ -97,8 +97,8 @@ def set_condition(
     - The latest condition has this type but another reason, message, status or
       generation: it is updated in place (``lastUpdateMicroTime = now``;
       ``lastTransitionMicroTime = now`` only when the status flips).
-    - Otherwise a new condition is appended, both times ``now``, and an earlier one of
-      the same type leaves the list.
+    - Otherwise a new condition is appended, both times ``now`` (MCAD's history: an
+      earlier one of the same type stays).
 
     The input list and its conditions are never mutated.
     """
@@ -129,5 +129,5 @@ def set_condition(
         lastTransitionMicroTime=now,
         observedGeneration=generation,
     )
-    result = [*(c for c in conditions if c.type != type_), new]
+    result = [*conditions, new]
     return result[-MAX_CONDITIONS:], True
