@@ -18,12 +18,13 @@ earlier, lower-priority wrapper under a hard limit and overfill a node; priority
 through preemption instead.) Admission order is not always the order the quota was taken
 in (a preemptor's quota is counted from its hold, a borrower may be admitted around it
 before it dispatches, wrappers admitted in one cycle tie, and a borrower counted again
-after others have gone sits lower than it did): a wrapper that no longer fits when
-counted again is counted before the wrappers that use the nodes of its path, and they
-are placed again after it -- when then every one of them fits. A wrapper admitted before
-its quota existed (or before the quota was lowered) may not fit at all: it is then placed
-as high as it may rise and its usage is counted anyway, so the node shows as over its
-quota and the wrapper as borrowing.
+after others have gone sits lower than it did, as does an elastic gang shrunk back to
+the size it was admitted at): a wrapper that no longer fits when counted again is
+counted before the wrappers that use the nodes of its path, and they are placed again
+after it, in turn moved up when they no longer fit -- when then every one of them fits.
+A wrapper admitted before its quota existed (or before the quota was lowered) may not fit
+at all: it is then placed as high as it may rise and its usage is counted anyway, so the
+node shows as over its quota and the wrapper as borrowing.
 """
 
 from __future__ import annotations
@@ -177,6 +178,12 @@ class QuotaLedger:
         admitted, and the consumer, under a hard limit, has nowhere to go. Placed again
         after it, they rise to where they were. (What counts against the root does not
         depend on the order, so only the nodes below it are worth the trouble.)
+
+        The same holds among those placed again: one of them that then does not fit (under
+        a hard limit too, behind an earlier one that could rise) is moved up to just after
+        the consumer and the ones moved before it, and all are placed again -- each moved
+        at most once. An elastic gang shrunk back to the size it was admitted at is such an
+        earlier one: it had risen above the wrappers admitted while it was larger.
         """
         res = self.forest.resolve(consumer.labels)
         below_root = {(tree, x) for tree, leaf in res.leaves
@@ -192,10 +199,16 @@ class QuotaLedger:
         before = [self._entries[c.key] for c in ahead]
         for c in ahead:
             self.remove(c.key)
-        if self.add(consumer).fits and all(self.add(c).fits for c in ahead):
-            return True
-        for key in (consumer.key, *(c.key for c in ahead)):
-            self.remove(key)
+        moved, rest = [consumer], ahead
+        while True:
+            short = next((c for c in (*moved, *rest) if not self.add(c).fits), None)
+            if short is None:
+                return True
+            for c in (*moved, *rest):
+                self.remove(c.key)
+            if all(c.key != short.key for c in rest):  # moved up already: no way
+                break
+            moved, rest = [*moved, short], [c for c in rest if c.key != short.key]
         for entry in before:
             self._apply(entry, 1)
             self._entries[entry.consumer.key] = entry

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.preemption import quota_ledger
@@ -96,6 +96,9 @@ def check_quota_held(w: ElasticWorld) -> None:
 
 
 @settings(max_examples=60, deadline=None)
+@example([16, 8, 0, 0, 8], [False, False, False, True], POLICIES[0],
+         [("team-a", True, 1, 0), ("team-b", False, 1, 0), ("team-b", False, 1, 0),
+          ("team-a", False, 1, 1)])
 @given(st.lists(st.integers(0, 24), min_size=5, max_size=5),
        st.lists(st.booleans(), min_size=4, max_size=4),
        st.sampled_from(POLICIES[:3]),

@@ -286,3 +286,22 @@ def test_counted_again_a_wrapper_takes_back_its_room_from_an_earlier_borrower() 
     assert [p.node for p in ledger.placements(("ns", "a"))] == ["root"]
     assert [p.node for p in ledger.placements(("ns", "b"))] == ["team-b"]
     assert ledger.node_usage("gpu", "dept") == {GPU: 6}
+
+
+def test_counted_again_the_wrappers_placed_again_make_way_for_each_other_too() -> None:
+    """An elastic gang `e` of team-a (0 GPUs) was admitted first at 4 GPUs, grew to 8 and
+    rose to the root as `b1` and `b2` filled team-b (hard, 8) and with it dept (8); then it
+    shrank back to 4. Counted again in admission order, `e` sits in dept and `b2` has
+    nowhere to go; counted before `e`, `b2` still leaves `b1` nowhere unless `b1` too goes
+    before `e`. Then both fit at team-b, `e` and the later `f` borrow from the root, and no
+    node is over its quota -- as it was when they were admitted."""
+    ledger = QuotaLedger.of(dept_tree(16, 8, (0, False), (8, True)), [
+        QuotaConsumer(("ns", "e"), team("team-a"), {GPU: 4}, 0, 1),
+        QuotaConsumer(("ns", "b1"), team("team-b"), {GPU: 4}, 0, 5),
+        QuotaConsumer(("ns", "b2"), team("team-b"), {GPU: 4}, 0, 7),
+        QuotaConsumer(("ns", "f"), team("team-a"), {GPU: 4}, 1, 11),
+    ])
+    assert ledger.over_quota() == []
+    assert {k: [p.node for p in ledger.placements(("ns", k))] for k in ("e", "b1", "b2", "f")} \
+        == {"e": ["root"], "b1": ["team-b"], "b2": ["team-b"], "f": ["root"]}
+    assert ledger.node_usage("gpu", "dept") == {GPU: 8}
