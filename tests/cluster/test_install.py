@@ -180,12 +180,15 @@ def test_with_cert_manager_the_webhook_serves_the_certificate_the_ca_injector_tr
         assert annotations["cert-manager.io/inject-ca-from"] == \
             f"{SYSTEM_NAMESPACE}/{certificate['metadata']['name']}"
     # It keeps no certificate itself: no Secret of its own, no rights on any, nor on the
-    # webhook configurations.
+    # webhook configurations (it still asks SubjectAccessReviews and lists the quota trees
+    # a label may name).
     assert ("Secret", "dispatcher-webhook-cert") not in docs
     assert ("Role", "dispatcher-webhook") not in docs
     rules = docs[("ClusterRole", "dispatcher-webhook")]["rules"]
     assert rules == [{"apiGroups": ["authorization.k8s.io"],
-                      "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
+                      "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+                     {"apiGroups": ["quota.codeflare.dev"],
+                      "resources": ["quotasubtrees"], "verbs": ["list"]}]
 
 
 @pytest.mark.parametrize("value, error", [
