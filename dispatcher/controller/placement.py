@@ -180,8 +180,9 @@ class Placement:
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
                 waiting += 1
-                unplaced.setdefault(t.key, unplaced_message(
-                    key[1], request, self.m.state.held_on(t.key), t.declared()))
+                if t.key not in unplaced:  # the first such pod of its gang is the one said
+                    unplaced[t.key] = unplaced_message(
+                        key[1], request, self.m.state.held_on(t.key), t.declared())
                 continue
             self._lifting.add(key)
             start(self._lift(key, pod, node))
