@@ -17,7 +17,7 @@ whole gangs to tear down first (see dispatcher.preemption).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -68,6 +68,7 @@ from dispatcher.preemption import (
 )
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
+from dispatcher.queue.reservation import Reservation, Reservations, clock_time, node_list
 from dispatcher.quota import QuotaCheck, QuotaConsumer, QuotaLedger, QuotaPlacement
 
 Fit = Literal["per-node", "aggregate"]
@@ -81,6 +82,8 @@ QUOTA_EXCEEDED = "QuotaExceeded"  # no room in its quota, even borrowing; never 
 UNKNOWN_QUOTA = "UnknownQuotaNode"  # its labels name no usable quota leaf; never holds the line
 PREEMPTING = "Preempting"  # the reason of a `preempt` verdict
 AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
+# It fits now, but only where it would still run when a reserved head is to start there.
+WAITS_FOR_RESERVATION = "WaitingForReservation"
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,7 @@ def admit(
     admitted: Sequence[AdmittedWrapper] = (),
     holds: Mapping[WrapperKey, Hold] | None = None,
     scaling: list[Scale] | None = None,
+    reservations: Reservations | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -248,6 +252,10 @@ def admit(
     Elastic gangs (dispatcher.elastic) are admitted at their minimum and grown in the
     same cycle by what is left; pass `scaling` to have the admitted ones grown too (their
     scale-outs are appended to it). Scale-ins come as `preempt` decisions' `shrinks`.
+
+    `reservations` (under a policy that reserves, see dispatcher.queue.reservation): once
+    a reserved head waits, a wrapper behind it dispatches only where it does not delay
+    that reservation; else it waits with WAITS_FOR_RESERVATION.
     """
     stats = stats if stats is not None else CycleStats()
     fit_gang, hopeless_gang = (
@@ -274,6 +282,7 @@ def admit(
     seen: dict[WrapperKey, QueuedWrapper] = {}
     elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
     shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
+    active: list[Reservation] = []  # those of heads that wait in this cycle
     for w in ordered:
         stats.considered += 1
         seen[w.key] = w
@@ -353,14 +362,23 @@ def admit(
             if own_hold is not None:
                 give_hold(capacity, own_hold)
             result = fit_gang(w.gang, capacity)
+            note = ""
+            if active and reservations is not None and not isinstance(result, Shortfall):
+                around = _around(w, result, active, reservations, capacity, fit_gang, now)
+                if isinstance(around, str):
+                    decisions.append(Decision(w.namespace, w.name, "wait",
+                                              WAITS_FOR_RESERVATION, around,
+                                              effective_priority=prio))
+                    continue
+                result, note = around
             if not isinstance(result, Shortfall):
                 stats.dispatched += 1
                 quota_text = ""
                 if ledger is not None and in_quota is not None:
                     ledger.add(_consumer(w, prio, now))
                     quota_text = in_quota.describe()
-                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text,
-                                                  _minimum_message(w))))
+                message = "; ".join(filter(None, (note, _placed_message(result, fit),
+                                                  quota_text, _minimum_message(w))))
                 decisions.append(Decision(
                     w.namespace, w.name, "dispatch", DISPATCH, _with_notes(message, in_quota),
                     tuple(result), effective_priority=prio,
@@ -403,6 +421,10 @@ def admit(
             reason = AWAITING_PREEMPTION
             message = ("the capacity freed by preemption is held for it until the preempted "
                        "pods are gone: " + message)
+        mine_reserved = reservations.of(w.key) if reservations is not None else None
+        if mine_reserved is not None:
+            active.append(mine_reserved)
+            message = f"{mine_reserved.describe(now)}; {message}"
         decisions.append(Decision(w.namespace, w.name, "wait", reason, message,
                                   head_of_line=not head_seen, effective_priority=prio,
                                   quota=in_quota.placements if in_quota is not None else ()))
@@ -483,6 +505,42 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
             d, elastic=s.after, placements=tuple(sorted(
                 (*d.placements, *s.placements), key=lambda p: (p.item, p.pod_set, p.pod))),
             message=f"{d.message}; {s.message}")
+
+
+def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservation],
+            reservations: Reservations, capacity: Capacity,
+            fit_gang: Callable[[Sequence[GangPodSet], Capacity], list[Placement] | Shortfall],
+            now: float) -> tuple[list[Placement], str] | str:
+    """Where `w`, which fits now as `placed`, may dispatch without delaying a reservation
+    of `active`, and the words for it; or why it waits.
+
+    It keeps its placement if that touches no reserved node it would still run on when
+    the reservation starts; else it is placed again with those nodes left out."""
+    nodes = {p.node for p in placed if p.node is not None}
+    outlasted = reservations.outlasted(w.key, now, active)
+    if not any(r.nodes & nodes for r in outlasted):
+        before = [r for r in reservations.ended_before(w.key, now, active) if r.nodes & nodes]
+        if not before:
+            return placed, ""
+        first = min(before, key=lambda r: r.at)
+        return placed, (f"backfilled: expected to end before the reservation of {first.name} "
+                        f"at {clock_time(first.at, now)}")
+    for p in placed:
+        if p.node is not None:
+            capacity.give(p.node, p.request)
+    kept = sorted(set().union(*(r.nodes for r in outlasted)) & set(capacity.nodes))
+    hidden = [(n, {r: v for r, v in capacity.free_of(n).items() if v > 0}) for n in kept]
+    for n, free in hidden:
+        capacity.take(n, free)
+    again = fit_gang(w.gang, capacity)
+    for n, free in hidden:
+        capacity.give(n, free)
+    first = min(outlasted, key=lambda r: r.at)
+    if isinstance(again, Shortfall):
+        return (f"fits now only on nodes reserved for {first.name}, which is to start at "
+                f"{clock_time(first.at, now)} on {node_list(first.nodes)}, and is expected "
+                f"to run past that")
+    return again, f"backfilled: beside the nodes reserved for {first.name}"
 
 
 def _minimum_message(w: QueuedWrapper) -> str:

@@ -104,6 +104,7 @@ class Estimate:
     outcome: Outcome
     at: float | None = None
     reason: str = ""
+    nodes: tuple[str, ...] = ()  # start: where its pods are placed (per-node fit)
 
 
 @dataclass
@@ -409,7 +410,8 @@ class _Replay:
         if w is None:
             return
         if key in self.wanted and key not in self.result.estimates:
-            self.result.estimates[key] = Estimate(key, "start", t)
+            nodes = tuple(sorted({p.node for p in d.placements if p.node is not None}))
+            self.result.estimates[key] = Estimate(key, "start", t, nodes=nodes)
             self.waiting -= 1
         hold = self.holds.pop(key, None)
         if hold is not None:

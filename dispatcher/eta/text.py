@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from dispatcher.eta.replay import Estimate, Outcome
+from dispatcher.queue.reservation import clock_time
 
 # An estimate this close is "now": the next admission cycle dispatches it.
 SOON_SECONDS = 30.0
@@ -22,15 +21,6 @@ def about(seconds: float) -> str:
         return f"{m // 60} h {m % 60} m" if m % 60 else f"{m // 60} h"
     h = round(seconds / 3600)
     return f"{h // 24} d {h % 24} h" if h % 24 else f"{h // 24} d"
-
-
-def clock_time(at: float, now: float) -> str:
-    """The time of day in UTC: to the second within the hour, with the date when it is
-    not today."""
-    when = datetime.fromtimestamp(at, UTC)
-    if when.date() != datetime.fromtimestamp(now, UTC).date():
-        return when.strftime("%Y-%m-%d %H:%M UTC")
-    return when.strftime("%H:%M:%S UTC" if abs(at - now) < 3600 else "%H:%M UTC")
 
 
 def describe(estimate: Estimate, now: float) -> str:

@@ -42,6 +42,9 @@ class Policy:
         quota trees).
     min_running_seconds: a wrapper admitted less than this long ago is never preempted
         (the preemptionGuard), so that no gang is torn down just after it started.
+    reserve: ``backfill: reserve``: backfill, but the head of the line gets a reservation
+        (dispatcher.queue.reservation) that no wrapper passing it may delay; no age
+        guard is needed then.
     max_hold_seconds: how long room stays held for a preemptor whose victims have not
         gone (or shrunk) yet; then it gives that plan up and competes again, so that a
         victim that never goes cannot stop the queue for ever.
@@ -55,6 +58,7 @@ class Policy:
     preemption: Preemption = "never"
     min_running_seconds: float = 0.0
     max_hold_seconds: float = DEFAULT_MAX_HOLD_SECONDS
+    reserve: bool = False
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
@@ -71,8 +75,10 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     if order not in ("arrival", "priority"):
         raise PolicyError(f"{source}: 'order' must be 'arrival' or 'priority', got {order!r}")
     backfill = data.get("backfill", False)
-    if not isinstance(backfill, bool):
-        raise PolicyError(f"{source}: 'backfill' must be true or false, got {backfill!r}")
+    reserve = backfill == "reserve"
+    if not isinstance(backfill, bool) and not reserve:
+        raise PolicyError(f"{source}: 'backfill' must be true, false or reserve, got "
+                          f"{backfill!r}")
     guard = data.get("starvationGuard") or {}
     if not isinstance(guard, Mapping) or set(guard) - {"maxHeadWaitSeconds"}:
         raise PolicyError(f"{source}: 'starvationGuard' takes only maxHeadWaitSeconds")
@@ -98,10 +104,11 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     return Policy(
         name=name,
         order=order,
-        backfill=backfill,
+        backfill=reserve or backfill,
         max_head_wait_seconds=None if wait is None else float(wait),
         description=str(data.get("description", "")),
         preemption=preemption,
         min_running_seconds=float(running),
         max_hold_seconds=float(hold),
+        reserve=reserve,
     )
