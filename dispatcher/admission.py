@@ -283,6 +283,9 @@ def admit(
     elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
     shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
     active: list[Reservation] = []  # those of heads that wait in this cycle
+    # Gang shapes that fit nowhere but on reserved nodes, by the nodes left out: capacity
+    # only shrinks during a cycle, so that answer holds for the rest of it.
+    kept_out: dict[tuple[object, ...], str] = {}
     for w in ordered:
         stats.considered += 1
         seen[w.key] = w
@@ -361,10 +364,17 @@ def admit(
             stats.fit_checks += 1
             if own_hold is not None:
                 give_hold(capacity, own_hold)
+            refused = (kept_out.get((key, _reserved_nodes(w, active, reservations, now)))
+                       if active and reservations is not None and own_hold is None else None)
+            if refused is not None:
+                decisions.append(Decision(w.namespace, w.name, "wait", WAITS_FOR_RESERVATION,
+                                          refused, effective_priority=prio))
+                continue
             result = fit_gang(w.gang, capacity)
             note = ""
             if active and reservations is not None and not isinstance(result, Shortfall):
-                around = _around(w, result, active, reservations, capacity, fit_gang, now)
+                around = _around(w, result, active, reservations, capacity, fit_gang, now,
+                                 kept_out)
                 if isinstance(around, str):
                     decisions.append(Decision(w.namespace, w.name, "wait",
                                               WAITS_FOR_RESERVATION, around,
@@ -510,7 +520,8 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
 def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservation],
             reservations: Reservations, capacity: Capacity,
             fit_gang: Callable[[Sequence[GangPodSet], Capacity], list[Placement] | Shortfall],
-            now: float) -> tuple[list[Placement], str] | str:
+            now: float, kept_out: dict[tuple[object, ...], str]
+            ) -> tuple[list[Placement], str] | str:
     """Where `w`, which fits now as `placed`, may dispatch without delaying a reservation
     of `active`, and the words for it; or why it waits.
 
@@ -528,8 +539,9 @@ def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservat
     for p in placed:
         if p.node is not None:
             capacity.give(p.node, p.request)
-    kept = sorted(set().union(*(r.nodes for r in outlasted)) & set(capacity.nodes))
-    hidden = [(n, {r: v for r, v in capacity.free_of(n).items() if v > 0}) for n in kept]
+    kept = _reserved_nodes(w, active, reservations, now)
+    hidden = [(n, {r: v for r, v in capacity.free_of(n).items() if v > 0})
+              for n in sorted(kept) if n in capacity.nodes]
     for n, free in hidden:
         capacity.take(n, free)
     again = fit_gang(w.gang, capacity)
@@ -537,10 +549,18 @@ def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservat
         capacity.give(n, free)
     first = min(outlasted, key=lambda r: r.at)
     if isinstance(again, Shortfall):
-        return (f"fits now only on nodes reserved for {first.name}, which is to start at "
-                f"{clock_time(first.at, now)} on {node_list(first.nodes)}, and is expected "
-                f"to run past that")
+        refused = (f"fits now only on nodes reserved for {first.name}, which is to start at "
+                   f"{clock_time(first.at, now)} on {node_list(first.nodes)}, and is "
+                   f"expected to run past that")
+        kept_out[(w.gang_key, kept)] = refused
+        return refused
     return again, f"backfilled: beside the nodes reserved for {first.name}"
+
+
+def _reserved_nodes(w: QueuedWrapper, active: Sequence[Reservation],
+                    reservations: Reservations, now: float) -> frozenset[str]:
+    """The reserved nodes `w`, started now, would still run on when they are needed."""
+    return frozenset().union(*(r.nodes for r in reservations.outlasted(w.key, now, active)))
 
 
 def _minimum_message(w: QueuedWrapper) -> str:

@@ -4,13 +4,16 @@ dispatches only if it keeps off those nodes or is expected to end before then.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.admission import WAITS_FOR_RESERVATION, Decision, admit
+from dispatcher.cli import main
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.eta import RunningWrapper, forecast
 from dispatcher.eta.reserve import reservations
@@ -20,8 +23,9 @@ from dispatcher.policy_files import load_policy
 from dispatcher.queue import AdmissionQueue, Policy, PolicyError, QueuedWrapper, WrapperKey
 from dispatcher.queue.policy import policy_from_mapping
 from dispatcher.queue.reservation import Reservation, Reservations, clock_time
-from dispatcher.simulate import gpu_nodes
-from dispatcher.simulate.traces import gpu_gang
+from dispatcher.simulate import Run, gpu_nodes, simulate
+from dispatcher.simulate.reserving import Durations, ExactDurations, PredictedDurations
+from dispatcher.simulate.traces import TraceJob, gpu_gang
 
 NOW = 1_800_000_000.0
 RESERVE = load_policy("reserve")
@@ -168,3 +172,61 @@ def test_a_backfilled_wrapper_never_delays_a_reservation(
         again = forecast(left, after, cap.copy(), strict, NOW, durations)
         started = again.start_of(r.key)
         assert started is not None and started <= r.at
+
+
+# --- in the simulator --------------------------------------------------------------------
+
+def stream_behind_a_big_gang() -> list[TraceJob]:
+    """Two 8-GPU nodes: one busy for 100 s, then a 16-GPU gang, then a stream of 8-GPU
+    jobs of 100 s, one every 50 s, for an hour."""
+    jobs = [TraceJob(wrapper("first", 8, 0.0), 0.0, 100.0, "t:1"),
+            TraceJob(wrapper("big", 16, 1.0), 1.0, 100.0, "t:2")]
+    for i in range(72):
+        at = 2.0 + 50.0 * i
+        jobs.append(TraceJob(wrapper(f"small-{i}", 8, at), at, 100.0, f"t:{i + 3}"))
+    return jobs
+
+
+def start_of(run: Run, name: str) -> float | None:
+    return next(r.started for r in run.jobs if r.job.wrapper.name == name)
+
+
+@pytest.mark.parametrize("durations", [ExactDurations(), PredictedDurations()])
+def test_the_simulated_big_gang_starts_when_reserved_under_reserve(durations: Durations
+                                                                   ) -> None:
+    jobs = stream_behind_a_big_gang()
+    greedy = simulate(jobs, 2, 8, GREEDY)
+    reserved = simulate(jobs, 2, 8, RESERVE, durations=durations)
+    late = start_of(greedy, "big")
+    assert late is not None and late > 3000
+    # Predicted durations start at the default hour: no small job backfills beside it.
+    assert start_of(reserved, "big") == 100.0
+    assert all(r.started is not None for r in reserved.jobs)
+
+
+def test_a_reserving_policy_is_simulated_with_per_node_fit_only() -> None:
+    with pytest.raises(ValueError, match="reserves nodes: simulate it with per-node fit"):
+        simulate(stream_behind_a_big_gang(), 2, 8, RESERVE, fit="aggregate")
+
+
+def test_dispatcher_simulate_runs_the_reserve_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1 node of 8 GPUs: a holds half of it until 100; b needs the whole node; c (500 s)
+    # and d (50 s) fit now beside a.
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submission_time,duration,num_gpu\n"
+                    "a,0,100,4\nb,1,10,8\nc,2,500,4\nd,3,50,4\n")
+
+    def b_waits(*argv: str) -> float:
+        assert main(["simulate", "--trace", str(path), "--nodes", "1", "-o", "json",
+                     *argv]) == 0
+        out = json.loads(capsys.readouterr().out)
+        wait: float = next(r["maxSeconds"] for r in out["queueingDelayByGangSize"]
+                           if r["gpus"] == 8)
+        return wait
+
+    assert b_waits("--policy", "backfill") == 501  # c took b's room for 500 s
+    assert b_waits("--policy", "reserve", "--durations", "exact") == 99
+    assert main(["simulate", "--trace", str(path), "--nodes", "1", "--policy", "reserve",
+                 "--fit", "aggregate"]) != 0
+    assert "reserves nodes: simulate it with --fit per-node" in capsys.readouterr().err
