@@ -262,10 +262,15 @@ def _appwrappers_path(namespace: str | None) -> str:
 
 
 async def _list(kube: Any, namespace: str | None) -> list[dict[str, Any]]:
+    return await list_path(kube, _appwrappers_path(namespace))
+
+
+async def list_path(kube: Any, path: str) -> list[dict[str, Any]]:
+    """Every item of a list endpoint, page by page."""
     items: list[dict[str, Any]] = []
     query = {"limit": "500"}
     while True:
-        page = await kube.request("GET", _appwrappers_path(namespace), query=query)
+        page = await kube.request("GET", path, query=query)
         items.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:
@@ -302,6 +307,20 @@ async def fetch(kubeconfig: str | None, context: str | None, namespace: str | No
     """List the AppWrappers as the kubeconfig's user (in-cluster in a pod without one);
     the namespace defaults to the context's, as for kubectl."""
     from aiohttp import ClientError
+
+    kube, default_ns = await connect(kubeconfig, context)
+    shown = None if all_namespaces else (namespace or default_ns)
+    try:
+        return await list_appwrappers(kube, shown)
+    except (OSError, ClientError) as e:  # connection refused, DNS, TLS
+        raise ClusterError(f"cannot reach the API server: {e}") from None
+    finally:
+        await kube.close()
+
+
+async def connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
+    """A client as the kubeconfig's user (in-cluster in a pod without one), and the
+    context's namespace."""
     from kubernetes_asyncio import client, config
 
     from dispatcher.controller.kube import Kube
@@ -324,10 +343,4 @@ async def fetch(kubeconfig: str | None, context: str | None, namespace: str | No
             kube = Kube(client.ApiClient(configuration=conf))
     except (config.ConfigException, OSError) as e:
         raise ClusterError(f"cannot read the kubeconfig: {e}") from None
-    shown = None if all_namespaces else (namespace or default_ns)
-    try:
-        return await list_appwrappers(kube, shown)
-    except (OSError, ClientError) as e:  # connection refused, DNS, TLS
-        raise ClusterError(f"cannot reach the API server: {e}") from None
-    finally:
-        await kube.close()
+    return kube, default_ns
