@@ -15,6 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,53 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert lines[3].split()[:2] == ["2", f"{namespace}/small"]
     eta = lines[3].split()[8:10]
     assert eta[0] == "in" and eta[1].startswith("2h5"), eta
+
+
+def test_plan_live_answers_from_the_cluster_and_creates_nothing(
+        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str, tmp_path: Path) -> None:
+    wait_alone(kubectl, namespace)
+    nodes, per_node = uniform_gpu_nodes(kubectl)
+    dispatcher.start("fifo")
+    hog = appwrapper("hog", job("hog", nodes, per_node))
+    hog["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": 7200}}
+    k.apply(hog)
+    wait_condition(k, "hog", "Running", timeout=90)
+    k.apply(appwrapper("waiting", job("waiting", 1, per_node)))
+    wait_for(lambda: last_condition(k, "waiting").get("type") in ("Queueing", "Backoff"), 60,
+             "waiting to be queued")
+    hog_ends = next(c for c in k.json("appwrapper", "hog")["status"]["conditions"]
+                    if c["type"] == "Dispatched")["lastTransitionMicroTime"]
+    ends = datetime.fromisoformat(hog_ends.replace("Z", "+00:00")).timestamp() + 7200
+    big = appwrapper("big", job("big", nodes, per_node))
+    big["metadata"]["namespace"] = namespace
+    big["spec"]["priority"] = 10
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(big))
+
+    def ask(policy: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "dispatcher.cli", "plan", "--live", "-f", str(path),
+             "--kubeconfig", str(local_cluster.kubeconfig), "--policy", policy, "-o", "json"],
+            capture_output=True, text=True, check=True, cwd=REPO).stdout
+        (answer,) = json.loads(out)["answers"]
+        assert answer["decision"] == "wait" and len(answer["nodes"]) == nodes
+        return dict(answer)
+
+    def at(iso: str) -> float:
+        return datetime.fromisoformat(iso).timestamp()
+
+    # Under fifo it starts after `waiting` (an hour by default) after hog's two hours.
+    fifo = ask("fifo")
+    assert at(fifo["startsAt"]) == pytest.approx(ends + 3600, abs=1)
+    assert fifo["delays"] == []
+    # With its priority first, it starts when hog ends and delays `waiting` by its hour.
+    first = ask("priority")
+    assert at(first["startsAt"]) == pytest.approx(ends, abs=1)
+    (delay,) = first["delays"]
+    assert (delay["namespace"], delay["name"]) == (namespace, "waiting")
+    assert at(delay["after"]) - at(delay["before"]) == pytest.approx(3600, abs=1)
+    assert sorted(a["metadata"]["name"] for a in k.items("appwrappers")) == ["hog", "waiting"]
 
 
 # --- deploy/ on the cluster ---------------------------------------------------------------
