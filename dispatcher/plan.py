@@ -132,6 +132,8 @@ class Loaded:
     admitted: list[AppWrapper] = field(default_factory=list)
     subtrees: list[Mapping[str, Any]] = field(default_factory=list)
     warnings: dict[WrapperKey, list[str]] = field(default_factory=dict)
+    # The valid queued ones as parsed (what they declare of their duration, for one).
+    specs: dict[WrapperKey, AppWrapper] = field(default_factory=dict)
 
 
 def load_appwrappers(paths: Sequence[Path], now: float,
@@ -186,6 +188,8 @@ def appwrappers_from_documents(docs: Iterable[Document], now: float,
             )
         else:
             seen[wrapper.key] = doc.where
+            if aw is not None:
+                loaded.specs[wrapper.key] = aw
         wrappers.append(wrapper)
     return loaded
 

@@ -37,7 +37,6 @@ from dispatcher.admission import (
     queued_from_appwrapper,
 )
 from dispatcher.api.durations import DeclaredDuration, declared_duration
-from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import ClusterState
 from dispatcher.eta import DurationRule, Estimate, Limits, RunningWrapper, forecast, shape_of
 from dispatcher.eta.reserve import reservations
@@ -118,7 +117,7 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     current = appwrappers_from_documents(
         [d for d in live.appwrappers if _key(d.obj) not in mine], now, allowed)
     subtrees += [*current.subtrees, *new.subtrees]
-    specs = _specs([*live.appwrappers, *submitted])
+    specs = {**current.specs, **new.specs}
     durations = {w.key: rule.expected(declared_duration(specs[w.key]) if w.key in specs
                                       else DeclaredDuration(), w.namespace,
                                       shape_of(w.demand)).seconds
@@ -147,7 +146,7 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     delays = tuple(Delay(k, e.at, after[k].at if after[k].outcome == "start" else None)
                    for k, e in before.items()
                    if e.outcome == "start" and e.at is not None and k in after
-                   and (after[k].outcome != "start" or (after[k].at or 0) > e.at + 1))
+                   and _later(after[k], e.at))
     first_before = held_before.held[0] if held_before and held_before.held else None
     first_after = held_after.held[0] if held_after and held_after.held else None
     answers = tuple(
@@ -157,22 +156,17 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     return WhatIf(policy, fit, now, answers, tuple(result.problems))
 
 
+def _later(e: Estimate, before: float) -> bool:
+    """Whether an estimate `e` is a start later than `before` (or none foreseen any more);
+    a replay that stopped on its budget knows nothing of it."""
+    if e.outcome == "start":
+        return e.at is not None and e.at > before + 1
+    return e.outcome in ("beyond", "stuck", "never")
+
+
 def _key(obj: Mapping[str, Any]) -> WrapperKey:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-
-
-def _specs(docs: Sequence[Document]) -> dict[WrapperKey, AppWrapper]:
-    out: dict[WrapperKey, AppWrapper] = {}
-    for d in docs:
-        if d.obj.get("kind") != "AppWrapper":
-            continue
-        try:
-            aw = parse_appwrapper(d.obj)
-        except InvalidSpec:
-            continue
-        out[(aw.metadata.namespace, aw.metadata.name)] = aw
-    return out
 
 
 def _running(current: Loaded, state: ClusterState, rule: DurationRule, now: float

@@ -221,9 +221,10 @@ def test_metrics_follow_appwrappers_through_the_queue(
 
 # --- queue visibility --------------------------------------------------------------------
 
-def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
-        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
-        namespace: str, tmp_path: Path) -> None:
+def hog_every_gpu(dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl,
+                  namespace: str) -> tuple[int, int]:
+    """Under fifo, `hog` runs on every GPU and is expected to for two hours; the nodes
+    and their GPUs each."""
     wait_alone(kubectl, namespace)
     nodes, per_node = uniform_gpu_nodes(kubectl)
     dispatcher.start("fifo")
@@ -231,6 +232,13 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     hog["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": 7200}}
     k.apply(hog)
     wait_condition(k, "hog", "Running", timeout=90)
+    return nodes, per_node
+
+
+def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
+        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str, tmp_path: Path) -> None:
+    nodes, per_node = hog_every_gpu(dispatcher, kubectl, k, namespace)
     k.apply(appwrapper("big", job("big", nodes, per_node)))
     k.apply(appwrapper("small", job("small", 1, 1)))
     wait_condition(k, "big", "Backoff")
@@ -286,13 +294,7 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
 def test_plan_live_answers_from_the_cluster_and_creates_nothing(
         dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
         namespace: str, tmp_path: Path) -> None:
-    wait_alone(kubectl, namespace)
-    nodes, per_node = uniform_gpu_nodes(kubectl)
-    dispatcher.start("fifo")
-    hog = appwrapper("hog", job("hog", nodes, per_node))
-    hog["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": 7200}}
-    k.apply(hog)
-    wait_condition(k, "hog", "Running", timeout=90)
+    nodes, per_node = hog_every_gpu(dispatcher, kubectl, k, namespace)
     k.apply(appwrapper("waiting", job("waiting", 1, per_node)))
     wait_for(lambda: last_condition(k, "waiting").get("type") in ("Queueing", "Backoff"), 60,
              "waiting to be queued")
