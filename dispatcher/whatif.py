@@ -39,7 +39,7 @@ from dispatcher.admission import (
 from dispatcher.api.durations import DeclaredDuration, declared_duration
 from dispatcher.cluster import ClusterState
 from dispatcher.eta import DurationRule, Estimate, Limits, RunningWrapper, forecast, shape_of
-from dispatcher.eta.reserve import reservations
+from dispatcher.eta.reserve import planner, reservations
 from dispatcher.eta.text import describe
 from dispatcher.fit.capacity import Capacity
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
@@ -129,7 +129,8 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     def replay(queued: list[QueuedWrapper]) -> tuple[dict[WrapperKey, Estimate],
                                                      Reservations | None]:
         found = forecast(queued, running, capacity.copy(), policy, now, durations, fit=fit,
-                         forest=forest or None, limits=limits)
+                         forest=forest or None, limits=limits,
+                         planner=planner(policy, fit, limits=limits))
         held = None
         if policy.reserve:
             queue = AdmissionQueue(policy)

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from dispatcher.admission import CycleStats, EmptyClusterAnswers, Fit, admit
-from dispatcher.eta.replay import Limits, RunningWrapper, forecast
+from dispatcher.eta.replay import Limits, Planner, RunningWrapper, forecast
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import NEVER_FITS
 from dispatcher.preemption import Hold
@@ -72,3 +72,28 @@ def _line_to_head(ordered: Sequence[QueuedWrapper], capacity: Capacity, strict: 
         if d.head_of_line:
             return line if d.decision == "wait" else []
     return []
+
+
+# Of the budget of a replay with reservations, what each reservation pass inside it may
+# take: a pass that runs out leaves that cycle without reservation (plain backfill).
+PASS_SHARE = 0.05
+
+
+def planner(policy: Policy, fit: Fit = "per-node",
+            empty_answers: EmptyClusterAnswers | None = None,
+            limits: Limits | None = None) -> Planner | None:
+    """The reservations of each cycle of a replay (`forecast(planner=...)`) under `policy`;
+    None for a policy that does not reserve."""
+    if not policy.reserve:
+        return None
+    outer = limits or Limits()
+    inner = Limits(outer.horizon_seconds, outer.max_cycles, outer.budget_seconds * PASS_SHARE)
+
+    def plan(ordered: Sequence[QueuedWrapper], running: Sequence[RunningWrapper],
+             capacity: Capacity, now: float, durations: Mapping[WrapperKey, float]
+             ) -> Reservations:
+        return reservations(ordered, running, capacity, policy, now, durations, fit=fit,
+                            empty_answers=empty_answers, limits=inner)
+
+    return plan
+
