@@ -16,6 +16,7 @@ from dispatcher.controller.kube import Resource
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.controller.tracked import now_dt
+from dispatcher.policy_files import load_policy
 
 from .fake_kube import FakeKube
 from .test_metrics import scrape, value
@@ -268,3 +269,31 @@ def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch
     err = capsys.readouterr().err
     assert "--estimate-interval must be ≥ 0" in err
     assert "--default-duration must be a number of seconds above 0" in err
+
+
+# --- backfill with reservations (`backfill: reserve`) --------------------------------
+
+def test_the_controller_reserves_for_the_head_and_backfills_only_what_ends_before() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        # Three 8-GPU nodes; `first` takes one for 10 minutes, `big` needs all three.
+        for name in ("n1", "n2", "n3"):
+            kube.put(node(name))
+        kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "600"))
+        kube.put(appwrapper("big", job("big", 6, 4), created=2))
+        kube.put(annotated(appwrapper("long", job("long", 2, 4), created=3), "7200"))
+        kube.put(annotated(appwrapper("short", job("short", 2, 4), created=4), "60"))
+        d = Dispatcher(kube, load_policy("reserve"), clock=clock,  # type: ignore[arg-type]
+                       estimates=EstimateSettings())
+        d.relisted("Node", await kube.list(Resource("v1", "Node", "nodes", False)))
+        d.relisted("AppWrapper", await kube.list(APPWRAPPERS))
+        await settle(d, clock)
+        assert aw_status(kube, "first")["state"] == "Running"
+        assert aw_status(kube, "short")["state"] == "Running"
+        assert aw_status(kube, "big")["message"].startswith(
+            "InsufficientResources: reserved: starts at 08:10:00 UTC on nodes n1, n2, n3; ")
+        assert aw_status(kube, "long")["message"].startswith(
+            "WaitingForReservation: fits now only on nodes reserved for team/big, which is "
+            "to start at 08:10:00 UTC on n1, n2, n3, and is expected to run past that")
+        assert aw_status(kube, "long").get("state") != "Running"
+
+    run(scenario)
