@@ -34,12 +34,12 @@ import contextlib
 import functools
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.admission import Decision, EmptyClusterAnswers, Fit, admit, queued_from_appwrapper
+from dispatcher.admission import EmptyClusterAnswers, Fit, queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, latest
 from dispatcher.api.durations import (
     EXPECTED_DURATION_ANNOTATION,
@@ -48,7 +48,6 @@ from dispatcher.api.durations import (
 )
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import PlannedPod
-from dispatcher.elastic import Scale
 from dispatcher.eta import (
     DurationHistory,
     DurationRule,
@@ -66,7 +65,7 @@ from dispatcher.kinds import InvalidItem
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue import Policy, QueuedWrapper
 from dispatcher.queue.reservation import Reservations
-from dispatcher.quota import QuotaForest, QuotaLedger
+from dispatcher.quota import QuotaForest
 
 from .tracked import Key, Tracked, now_dt
 
@@ -395,22 +394,17 @@ def expected(r: _Round, s: EstimateSettings, now: float
     return durations, running
 
 
-def admit_reserving(r: _Round | None, s: EstimateSettings, ordered: list[QueuedWrapper],
-                    capacity: Capacity, policy: Policy, now: float, fit: Fit, *,
-                    empty_answers: EmptyClusterAnswers, quota: QuotaLedger | None,
-                    admitted: Sequence[AdmittedWrapper], holds: Mapping[Key, Hold],
-                    scaling: list[Scale]) -> list[Decision]:
-    """An admission cycle (off the loop); under a policy that reserves, with the
-    reservations planned from `r` (`Estimates.taken`) with the estimates' durations."""
-    held: Reservations | None = None
-    if r is not None and policy.reserve:
-        durations, running = expected(r, s, now)
-        held = reservations(ordered, running, capacity, policy, now, durations, fit=fit,
-                            holds=holds, limits=Limits(s.limits.horizon_seconds,
-                                                       s.limits.max_cycles, RESERVE_BUDGET))
-    return admit(ordered, capacity, policy, now, fit, empty_answers=empty_answers,
-                 quota=quota, admitted=admitted, holds=holds, scaling=scaling,
-                 reservations=held)
+def cycle_reservations(r: _Round | None, s: EstimateSettings, ordered: list[QueuedWrapper],
+                       capacity: Capacity, policy: Policy, now: float, fit: Fit,
+                       holds: Mapping[Key, Hold]) -> Reservations | None:
+    """An admission cycle's reservations (off the loop) under a policy that reserves,
+    planned from `r` (`Estimates.taken`) with the estimates' durations."""
+    if r is None or not policy.reserve:
+        return None
+    durations, running = expected(r, s, now)
+    return reservations(ordered, running, capacity, policy, now, durations, fit=fit,
+                        holds=holds, limits=Limits(s.limits.horizon_seconds,
+                                                   s.limits.max_cycles, RESERVE_BUDGET))
 
 
 def _adopted(t: Tracked, text: str) -> Shown | None:

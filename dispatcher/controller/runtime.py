@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
-from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit
+from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.messages import cap_problems, problems_message
@@ -63,7 +63,7 @@ from dispatcher.resources import PODS as POD_COUNT
 
 from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
-from .estimates import Estimates, EstimateSettings, admit_reserving
+from .estimates import Estimates, EstimateSettings, cycle_reservations
 from .grant_screen import GrantScreen
 from .intake import Intake
 from .items import prepared_items
@@ -831,11 +831,15 @@ class Dispatcher:
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
         scales: list[Scale] = []
-        taken = self.estimates.taken(now) if self.policy.reserve else None
+        held = None
+        if self.policy.reserve:
+            held = await loop.run_in_executor(None, functools.partial(
+                cycle_reservations, self.estimates.taken(now), self.estimates.s, ordered,
+                capacity, self.policy, now, self.fit, dict(sharing.holds)))
         decisions = await loop.run_in_executor(None, functools.partial(
-            admit_reserving, taken, self.estimates.s, ordered, capacity, self.policy, now,
-            self.fit, empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
-            holds=dict(sharing.holds), scaling=scales))
+            admit, ordered, capacity, self.policy, now, self.fit,
+            empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
+            holds=dict(sharing.holds), scaling=scales, reservations=held))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         for d in decisions:
