@@ -332,6 +332,47 @@ def test_plan_live_answers_from_the_cluster_and_creates_nothing(
     assert sorted(a["metadata"]["name"] for a in k.items("appwrappers")) == ["hog", "waiting"]
 
 
+def test_reserve_keeps_the_big_gangs_room_and_backfills_only_what_ends_before(
+        dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl, namespace: str) -> None:
+    wait_alone(kubectl, namespace)
+    nodes, per_node = uniform_gpu_nodes(kubectl)
+    assert nodes >= 2
+    dispatcher.start("reserve")
+
+    def timed(name: str, pods: int, seconds: int, run_for: str | None = None
+              ) -> dict[str, Any]:
+        j = job(name, pods, per_node)
+        if run_for is not None:
+            j["spec"]["template"]["metadata"]["annotations"] = outcome("succeed",
+                                                                       run_for=run_for)
+        aw = appwrapper(name, j)
+        aw["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": seconds}}
+        return aw
+
+    # hog holds one node for about 40 s; big needs every node.
+    k.apply(timed("hog", 1, 40, run_for="40s"))
+    wait_condition(k, "hog", "Running", timeout=90)
+    k.apply(timed("big", nodes, 600))
+    message = wait_condition(k, "big", "Backoff")["message"]
+    assert "reserved: starts at " in message
+    # long (2 h) would still run when big is to start: it waits, though it fits now.
+    k.apply(timed("long", 1, 7200))
+    waits = wait_condition(k, "long", "Backoff")["message"]
+    assert waits.startswith(f"WaitingForReservation: fits now only on nodes reserved for "
+                            f"{namespace}/big")
+    # short (5 s) ends before: it backfills.
+    k.apply(timed("short", 1, 5, run_for="5s"))
+    dispatched = wait_for(lambda: next((c for c in k.json("appwrapper", "short").get(
+        "status", {}).get("conditions") or [] if c["type"] == "Dispatched"), None), 60,
+        "short to be dispatched")
+    assert dispatched["message"].startswith(
+        f"backfilled: expected to end before the reservation of {namespace}/big at ")
+    # When hog ends, big starts in its reserved room, before long.
+    wait_condition(k, "big", "Running", timeout=180)
+    assert not any(c["type"] == "Dispatched" for c in k.json("appwrapper", "long").get(
+        "status", {}).get("conditions") or [])
+
+
 # --- deploy/ on the cluster ---------------------------------------------------------------
 
 def test_deploy_applies_and_its_pods_meet_the_restricted_standard(
