@@ -62,7 +62,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return whatif.command(policy, args.fit, args.filename, args.kubeconfig, args.context,
                               args.output, now, sys.stdout, sys.stderr, config.allowed_kinds)
     result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
-                       [*subtrees, *loaded.subtrees])
+                       [*subtrees, *loaded.subtrees], specs=loaded.specs)
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
     return 0

@@ -27,11 +27,16 @@ from dispatcher.admission import (
     Fit,
     admit,
     admitted_from_appwrapper,
+    first_seen_of,
     is_admitted,
+    queued_from_appwrapper,
 )
+from dispatcher.api.durations import DeclaredDuration, declared_duration
 from dispatcher.api.models import AppWrapper
 from dispatcher.cluster import ClusterState, PlannedPod, bound_pod_from_object, node_from_object
 from dispatcher.elastic import Scale
+from dispatcher.eta import DurationRule, RunningWrapper, shape_of
+from dispatcher.eta.reserve import reservations as plan_reservations
 from dispatcher.fit.capacity import Capacity
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.preemption import AdmittedWrapper, quota_ledger
@@ -217,7 +222,11 @@ class PlanResult:
 def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
          fit: Fit, now: float, admitted: Sequence[AppWrapper] = (),
          subtrees: Sequence[Mapping[str, Any]] = (),
-         reservations: Reservations | None = None) -> PlanResult:
+         reservations: Reservations | None = None,
+         specs: Mapping[WrapperKey, AppWrapper] | None = None) -> PlanResult:
+    """One admission cycle. Under a policy that reserves, the head's reservation is
+    planned (unless given) with the durations the wrappers declare (`specs`), else the
+    default."""
     queue = AdmissionQueue(policy)
     duplicates: list[QueuedWrapper] = []
     for w in wrappers:
@@ -234,10 +243,42 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
     ledger = quota_ledger(forest, records) if forest else None
     before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}
     scaling: list[Scale] = []
+    if policy.reserve and reservations is None:
+        rule = DurationRule()
+        reservations = plan_reservations(
+            queue.ordered(now), running_wrappers(admitted, state, rule, now),
+            Capacity.of(state), policy, now, expected_durations(wrappers, specs or {}, rule),
+            fit=fit)
     decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
                       quota=ledger, admitted=records, scaling=scaling,
                       reservations=reservations)
     return PlanResult(decisions, records, ledger, list(forest.problems), before, scaling)
+
+
+def expected_durations(queued: Sequence[QueuedWrapper], specs: Mapping[WrapperKey, AppWrapper],
+                       rule: DurationRule) -> dict[WrapperKey, float]:
+    """How long each queued wrapper is expected to run: what it declares, else the
+    default (a plan has no history of completed wrappers)."""
+    return {w.key: rule.expected(declared_duration(specs[w.key]) if w.key in specs
+                                 else DeclaredDuration(), w.namespace,
+                                 shape_of(w.demand)).seconds for w in queued}
+
+
+def running_wrappers(admitted: Sequence[AppWrapper], state: ClusterState, rule: DurationRule,
+                     now: float) -> list[RunningWrapper]:
+    """The admitted wrappers, each to end when its expected duration says."""
+    out = []
+    for aw in admitted:
+        key = (aw.metadata.namespace, aw.metadata.name)
+        record = admitted_from_appwrapper(aw, state.holdings(key), now)
+        gang = queued_from_appwrapper(aw, first_seen_of(aw, now))
+        shape = shape_of(gang.demand)
+        expected = rule.expected(declared_duration(aw), aw.metadata.namespace, shape)
+        left = rule.remaining(expected, now - record.dispatched_at, aw.metadata.namespace,
+                              shape)
+        out.append(RunningWrapper(key, record.holdings, now + left, record, gang,
+                                  expected.seconds))
+    return out
 
 
 def _quota_json(placements: Sequence[QuotaPlacement]) -> list[dict[str, Any]]:

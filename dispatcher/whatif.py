@@ -32,13 +32,8 @@ from typing import Any, TextIO
 from dispatcher.admission import (
     Decision,
     Fit,
-    admitted_from_appwrapper,
-    first_seen_of,
-    queued_from_appwrapper,
 )
-from dispatcher.api.durations import DeclaredDuration, declared_duration
-from dispatcher.cluster import ClusterState
-from dispatcher.eta import DurationRule, Estimate, Limits, RunningWrapper, forecast, shape_of
+from dispatcher.eta import DurationRule, Estimate, Limits, forecast
 from dispatcher.eta.reserve import planner, reservations
 from dispatcher.eta.text import describe
 from dispatcher.fit.capacity import Capacity
@@ -46,11 +41,12 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.plan import (
     Document,
     InputError,
-    Loaded,
     appwrappers_from_documents,
     cluster_from_documents,
+    expected_durations,
     plan,
     read_documents,
+    running_wrappers,
 )
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
@@ -117,12 +113,9 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     current = appwrappers_from_documents(
         [d for d in live.appwrappers if _key(d.obj) not in mine], now, allowed)
     subtrees += [*current.subtrees, *new.subtrees]
-    specs = {**current.specs, **new.specs}
-    durations = {w.key: rule.expected(declared_duration(specs[w.key]) if w.key in specs
-                                      else DeclaredDuration(), w.namespace,
-                                      shape_of(w.demand)).seconds
-                 for w in [*current.queued, *new.queued]}
-    running = _running(current, state, rule, now)
+    durations = expected_durations([*current.queued, *new.queued],
+                                   {**current.specs, **new.specs}, rule)
+    running = running_wrappers(current.admitted, state, rule, now)
     forest = QuotaForest.from_objects(subtrees)
     capacity = Capacity.of(state)
 
@@ -168,23 +161,6 @@ def _later(e: Estimate, before: float) -> bool:
 def _key(obj: Mapping[str, Any]) -> WrapperKey:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-
-
-def _running(current: Loaded, state: ClusterState, rule: DurationRule, now: float
-             ) -> list[RunningWrapper]:
-    """The admitted wrappers, each to end when its expected duration says."""
-    out = []
-    for aw in current.admitted:
-        key = (aw.metadata.namespace, aw.metadata.name)
-        record = admitted_from_appwrapper(aw, state.holdings(key), now)
-        gang = queued_from_appwrapper(aw, first_seen_of(aw, now))
-        shape = shape_of(gang.demand)
-        expected = rule.expected(declared_duration(aw), aw.metadata.namespace, shape)
-        left = rule.remaining(expected, now - record.dispatched_at, aw.metadata.namespace,
-                              shape)
-        out.append(RunningWrapper(key, record.holdings, now + left, record, gang,
-                                  expected.seconds))
-    return out
 
 
 # --- output -----------------------------------------------------------------------------

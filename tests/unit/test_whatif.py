@@ -125,9 +125,9 @@ def node(name: str) -> dict[str, Any]:
 
 
 def appwrapper(name: str, gpus: int, created: str, seconds: int, priority: int = 0,
-               running: bool = False) -> dict[str, Any]:
+               running: bool = False, pods: int = 1) -> dict[str, Any]:
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-           "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+           "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
                "containers": [{"name": "c", "resources": {"limits": {GPU: gpus}}}]}}}}
     obj: dict[str, Any] = {
         "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
@@ -208,3 +208,25 @@ def test_live_plan_input_errors(kubeconfig: Path, tmp_path: Path,
     assert main(["plan", "--live", "-f", str(path), "--kubeconfig",
                  str(tmp_path / "nope")]) == 1
     assert "cannot read the kubeconfig" in capsys.readouterr().err
+
+
+def test_plan_of_files_under_reserve_reserves_for_the_head(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # n1 busy until 10:20; n2 free. big needs both; long (2 h) and short (1 min) fit now.
+    cluster = tmp_path / "cluster.yaml"
+    busy = one_node_busy_and_a_queue()
+    cluster.write_text(yaml.safe_dump_all([busy[0], node("n2"), busy[1]]))
+    wrappers = tmp_path / "aws.yaml"
+    wrappers.write_text(yaml.safe_dump_all([
+        busy[2], appwrapper("big", 8, "2026-11-01T10:01:00Z", 600, pods=2),
+        appwrapper("long", 8, "2026-11-01T10:02:00Z", 7200),
+        appwrapper("short", 8, "2026-11-01T10:03:00Z", 60)]))
+    assert main(["plan", "--cluster", str(cluster), "--policy", "reserve", "--now", NOW,
+                 "-o", "json", str(wrappers)]) == 0
+    decisions = {d["name"]: d for d in json.loads(capsys.readouterr().out)["decisions"]}
+    assert decisions["big"]["message"].startswith(
+        "reserved: starts at 10:20:00 UTC on nodes n1, n2; ")
+    assert decisions["long"]["reason"] == "WaitingForReservation"
+    assert decisions["short"]["decision"] == "dispatch"
+    assert decisions["short"]["message"].startswith(
+        "backfilled: expected to end before the reservation of team/big at 10:20:00 UTC")
