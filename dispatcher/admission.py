@@ -68,7 +68,13 @@ from dispatcher.preemption import (
 )
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
-from dispatcher.queue.reservation import Reservation, Reservations, clock_time, node_list
+from dispatcher.queue.reservation import (
+    BACKFILLED,
+    Reservation,
+    Reservations,
+    clock_time,
+    node_list,
+)
 from dispatcher.quota import QuotaCheck, QuotaConsumer, QuotaLedger, QuotaPlacement
 
 Fit = Literal["per-node", "aggregate"]
@@ -534,7 +540,7 @@ def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservat
         if not before:
             return placed, ""
         first = min(before, key=lambda r: r.at)
-        return placed, (f"backfilled: expected to end before the reservation of {first.name} "
+        return placed, (f"{BACKFILLED}expected to end before the reservation of {first.name} "
                         f"at {clock_time(first.at, now)}")
     for p in placed:
         if p.node is not None:
@@ -554,7 +560,7 @@ def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservat
                    f"expected to run past that")
         kept_out[(w.gang_key, kept)] = refused
         return refused
-    return again, f"backfilled: beside the nodes reserved for {first.name}"
+    return again, f"{BACKFILLED}beside the nodes reserved for {first.name}"
 
 
 def _reserved_nodes(w: QueuedWrapper, active: Sequence[Reservation],

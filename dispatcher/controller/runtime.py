@@ -141,7 +141,9 @@ class Dispatcher:
         self.policy = policy
         self.fit: Fit = fit
         self.clock = clock
-        self.timing = timing
+        # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
+        self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
+            timing, backfill_limit=policy.backfill_limit_seconds)
         self.m = Memory(policy)
         self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds)
@@ -657,7 +659,7 @@ class Dispatcher:
         await self._tell_unplaced(t, now)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
                         now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor,
-                        None if running else t.unplaced)
+                        None if running else t.unplaced, t.status)
         await self._apply(t, verdict, now, timing)
 
     async def _tell_unplaced(self, t: Tracked, now: float) -> None:

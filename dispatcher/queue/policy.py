@@ -45,6 +45,10 @@ class Policy:
     reserve: ``backfill: reserve``: backfill, but the head of the line gets a reservation
         (dispatcher.queue.reservation) that no wrapper passing it may delay; no age
         guard is needed then.
+    backfill_limit_seconds: under `reserve`, how long a wrapper that passed a reserved head
+        may stay dispatched unless its own dispatchDuration.limit is shorter: past it, it
+        fails as past that limit, so that a backfill that overruns its expected time does
+        not delay the reservation for ever. None: only its own limit.
     max_hold_seconds: how long room stays held for a preemptor whose victims have not
         gone (or shrunk) yet; then it gives that plan up and competes again, so that a
         victim that never goes cannot stop the queue for ever.
@@ -59,11 +63,12 @@ class Policy:
     min_running_seconds: float = 0.0
     max_hold_seconds: float = DEFAULT_MAX_HOLD_SECONDS
     reserve: bool = False
+    backfill_limit_seconds: float | None = None
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
     known = {"name", "order", "backfill", "starvationGuard", "description", "preemption",
-             "preemptionGuard"}
+             "preemptionGuard", "backfillLimitSeconds"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PolicyError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -101,6 +106,13 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     hold = pguard.get("maxHoldSeconds", DEFAULT_MAX_HOLD_SECONDS)
     if isinstance(hold, bool) or not isinstance(hold, int | float) or hold <= 0:
         raise PolicyError(f"{source}: preemptionGuard.maxHoldSeconds must be a number > 0")
+    backfill_limit = data.get("backfillLimitSeconds")
+    if backfill_limit is not None and (
+        isinstance(backfill_limit, bool) or not isinstance(backfill_limit, int | float)
+        or backfill_limit <= 0 or not reserve
+    ):
+        raise PolicyError(f"{source}: backfillLimitSeconds must be a number > 0, with "
+                          "backfill: reserve")
     return Policy(
         name=name,
         order=order,
@@ -111,4 +123,5 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
         min_running_seconds=float(running),
         max_hold_seconds=float(hold),
         reserve=reserve,
+        backfill_limit_seconds=None if backfill_limit is None else float(backfill_limit),
     )

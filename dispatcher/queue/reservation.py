@@ -15,6 +15,10 @@ from datetime import UTC, datetime
 
 from dispatcher.queue.queue import WrapperKey
 
+# How the message of a dispatch that passed a reserved head begins (the Dispatched
+# condition keeps it: a backfill limit applies to that run).
+BACKFILLED = "backfilled: "
+
 
 def clock_time(at: float, now: float) -> str:
     """The time of day in UTC: to the second within the hour, with the date when it is

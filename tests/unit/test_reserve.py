@@ -13,12 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.admission import WAITS_FOR_RESERVATION, Decision, admit
+from dispatcher.api import parse_appwrapper
+from dispatcher.api.models import AppWrapper
 from dispatcher.cli import main
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.eta import RunningWrapper, forecast
 from dispatcher.eta.reserve import planner, reservations
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import place
+from dispatcher.lifecycle import PodCounts, Timing, judge
 from dispatcher.policy_files import load_policy
 from dispatcher.queue import AdmissionQueue, Policy, PolicyError, QueuedWrapper, WrapperKey
 from dispatcher.queue.policy import policy_from_mapping
@@ -260,3 +263,49 @@ def test_start_estimates_under_reserve_replay_the_reservations(tmp_path: Path) -
     with_reservations, without = taken
     assert with_reservations == {"b": 100, "c": 110}
     assert without != with_reservations  # replayed as plain backfill, c would pass b
+
+
+# --- a backfill that overruns ------------------------------------------------------------
+
+def dispatched_aw(message: str, limit: int | None = None) -> AppWrapper:
+    scheduling = {"dispatchDuration": {"limit": limit}} if limit else {}
+    return parse_appwrapper({
+        "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+        "metadata": {"name": "a", "namespace": "n"},
+        "spec": {"schedulingSpec": scheduling, "resources": {"GenericItems": [
+            {"generictemplate": {"apiVersion": "batch/v1", "kind": "Job",
+                                 "metadata": {"name": "j"}}}]}},
+        "status": {"conditions": [{"type": "Dispatched", "status": "True",
+                                   "reason": "AppWrapperRunnable", "message": message}]},
+    })
+
+
+BACKFILL = "backfilled: expected to end before the reservation of team-a/big at 14:32 UTC"
+
+
+def test_a_backfill_past_the_policys_backfill_limit_fails_as_past_its_own_limit() -> None:
+    timing = Timing(backfill_limit=600)
+
+    def verdict(w: AppWrapper, now: float) -> tuple[str, str]:
+        v = judge(w, PodCounts(running=1), 1, "running", 0, True, now, timing)
+        return v.action, v.message
+
+    assert verdict(dispatched_aw(BACKFILL), 599)[0] == "running"
+    assert verdict(dispatched_aw(BACKFILL), 600) == (
+        "failed", "still not finished 600 s after dispatch (the policy's backfillLimitSeconds: "
+        "it was dispatched as a backfill)")
+    # Not a backfill: only its own limit counts; a shorter own limit wins.
+    assert verdict(dispatched_aw("all 1 pods fit: on n1"), 10_000)[0] == "running"
+    assert verdict(dispatched_aw(BACKFILL, limit=300), 300) == (
+        "failed", "still not finished 300 s after dispatch "
+        "(spec.schedulingSpec.dispatchDuration.limit)")
+
+
+def test_backfill_limit_seconds_in_a_policy_file() -> None:
+    p = policy_from_mapping({"name": "r", "backfill": "reserve", "backfillLimitSeconds": 7200})
+    assert p.backfill_limit_seconds == 7200.0
+    for bad in ({"backfill": True, "backfillLimitSeconds": 60},
+                {"backfill": "reserve", "backfillLimitSeconds": 0}):
+        with pytest.raises(PolicyError, match="backfillLimitSeconds must be a number > 0, "
+                                              "with backfill: reserve"):
+            policy_from_mapping({"name": "r", **bad})
