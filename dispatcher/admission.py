@@ -17,7 +17,7 @@ whole gangs to tear down first (see dispatcher.preemption).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -71,6 +71,13 @@ from dispatcher.preemption import (
 )
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
+from dispatcher.queue.reservation import (
+    BACKFILLED,
+    Reservation,
+    Reservations,
+    clock_time,
+    node_list,
+)
 from dispatcher.quota import QuotaCheck, QuotaConsumer, QuotaLedger, QuotaPlacement
 from dispatcher.wording import all_of, plural, span
 
@@ -86,6 +93,8 @@ UNKNOWN_QUOTA = "UnknownQuotaNode"  # its labels name no usable quota leaf; neve
 PREEMPTING = "Preempting"  # the reason of a `preempt` verdict
 AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
 NO_TOPOLOGY = Topology()
+# It fits now, but only where it would still run when a reserved head is to start there.
+WAITS_FOR_RESERVATION = "WaitingForReservation"
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,7 @@ def admit(
     holds: Mapping[WrapperKey, Hold] | None = None,
     scaling: list[Scale] | None = None,
     topology: Topology | None = None,
+    reservations: Reservations | None = None,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -268,6 +278,9 @@ def admit(
     `topology`: the installation's topology levels (fit.topology). A pod set asking for a
     level it lacks is invalid; one asking for a domain is placed in one (per-node fit;
     the aggregate rule places no pod and so ignores the requests).
+    `reservations` (under a policy that reserves, see dispatcher.queue.reservation): once
+    a reserved head waits, a wrapper behind it dispatches only where it does not delay
+    that reservation; else it waits with WAITS_FOR_RESERVATION.
     """
     stats = stats if stats is not None else CycleStats()
     topology = topology if topology is not None else NO_TOPOLOGY
@@ -293,6 +306,10 @@ def admit(
     seen: dict[WrapperKey, QueuedWrapper] = {}
     elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
     shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
+    active: list[Reservation] = []  # those of heads that wait in this cycle
+    # Gang shapes that fit nowhere but on reserved nodes, by the nodes left out: capacity
+    # only shrinks during a cycle, so that answer holds for the rest of it.
+    kept_out: dict[tuple[object, ...], str] = {}
     for w in ordered:
         stats.considered += 1
         seen[w.key] = w
@@ -372,15 +389,31 @@ def admit(
             stats.fit_checks += 1
             if own_hold is not None:
                 give_hold(capacity, own_hold)
+            refused = (kept_out.get((key, _reserved_nodes(w, active, reservations, now)))
+                       if active and reservations is not None and own_hold is None else None)
+            if refused is not None:
+                decisions.append(Decision(w.namespace, w.name, "wait", WAITS_FOR_RESERVATION,
+                                          refused, effective_priority=prio))
+                continue
             result = fit_gang(w.gang, capacity)
+            note = ""
+            if active and reservations is not None and not isinstance(result, Shortfall):
+                around = _around(w, result, active, reservations, capacity, fit_gang, now,
+                                 kept_out)
+                if isinstance(around, str):
+                    decisions.append(Decision(w.namespace, w.name, "wait",
+                                              WAITS_FOR_RESERVATION, around,
+                                              effective_priority=prio))
+                    continue
+                result, note = around
             if not isinstance(result, Shortfall):
                 stats.dispatched += 1
                 quota_text = ""
                 if ledger is not None and in_quota is not None:
                     ledger.add(_consumer(w, prio, now))
                     quota_text = in_quota.describe()
-                message = "; ".join(filter(None, (_placed_message(result, fit), quota_text,
-                                                  _minimum_message(w))))
+                message = "; ".join(filter(None, (note, _placed_message(result, fit),
+                                                  quota_text, _minimum_message(w))))
                 decisions.append(Decision(
                     w.namespace, w.name, "dispatch", DISPATCH, _with_notes(message, in_quota),
                     tuple(result), effective_priority=prio,
@@ -424,6 +457,10 @@ def admit(
             reason = AWAITING_PREEMPTION
             message = ("the capacity freed by preemption is held for it until the preempted "
                        "pods are gone: " + message)
+        mine_reserved = reservations.of(w.key) if reservations is not None else None
+        if mine_reserved is not None:
+            active.append(mine_reserved)
+            message = f"{mine_reserved.describe(now)}; {message}"
         decisions.append(Decision(w.namespace, w.name, "wait", reason, message,
                                   head_of_line=not head_seen, effective_priority=prio,
                                   quota=in_quota.placements if in_quota is not None else ()))
@@ -521,6 +558,52 @@ def _in_domain(gang: Sequence[GangPodSet]) -> bool:
     """Whether the gang requires one topology domain: its growth, placed anywhere, could
     leave the domain, so it is not grown."""
     return any(g.pod_set.topology is not None and g.pod_set.topology.required for g in gang)
+
+
+def _around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservation],
+            reservations: Reservations, capacity: Capacity,
+            fit_gang: Callable[[Sequence[GangPodSet], Capacity], list[Placement] | Shortfall],
+            now: float, kept_out: dict[tuple[object, ...], str]
+            ) -> tuple[list[Placement], str] | str:
+    """Where `w`, which fits now as `placed`, may dispatch without delaying a reservation
+    of `active`, and the words for it; or why it waits.
+
+    It keeps its placement if that touches no reserved node it would still run on when
+    the reservation starts; else it is placed again with those nodes left out."""
+    nodes = {p.node for p in placed if p.node is not None}
+    outlasted = reservations.outlasted(w.key, now, active)
+    if not any(r.nodes & nodes for r in outlasted):
+        before = [r for r in reservations.ended_before(w.key, now, active) if r.nodes & nodes]
+        if not before:
+            return placed, ""
+        first = min(before, key=lambda r: r.at)
+        return placed, (f"{BACKFILLED}expected to end before the reservation of {first.name} "
+                        f"at {clock_time(first.at, now)}")
+    for p in placed:
+        if p.node is not None:
+            capacity.give(p.node, p.request)
+    kept = _reserved_nodes(w, active, reservations, now)
+    hidden = [(n, {r: v for r, v in capacity.free_of(n).items() if v > 0})
+              for n in sorted(kept) if n in capacity.nodes]
+    for n, free in hidden:
+        capacity.take(n, free)
+    again = fit_gang(w.gang, capacity)
+    for n, free in hidden:
+        capacity.give(n, free)
+    first = min(outlasted, key=lambda r: r.at)
+    if isinstance(again, Shortfall):
+        refused = (f"fits now only on nodes reserved for {first.name}, which is to start at "
+                   f"{clock_time(first.at, now)} on {node_list(first.nodes)}, and is "
+                   f"expected to run past that")
+        kept_out[(w.gang_key, kept)] = refused
+        return refused
+    return again, f"{BACKFILLED}beside the nodes reserved for {first.name}"
+
+
+def _reserved_nodes(w: QueuedWrapper, active: Sequence[Reservation],
+                    reservations: Reservations, now: float) -> frozenset[str]:
+    """The reserved nodes `w`, started now, would still run on when they are needed."""
+    return frozenset().union(*(r.nodes for r in reservations.outlasted(w.key, now, active)))
 
 
 def _minimum_message(w: QueuedWrapper) -> str:

@@ -34,12 +34,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from dispatcher.config import ConfigError, load_config
     from dispatcher.policy_files import load_policy
 
+    live = args.live or args.filename
+    if live and (not (args.live and args.filename) or args.cluster or args.appwrappers):
+        print("dispatcher plan: --live takes the AppWrappers to try with -f (and no --cluster "
+              "or other files)", file=sys.stderr)
+        return EXIT_INPUT
+    if not live and (not args.cluster or not args.appwrappers):
+        print("dispatcher plan: give --cluster CLUSTER.yaml and AppWrapper files, or --live "
+              "-f APPWRAPPER.yaml to ask the live cluster", file=sys.stderr)
+        return EXIT_INPUT
     try:
         policy = load_policy(args.policy)
         config = load_config(args.config)
         now = _now(args.now)
         subtrees: list[Mapping[str, Any]] = []
-        state = plan.load_cluster([Path(p) for p in args.cluster], subtrees)
+        state = plan.load_cluster([Path(p) for p in args.cluster or ()], subtrees)
         loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
                                        config.allowed_kinds)
     except (plan.InputError, PolicyError, ConfigError) as e:
@@ -48,8 +57,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except ValueError as e:  # a --now that is not a date
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
+    if live:
+        from dispatcher import whatif
+
+        return whatif.command(policy, args.fit, args.filename, args.kubeconfig, args.context,
+                              args.output, now, sys.stdout, sys.stderr, config.allowed_kinds,
+                              config.topology_levels)
     result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
-                       [*subtrees, *loaded.subtrees], config.topology_levels)
+                       [*subtrees, *loaded.subtrees], config.topology_levels,
+                       specs=loaded.specs)
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
     if result.decisions and all(d.decision == "invalid" for d in result.decisions):
@@ -329,8 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one admission cycle over AppWrapper manifests against a cluster "
         "snapshot (kubectl get nodes,pods -A -o yaml) and print every decision.",
     )
-    p.add_argument("--cluster", action="append", required=True, metavar="CLUSTER.yaml",
+    p.add_argument("--cluster", action="append", metavar="CLUSTER.yaml",
                    help="Nodes and Pods as YAML documents or Lists (repeatable)")
+    p.add_argument("--live", action="store_true",
+                   help="ask the live cluster (through the kubeconfig, read only) what would "
+                   "happen to the AppWrappers of -f if submitted now: when and where they "
+                   "would start, whom they would preempt, which quota they would borrow, "
+                   "what they would delay")
+    p.add_argument("-f", "--filename", action="append", metavar="APPWRAPPER.yaml",
+                   help="with --live: the AppWrappers to try (repeatable)")
+    p.add_argument("--kubeconfig", help="with --live: default $KUBECONFIG, ~/.kube/config, "
+                   "in-cluster")
+    p.add_argument("--context", help="with --live: the kubeconfig context (default: current)")
     p.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")
     p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
@@ -339,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="CONFIG.yaml",
                    help="the installation's configuration (allowedKinds); default: the "
                    "built-in allowed kinds")
-    p.add_argument("appwrappers", nargs="+", metavar="APPWRAPPERS.yaml")
+    p.add_argument("appwrappers", nargs="*", metavar="APPWRAPPERS.yaml")
     p.set_defaults(func=_cmd_plan)
 
     r = sub.add_parser(

@@ -34,8 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from dispatcher.api.models import AppWrapper, Requeuing
+from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.kinds.completion import Outcome
+from dispatcher.queue.reservation import BACKFILLED
 from dispatcher.wording import all_of, counted, plural, span
 
 Action = Literal["wait", "running", "holding", "completed", "failed", "requeue"]
@@ -61,6 +62,9 @@ class Timing:
     failure_grace: float = 60.0  # running, below minAvailable this long: requeue
     requeue_floor: float = 30.0  # the least time a gang gets to start
     requeue_cap: float = 3600.0  # growth stops here unless maxTimeInSeconds says
+    # A run dispatched past a reserved head ends (fails) this long after dispatch, unless
+    # its own dispatchDuration.limit is shorter (the policy's backfillLimitSeconds).
+    backfill_limit: float | None = None
 
 
 DEFAULT_TIMING = Timing()
@@ -135,6 +139,20 @@ def pods_allowed_seconds(requeuing: Requeuing, requeues: int,
     return max(min(allowed, cap), timing.requeue_floor)
 
 
+def _limit(aw: AppWrapper, timing: Timing, status: AppWrapperStatus) -> tuple[float | None, str]:
+    """How long this run may stay dispatched, and what says so."""
+    own = float(aw.spec.schedulingSpec.dispatchDuration.limit or 0) or None
+    backfill = timing.backfill_limit
+    if backfill is not None and (own is None or backfill < own) and _backfilled(status):
+        return backfill, "the policy's backfillLimitSeconds: it was dispatched as a backfill"
+    return own, "spec.schedulingSpec.dispatchDuration.limit"
+
+
+def _backfilled(status: AppWrapperStatus) -> bool:
+    last = next((c for c in reversed(status.conditions) if c.type == "Dispatched"), None)
+    return last is not None and last.message.startswith(BACKFILLED)
+
+
 def judge(
     aw: AppWrapper,
     pods: PodCounts,
@@ -149,6 +167,7 @@ def judge(
     created_at: float | None = None,
     floor: int | None = None,
     unplaced: tuple[float, str] | None = None,
+    status: AppWrapperStatus | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running, when `running`) AppWrapper.
 
@@ -157,7 +176,9 @@ def judge(
     `created_at`: when the last of them was created (the admission grace counts from
     then: pods cannot appear before their object; None: not all created yet); `floor`:
     an elastic gang's pods at its minimum (see min_available); `unplaced`: since when,
-    and why, a pod of it fits neither the room it holds nor free room (None: none)."""
+    and why, a pod of it fits neither the room it holds nor free room (None: none);
+    `status`: the dispatcher's own record of its status when newer than `aw`'s (its
+    Dispatched condition says whether this run is a backfill)."""
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
@@ -176,12 +197,11 @@ def judge(
                        f"{all_of(expected_pods, 'pod')} {plural(expected_pods, 'has', 'have')} "
                        "succeeded")
 
-    limit = aw.spec.schedulingSpec.dispatchDuration.limit
+    limit, source = _limit(aw, timing, status if status is not None else aw.status)
     deadline = dispatched_at + limit if limit else None
-    if deadline is not None and now >= deadline:
+    if limit and deadline is not None and now >= deadline:
         return Verdict("failed", "DispatchDeadlineExceeded",
-                       f"still not finished {span(deadline - dispatched_at)} after dispatch "
-                       "(spec.schedulingSpec.dispatchDuration.limit)")
+                       f"still not finished {span(limit)} after dispatch ({source})")
 
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded

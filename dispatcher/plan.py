@@ -14,7 +14,7 @@ with preemption may tear it down. A Completed or Failed one is left out.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,17 +29,23 @@ from dispatcher.admission import (
     Fit,
     admit,
     admitted_from_appwrapper,
+    first_seen_of,
     is_admitted,
+    queued_from_appwrapper,
 )
+from dispatcher.api.durations import DeclaredDuration, declared_duration
 from dispatcher.api.models import AppWrapper
 from dispatcher.cluster import ClusterState, PlannedPod, bound_pod_from_object, node_from_object
 from dispatcher.elastic import Scale
+from dispatcher.eta import DurationRule, RunningWrapper, shape_of
+from dispatcher.eta.reserve import reservations as plan_reservations
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.preemption import AdmittedWrapper, quota_ledger
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
+from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QUOTA_KIND, QuotaForest, QuotaLedger, QuotaPlacement
 from dispatcher.resources import (
     QuantityError,
@@ -90,25 +96,31 @@ def read_documents(path: Path) -> Iterator[Document]:
 def load_cluster(paths: Sequence[Path],
                  subtrees: list[Mapping[str, Any]] | None = None) -> ClusterState:
     """Nodes and Pods; QuotaSubtrees go to `subtrees` (an error without it)."""
+    return cluster_from_documents((d for path in paths for d in read_documents(path)),
+                                  subtrees)
+
+
+def cluster_from_documents(docs: Iterable[Document],
+                           subtrees: list[Mapping[str, Any]] | None = None) -> ClusterState:
+    """`load_cluster` of documents read (or listed) already."""
     state = ClusterState()
     pods: list[Document] = []
-    for path in paths:
-        for doc in read_documents(path):
-            kind = doc.obj.get("kind")
-            if kind == QUOTA_KIND and subtrees is not None:
-                subtrees.append(doc.obj)
-            elif kind == "Node":
-                try:
-                    state.upsert_node(node_from_object(doc.obj))
-                except (KeyError, QuantityError, ValueError, TypeError) as e:
-                    raise InputError(f"{doc.where}: not a usable Node: {e}") from e
-            elif kind == "Pod":
-                pods.append(doc)
-            else:
-                raise InputError(
-                    f"{doc.where}: a cluster file holds Nodes, Pods and QuotaSubtrees (or "
-                    f"Lists of them), not {kind or 'an object without kind'}"
-                )
+    for doc in docs:
+        kind = doc.obj.get("kind")
+        if kind == QUOTA_KIND and subtrees is not None:
+            subtrees.append(doc.obj)
+        elif kind == "Node":
+            try:
+                state.upsert_node(node_from_object(doc.obj))
+            except (KeyError, QuantityError, ValueError, TypeError) as e:
+                raise InputError(f"{doc.where}: not a usable Node: {e}") from e
+        elif kind == "Pod":
+            pods.append(doc)
+        else:
+            raise InputError(
+                f"{doc.where}: a cluster file holds Nodes, Pods and QuotaSubtrees (or "
+                f"Lists of them), not {kind or 'an object without kind'}"
+            )
     for doc in pods:
         try:
             pod = bound_pod_from_object(doc.obj)
@@ -128,54 +140,65 @@ class Loaded:
     admitted: list[AppWrapper] = field(default_factory=list)
     subtrees: list[Mapping[str, Any]] = field(default_factory=list)
     warnings: dict[WrapperKey, list[str]] = field(default_factory=dict)
+    # The valid queued ones as parsed (what they declare of their duration, for one).
+    specs: dict[WrapperKey, AppWrapper] = field(default_factory=dict)
 
 
 def load_appwrappers(paths: Sequence[Path], now: float,
                      allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> Loaded:
     """Every AppWrapper document, valid or not; invalid ones carry their reason. Items of
     kinds not in `allowed` (or cluster-scoped) make their AppWrapper invalid."""
+    return appwrappers_from_documents((d for path in paths for d in read_documents(path)),
+                                      now, allowed)
+
+
+def appwrappers_from_documents(docs: Iterable[Document], now: float,
+                               allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
+                               ) -> Loaded:
+    """`load_appwrappers` of documents read (or listed) already."""
     loaded = Loaded()
     wrappers = loaded.queued
     seen: dict[tuple[str, str], str] = {}
     index = 0
-    for path in paths:
-        for doc in read_documents(path):
-            if doc.obj.get("kind") == QUOTA_KIND:
-                loaded.subtrees.append(doc.obj)
-                continue
-            if doc.obj.get("kind") != "AppWrapper":
-                raise InputError(
-                    f"{doc.where}: expected an AppWrapper or a QuotaSubtree, got "
-                    f"{doc.obj.get('kind') or 'no kind'}"
-                )
-            index += 1
-            # Without a creation time a wrapper counts as just submitted, in read order.
-            default_seen = now + index * 1e-6
-            meta = doc.obj.get("metadata") or {}
-            ns = str(meta.get("namespace") or "default")
-            name = str(meta.get("name") or f"<unnamed {index}>")
-            checked = review(doc.obj, default_seen, allowed)
-            aw = checked.appwrapper
-            if aw is not None and _finished(aw):
-                continue
-            loaded.warnings.setdefault((ns, name), checked.warnings)
-            wrapper = checked.queued or QueuedWrapper(ns, name, f"~{index}", default_seen,
-                                                      invalid=checked.message)
-            if aw is not None and checked.queued is not None and is_admitted(aw) \
-                    and wrapper.key not in seen:
-                seen[wrapper.key] = doc.where
-                loaded.admitted.append(aw)
-                continue
-            if not wrapper.uid:
-                wrapper = replace(wrapper, uid=f"~{index:08d}")
-            if wrapper.key in seen:
-                wrapper = QueuedWrapper(
-                    ns, name, f"~{index:08d}", wrapper.first_seen,
-                    invalid=f"duplicate AppWrapper {ns}/{name}: also in {seen[wrapper.key]}",
-                )
-            else:
-                seen[wrapper.key] = doc.where
-            wrappers.append(wrapper)
+    for doc in docs:
+        if doc.obj.get("kind") == QUOTA_KIND:
+            loaded.subtrees.append(doc.obj)
+            continue
+        if doc.obj.get("kind") != "AppWrapper":
+            raise InputError(
+                f"{doc.where}: expected an AppWrapper or a QuotaSubtree, got "
+                f"{doc.obj.get('kind') or 'no kind'}"
+            )
+        index += 1
+        # Without a creation time a wrapper counts as just submitted, in read order.
+        default_seen = now + index * 1e-6
+        meta = doc.obj.get("metadata") or {}
+        ns = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or f"<unnamed {index}>")
+        checked = review(doc.obj, default_seen, allowed)
+        aw = checked.appwrapper
+        if aw is not None and _finished(aw):
+            continue
+        loaded.warnings.setdefault((ns, name), checked.warnings)
+        wrapper = checked.queued or QueuedWrapper(ns, name, f"~{index}", default_seen,
+                                                  invalid=checked.message)
+        if aw is not None and checked.queued is not None and is_admitted(aw) \
+                and wrapper.key not in seen:
+            seen[wrapper.key] = doc.where
+            loaded.admitted.append(aw)
+            continue
+        if not wrapper.uid:
+            wrapper = replace(wrapper, uid=f"~{index:08d}")
+        if wrapper.key in seen:
+            wrapper = QueuedWrapper(
+                ns, name, f"~{index:08d}", wrapper.first_seen,
+                invalid=f"duplicate AppWrapper {ns}/{name}: also in {seen[wrapper.key]}",
+            )
+        else:
+            seen[wrapper.key] = doc.where
+            if aw is not None:
+                loaded.specs[wrapper.key] = aw
+        wrappers.append(wrapper)
     return loaded
 
 
@@ -202,7 +225,12 @@ class PlanResult:
 def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
          fit: Fit, now: float, admitted: Sequence[AppWrapper] = (),
          subtrees: Sequence[Mapping[str, Any]] = (),
-         topology: Topology = NO_TOPOLOGY) -> PlanResult:
+         topology: Topology = NO_TOPOLOGY,
+         reservations: Reservations | None = None,
+         specs: Mapping[WrapperKey, AppWrapper] | None = None) -> PlanResult:
+    """One admission cycle. Under a policy that reserves, the head's reservation is
+    planned (unless given) with the durations the wrappers declare (`specs`), else the
+    default."""
     queue = AdmissionQueue(policy)
     duplicates: list[QueuedWrapper] = []
     for w in wrappers:
@@ -219,9 +247,42 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
     ledger = quota_ledger(forest, records) if forest else None
     before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}
     scaling: list[Scale] = []
+    if policy.reserve and reservations is None:
+        rule = DurationRule()
+        reservations = plan_reservations(
+            queue.ordered(now), running_wrappers(admitted, state, rule, now),
+            Capacity.of(state), policy, now, expected_durations(wrappers, specs or {}, rule),
+            fit=fit, topology=topology)
     decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
-                      quota=ledger, admitted=records, scaling=scaling, topology=topology)
+                      quota=ledger, admitted=records, scaling=scaling, topology=topology,
+                      reservations=reservations)
     return PlanResult(decisions, records, ledger, list(forest.problems), before, scaling)
+
+
+def expected_durations(queued: Sequence[QueuedWrapper], specs: Mapping[WrapperKey, AppWrapper],
+                       rule: DurationRule) -> dict[WrapperKey, float]:
+    """How long each queued wrapper is expected to run: what it declares, else the
+    default (a plan has no history of completed wrappers)."""
+    return {w.key: rule.expected(declared_duration(specs[w.key]) if w.key in specs
+                                 else DeclaredDuration(), w.namespace,
+                                 shape_of(w.demand)).seconds for w in queued}
+
+
+def running_wrappers(admitted: Sequence[AppWrapper], state: ClusterState, rule: DurationRule,
+                     now: float) -> list[RunningWrapper]:
+    """The admitted wrappers, each to end when its expected duration says."""
+    out = []
+    for aw in admitted:
+        key = (aw.metadata.namespace, aw.metadata.name)
+        record = admitted_from_appwrapper(aw, state.holdings(key), now)
+        gang = queued_from_appwrapper(aw, first_seen_of(aw, now))
+        shape = shape_of(gang.demand)
+        expected = rule.expected(declared_duration(aw), aw.metadata.namespace, shape)
+        left = rule.remaining(expected, now - record.dispatched_at, aw.metadata.namespace,
+                              shape)
+        out.append(RunningWrapper(key, record.holdings, now + left, record, gang,
+                                  expected.seconds))
+    return out
 
 
 def _quota_json(placements: Sequence[QuotaPlacement]) -> list[dict[str, Any]]:

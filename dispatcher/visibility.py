@@ -253,10 +253,15 @@ def _appwrappers_path(namespace: str | None) -> str:
 
 
 async def _list(kube: Any, namespace: str | None) -> list[dict[str, Any]]:
+    return await list_path(kube, _appwrappers_path(namespace))
+
+
+async def list_path(kube: Any, path: str) -> list[dict[str, Any]]:
+    """Every item of a list endpoint, page by page."""
     items: list[dict[str, Any]] = []
     query = {"limit": "500"}
     while True:
-        page = await kube.request("GET", _appwrappers_path(namespace), query=query)
+        page = await kube.request("GET", path, query=query)
         items.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.admission import EmptyClusterAnswers, Fit, queued_from_appwrapper
+from dispatcher.admission import NO_TOPOLOGY, EmptyClusterAnswers, Fit, queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, latest
 from dispatcher.api.durations import (
     EXPECTED_DURATION_ANNOTATION,
@@ -58,12 +58,14 @@ from dispatcher.eta import (
     forecast,
     shape_of,
 )
+from dispatcher.eta.reserve import planner, reservations
 from dispatcher.eta.text import describe, outcome_of
 from dispatcher.fit import Capacity
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds import InvalidItem
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue import Policy, QueuedWrapper
+from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QuotaForest
 
 from .tracked import Key, Tracked, now_dt
@@ -81,6 +83,9 @@ KNOWN_COMPLETIONS = 65536
 MAX_SHARE = 0.2
 WAITING_TYPES = (ConditionType.Queueing, ConditionType.Backoff)
 
+
+# What a cycle's reservation pass may take of its admission cycle's time, in seconds.
+RESERVE_BUDGET = 0.5
 
 @dataclass(frozen=True)
 class EstimateSettings:
@@ -219,10 +224,19 @@ class Estimates:
         """What a round needs, taken on the event loop (references to what memory holds
         now, and copies of what it changes in place); the rest is done in the round's
         thread (`_round`)."""
+        r = self.taken(now)
+        if r is None:
+            self._prune()
+            return None
+        return functools.partial(_round, r, self.d.policy, self.d.fit, self.s, now,
+                                 self._empty_answers(), self.d.topology)
+
+    def taken(self, now: float) -> _Round | None:
+        """The queue, what runs and the rest a round (or reservations) needs, taken on the
+        event loop; None when nothing is queued."""
         m = self.d.m
         queued = list(m.queue.ordered(now))
         if not queued:
-            self._prune()
             return None
         specs = {w.key: self._spec(m.tracked.get(w.key)) for w in queued}
         # One whose Dispatched write is under way starts now.
@@ -237,10 +251,8 @@ class Estimates:
                    for key in m.state.owners()
                    if (gone := m.tracked.get(key)) is not None
                    and gone.phase not in ("dispatching", "dispatched", "running")]
-        return functools.partial(
-            _round, _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
-                           m.sharing.forest(), dict(m.sharing.holds), self.history.copy()),
-            self.d.policy, self.d.fit, self.s, now, self._empty_answers(), self.d.topology)
+        return _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
+                      m.sharing.forest(), dict(m.sharing.holds), self.history.copy())
 
     def _spec(self, t: Tracked | None) -> _Spec:
         """Where `t` may declare its duration: its spec, and newer annotations if seen."""
@@ -357,6 +369,15 @@ class _Round:
 def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
            answers: EmptyClusterAnswers, topology: Topology) -> Forecast:
     """One round of estimates, in the round's thread: expected durations, then the replay."""
+    durations, running = expected(r, s, now)
+    return forecast(r.queued, running, r.capacity, policy, now, durations, fit=fit,
+                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits,
+                    topology=topology, planner=planner(policy, fit, limits=s.limits))
+
+
+def expected(r: _Round, s: EstimateSettings, now: float
+             ) -> tuple[dict[Key, float], list[RunningWrapper]]:
+    """The expected duration of each queued wrapper, and what runs with when it ends."""
     rule, history = s.rule, r.history
 
     def declared(spec: _Spec) -> DeclaredDuration:
@@ -371,9 +392,22 @@ def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
         left = rule.remaining(expected, now - dispatched_at, record.namespace, shape, history)
         running.append(RunningWrapper(record.key, record.holdings, now + left, record, gang,
                                       expected.seconds))
-    return forecast(r.queued, running, r.capacity, policy, now, durations, fit=fit,
-                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits,
-                    topology=topology)
+    return durations, running
+
+
+def cycle_reservations(r: _Round | None, s: EstimateSettings, ordered: list[QueuedWrapper],
+                       capacity: Capacity, policy: Policy, now: float, fit: Fit,
+                       holds: Mapping[Key, Hold], topology: Topology = NO_TOPOLOGY
+                       ) -> Reservations | None:
+    """An admission cycle's reservations (off the loop) under a policy that reserves,
+    planned from `r` (`Estimates.taken`) with the estimates' durations."""
+    if r is None or not policy.reserve:
+        return None
+    durations, running = expected(r, s, now)
+    return reservations(ordered, running, capacity, policy, now, durations, fit=fit,
+                        holds=holds, limits=Limits(s.limits.horizon_seconds,
+                                                   s.limits.max_cycles, RESERVE_BUDGET),
+                        topology=topology)
 
 
 def _adopted(t: Tracked, text: str) -> Shown | None:

@@ -72,7 +72,7 @@ from dispatcher.resources import PODS as POD_COUNT
 
 from .access import creator_denials
 from .creation import Items, Made, Refused, Waiting
-from .estimates import Estimates, EstimateSettings
+from .estimates import Estimates, EstimateSettings, cycle_reservations
 from .grant_screen import GrantScreen
 from .holds import cancelled_message
 from .intake import Intake
@@ -154,7 +154,9 @@ class Dispatcher:
         self.fit: Fit = fit
         self.topology = topology
         self.clock = clock
-        self.timing = timing
+        # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
+        self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
+            timing, backfill_limit=policy.backfill_limit_seconds)
         self.m = Memory(policy)
         self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds)
@@ -679,7 +681,7 @@ class Dispatcher:
         await self._tell_unplaced(t, now)
         verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
                         now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor,
-                        None if running else t.unplaced)
+                        None if running else t.unplaced, t.status)
         await self._apply(t, verdict, now, timing)
 
     async def _tell_unplaced(self, t: Tracked, now: float) -> None:
@@ -854,10 +856,16 @@ class Dispatcher:
         ledger = sharing.ledger_for(forest, admitted)
         loop = asyncio.get_running_loop()
         scales: list[Scale] = []
+        held = None
+        if self.policy.reserve:
+            held = await loop.run_in_executor(None, functools.partial(
+                cycle_reservations, self.estimates.taken(now), self.estimates.s, ordered,
+                capacity, self.policy, now, self.fit, dict(sharing.holds), self.topology))
         decisions = await loop.run_in_executor(None, functools.partial(
             admit, ordered, capacity, self.policy, now, self.fit,
             empty_answers=self.m.empty_answers, quota=ledger, admitted=admitted,
-            holds=dict(sharing.holds), scaling=scales, topology=self.topology))
+            holds=dict(sharing.holds), scaling=scales, topology=self.topology,
+            reservations=held))
         sharing.ledger = ledger
         asked = {w.key: w for w in ordered}
         for d in decisions:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -55,9 +55,14 @@ from dispatcher.fit.topology import Topology
 from dispatcher.preemption import AdmittedWrapper, Hold, quota_ledger
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
+from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QuotaForest, QuotaLedger
 
 Hopeless = Callable[[Sequence[GangPodSet], Capacity], "Shortfall | None"]
+# Under a policy that reserves: a cycle's reservations, from the queue in order, what runs
+# (with when it ends), the free capacity, the time and the expected durations.
+Planner = Callable[[Sequence[QueuedWrapper], Sequence["RunningWrapper"], Capacity, float,
+                    Mapping[WrapperKey, float]], Reservations]
 Outcome = Literal["start", "beyond", "budget", "never", "stuck", "invalid"]
 
 DAY = 86400.0
@@ -107,6 +112,7 @@ class Estimate:
     outcome: Outcome
     at: float | None = None
     reason: str = ""
+    nodes: tuple[str, ...] = ()  # start: where its pods are placed (per-node fit)
 
 
 @dataclass
@@ -139,17 +145,19 @@ def forecast(
     limits: Limits = Limits(),
     clock: Callable[[], float] = time.perf_counter,
     topology: Topology = NO_TOPOLOGY,
+    planner: Planner | None = None,
 ) -> Forecast:
     """Estimate when each wrapper of `queued` starts (see the module docstring).
 
     `capacity`: the free capacity now (``Capacity.of(state)``); it is used up by the
     replay, so pass one of its own. `durations`: the expected duration of every queued
     wrapper, by key. `forest` and `holds` as the admission loop has them.
-    `empty_answers` as for `admit` (the nodes must be the same); `topology` as for
-    `admit`.
+    `empty_answers` and `topology` as for `admit` (the nodes must be the same). `planner`: under a
+    policy that reserves, each cycle's reservations (dispatcher.eta.reserve); without
+    one, such a policy is replayed as backfill without reservations.
     """
     return _Replay(queued, running, capacity, policy, now, durations, fit, forest, holds,
-                   empty_answers, limits, clock, topology).run()
+                   empty_answers, limits, clock, topology, planner).run()
 
 
 @dataclass(eq=False)
@@ -169,8 +177,11 @@ class _Replay:
                  durations: Mapping[WrapperKey, float], fit: Fit,
                  forest: QuotaForest | None, holds: Mapping[WrapperKey, Hold] | None,
                  answers: EmptyClusterAnswers | None, limits: Limits,
-                 clock: Callable[[], float], topology: Topology) -> None:
+                 clock: Callable[[], float], topology: Topology,
+                 planner: Planner | None = None) -> None:
         self.started_at = clock()
+        self.planner = planner if policy.reserve else None
+        self._ends: dict[WrapperKey, float] = {}
         self.clock = clock
         self.policy = policy
         self.fit: Fit = fit
@@ -315,7 +326,8 @@ class _Replay:
                 return True
         return False
 
-    def _ordered(self, t: float, view: Capacity, stats: CycleStats) -> Iterator[QueuedWrapper]:
+    def _ordered(self, t: float, view: Capacity, stats: CycleStats,
+                 reserved: Collection[WrapperKey] = ()) -> Iterator[QueuedWrapper]:
         # Behind a blocking head every wrapper waits: nothing to learn (as in the
         # simulator), but for a preemptor, which passes any head into its held room. A
         # wrapper that cannot block, holds nothing and could not fit in the cluster's free
@@ -336,7 +348,8 @@ class _Replay:
                 if w.key not in holds:
                     continue
             elif skip_small and backfill and (guard is None or t - w.first_seen <= guard) \
-                    and not (holds and w.key in holds):
+                    and not (holds and w.key in holds) and w.key not in reserved:
+                # (A reserved head must wait in the cycle for its reservation to hold.)
                 known = shapes.get(w.key)
                 if known is not None and known[0] is w.gang:
                     shape = known[1]
@@ -361,10 +374,16 @@ class _Replay:
         # Held room and a new hold are taken for one cycle only: with either, the cycle
         # works on a copy and only its dispatches are taken from the cluster.
         view = self.cap.copy() if self.preempting or self.holds else self.cap
-        decisions = admit(self._ordered(t, view, stats), view, self.policy, t, self.fit,
-                          stats, empty_answers=self.answers, quota=self.ledger,
+        held = None
+        if self.planner is not None:
+            running = [RunningWrapper(k, live.holdings, self._ends[k])
+                       for k, live in self.live.items()]
+            held = self.planner(self.queue.ordered(t), running, self.cap, t, self.durations)
+        reserved = {x.key for x in held.held} if held is not None else set()
+        decisions = admit(self._ordered(t, view, stats, reserved), view, self.policy, t,
+                          self.fit, stats, empty_answers=self.answers, quota=self.ledger,
                           admitted=self._admitted() if self.preempting else (),
-                          holds=self.holds, topology=self.topology)
+                          holds=self.holds, topology=self.topology, reservations=held)
         for d in decisions:
             if d.decision == "dispatch":
                 self._dispatch(d, t, taken=view is self.cap)
@@ -381,6 +400,7 @@ class _Replay:
     def _schedule(self, key: WrapperKey, at: float) -> None:
         generation = self._generation.get(key, 0) + 1
         self._generation[key] = generation
+        self._ends[key] = at
         self._seq += 1
         heapq.heappush(self._events, (at, self._seq, key, generation))
 
@@ -415,7 +435,8 @@ class _Replay:
         if w is None:
             return
         if key in self.wanted and key not in self.result.estimates:
-            self.result.estimates[key] = Estimate(key, "start", t)
+            nodes = tuple(sorted({p.node for p in d.placements if p.node is not None}))
+            self.result.estimates[key] = Estimate(key, "start", t, nodes=nodes)
             self.waiting -= 1
         hold = self.holds.pop(key, None)
         if hold is not None:

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from dispatcher.eta.replay import Estimate, Outcome
+from dispatcher.queue.reservation import clock_time
 from dispatcher.wording import DAY, HOUR, MINUTE, span
 
 # An estimate this close is "now": the next admission cycle dispatches it.
@@ -20,15 +19,6 @@ def about(seconds: float) -> str:
     if seconds < DAY - MINUTE / 2:
         return span(round(seconds / MINUTE) * MINUTE)
     return span(round(seconds / HOUR) * HOUR)
-
-
-def clock_time(at: float, now: float) -> str:
-    """The time of day in UTC: to the second within the hour, with the date when it is
-    not today."""
-    when = datetime.fromtimestamp(at, UTC)
-    if when.date() != datetime.fromtimestamp(now, UTC).date():
-        return when.strftime("%Y-%m-%d %H:%M UTC")
-    return when.strftime("%H:%M:%S UTC" if abs(at - now) < 3600 else "%H:%M UTC")
 
 
 def describe(estimate: Estimate, now: float) -> str:

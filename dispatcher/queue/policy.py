@@ -42,6 +42,13 @@ class Policy:
         quota trees).
     min_running_seconds: a wrapper admitted less than this long ago is never preempted
         (the preemptionGuard), so that no gang is torn down just after it started.
+    reserve: ``backfill: reserve``: backfill, but the head of the line gets a reservation
+        (dispatcher.queue.reservation) that no wrapper passing it may delay; no age
+        guard is needed then.
+    backfill_limit_seconds: under `reserve`, how long a wrapper that passed a reserved head
+        may stay dispatched unless its own dispatchDuration.limit is shorter: past it, it
+        fails as past that limit, so that a backfill that overruns its expected time does
+        not delay the reservation for ever. None: only its own limit.
     max_hold_seconds: how long room stays held for a preemptor whose victims have not
         gone (or shrunk) yet; then it gives that plan up and competes again, so that a
         victim that never goes cannot stop the queue for ever.
@@ -55,11 +62,13 @@ class Policy:
     preemption: Preemption = "never"
     min_running_seconds: float = 0.0
     max_hold_seconds: float = DEFAULT_MAX_HOLD_SECONDS
+    reserve: bool = False
+    backfill_limit_seconds: float | None = None
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
     known = {"name", "order", "backfill", "starvationGuard", "description", "preemption",
-             "preemptionGuard"}
+             "preemptionGuard", "backfillLimitSeconds"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PolicyError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -71,8 +80,10 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     if order not in ("arrival", "priority"):
         raise PolicyError(f"{source}: 'order' must be 'arrival' or 'priority', got {order!r}")
     backfill = data.get("backfill", False)
-    if not isinstance(backfill, bool):
-        raise PolicyError(f"{source}: 'backfill' must be true or false, got {backfill!r}")
+    reserve = backfill == "reserve"
+    if not isinstance(backfill, bool) and not reserve:
+        raise PolicyError(f"{source}: 'backfill' must be true, false or reserve, got "
+                          f"{backfill!r}")
     guard = data.get("starvationGuard") or {}
     if not isinstance(guard, Mapping) or set(guard) - {"maxHeadWaitSeconds"}:
         raise PolicyError(f"{source}: 'starvationGuard' takes only maxHeadWaitSeconds")
@@ -95,13 +106,22 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     hold = pguard.get("maxHoldSeconds", DEFAULT_MAX_HOLD_SECONDS)
     if isinstance(hold, bool) or not isinstance(hold, int | float) or hold <= 0:
         raise PolicyError(f"{source}: preemptionGuard.maxHoldSeconds must be a number > 0")
+    backfill_limit = data.get("backfillLimitSeconds")
+    if backfill_limit is not None and (
+        isinstance(backfill_limit, bool) or not isinstance(backfill_limit, int | float)
+        or backfill_limit <= 0 or not reserve
+    ):
+        raise PolicyError(f"{source}: backfillLimitSeconds must be a number > 0, with "
+                          "backfill: reserve")
     return Policy(
         name=name,
         order=order,
-        backfill=backfill,
+        backfill=reserve or backfill,
         max_head_wait_seconds=None if wait is None else float(wait),
         description=str(data.get("description", "")),
         preemption=preemption,
         min_running_seconds=float(running),
         max_hold_seconds=float(hold),
+        reserve=reserve,
+        backfill_limit_seconds=None if backfill_limit is None else float(backfill_limit),
     )

@@ -36,6 +36,7 @@ from dispatcher.eta import (
     forecast,
     shape_of,
 )
+from dispatcher.eta.reserve import planner
 from dispatcher.queue.queue import WrapperKey
 from dispatcher.simulate.engine import JobRun, Simulation
 from dispatcher.wording import span
@@ -123,7 +124,8 @@ class Probe:
             w.key: self._expected(sim.runs[index[w.key]], mode) for w in queued}
         started = time.perf_counter()
         result = forecast(queued, running, sim.cluster.copy(), sim.policy, t, durations,
-                          fit=sim.fit, forest=sim.forest, holds=sim.holds, limits=self.limits)
+                          fit=sim.fit, forest=sim.forest, holds=sim.holds, limits=self.limits,
+                          planner=planner(sim.policy, sim.fit, limits=self.limits))
         seconds = time.perf_counter() - started
         return Sample(t, mode, len(queued), seconds, result.stopped,
                       tuple((index[k], e) for k, e in result.estimates.items()))

@@ -30,6 +30,7 @@ from dispatcher.simulate.engine import requiring_rack, simulate
 from dispatcher.simulate.plot import PlotError, check_available, plot
 from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_dict, to_table
+from dispatcher.simulate.reserving import DURATION_MODES, durations_for
 from dispatcher.simulate.teams import TeamRule, assign, parse_teams
 from dispatcher.simulate.traces import TraceError, read_trace
 from dispatcher.wording import counted
@@ -104,6 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "require one rack (Kueue's podset-required-topology)")
     p.add_argument("--elastic", action="store_true",
                    help="compare the trace rigid and elastic (see above)")
+    p.add_argument("--durations", choices=DURATION_MODES, default="predicted",
+                   help="what a reserving policy (backfill: reserve) plans with: durations "
+                        "predicted as the controller does (median of completed jobs of the "
+                        "same shape, else 1 h), or each job's real one (default: predicted)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -189,6 +194,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         policy = load_policy(args.policy)
         if policy.preemption != "never" and args.fit != "per-node":
             raise PolicyError(f"policy {policy.name} preempts: simulate it with --fit per-node")
+        if policy.reserve and args.fit != "per-node":
+            raise PolicyError(f"policy {policy.name} reserves nodes: simulate it with --fit "
+                              "per-node")
         trace = read_trace(Path(args.trace), args.gpus_per_node, args.limit)
         forest = load_forest(Path(args.quota)) if args.quota else None
         if args.teams or args.high_priority:
@@ -221,7 +229,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
                           args.cycle_interval, bar, forest, observe=probe,
-                          racks=_racks(args.topology))
+                          racks=_racks(args.topology), durations=durations_for(args.durations))
     finally:
         if bar is not None:
             bar.close()

@@ -68,6 +68,8 @@ from dispatcher.admission import (
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.elastic import Scale
+from dispatcher.eta.replay import RunningWrapper
+from dispatcher.eta.reserve import reservations
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.elastic import ElasticNow, lowest, room_to_grow, sized
 from dispatcher.fit.gang import (
@@ -83,8 +85,10 @@ from dispatcher.kinds.podset import TopologyRequest
 from dispatcher.preemption import AdmittedWrapper, Hold
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
+from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QuotaForest, QuotaLedger
 from dispatcher.resources import PODS
+from dispatcher.simulate.reserving import Durations, PredictedDurations
 from dispatcher.simulate.traces import GPU, TraceJob
 
 # Waits that are not for capacity: fragmentation does not explain them.
@@ -235,9 +239,15 @@ class Simulation:
                  cycle_interval: float | None = None,
                  progress: Progress | None = None, skip_behind_head: bool = True,
                  forest: QuotaForest | None = None, observe: Observe | None = None,
-                 topology: Topology = NO_TOPOLOGY) -> None:
+                 topology: Topology = NO_TOPOLOGY,
+                 durations: Durations | None = None) -> None:
         if policy.preemption != "never" and fit != "per-node":
             raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
+        if policy.reserve and fit != "per-node":
+            raise ValueError(f"policy {policy.name} reserves nodes: simulate it with per-node "
+                             "fit")
+        # What a reserving policy plans with (predicted durations unless given).
+        self.durations = durations if durations is not None else PredictedDurations()
         self.policy = policy
         self.forest = forest if forest else None
         self.ledger = QuotaLedger(forest) if forest else None
@@ -404,7 +414,8 @@ class Simulation:
         decisions = admit(ordered(), cap, self.policy, t, self.fit, stats,
                           empty_answers=self._answers, quota=self.ledger,
                           admitted=self.admitted() if preempting or self.elastic else (),
-                          holds=self.holds, scaling=scaling, topology=self.topology)
+                          holds=self.holds, scaling=scaling, topology=self.topology,
+                          reservations=self._reservations(t) if self.policy.reserve else None)
         if cap is not self.view:
             for d in decisions:
                 if d.decision == "dispatch":
@@ -439,6 +450,20 @@ class Simulation:
         for i in fragmented:
             self._fragmented.setdefault(i, t)
         return stats.preemptions
+
+    def _reservations(self, t: float) -> Reservations:
+        """This cycle's reservations, planned with `self.durations`."""
+        queued = self.queue.ordered(t)
+        expected = {w.key: self.durations.expected(self.runs[self._index[w.key]].job)
+                    for w in queued}
+        running = [RunningWrapper(run.job.wrapper.key,
+                                  tuple(PlannedPod(b.node, b.request) for b in run.bound
+                                        for _ in range(b.count)),
+                                  t + self.durations.left(run.job, run.running_since, t))
+                   for run in self.runs if run.running_since is not None]
+        return reservations(queued, running, self.view, self.policy, t, expected,
+                            fit=self.fit, holds=self.holds, empty_answers=self._answers,
+                            topology=self.topology)
 
     def admitted(self) -> list[AdmittedWrapper]:
         """The running jobs as the core's admitted records (candidates for preemption)."""
@@ -609,6 +634,8 @@ class Simulation:
     def _finish(self, i: int, t: float) -> None:
         run = self.runs[i]
         run.finished = t
+        if run.running_since is not None:
+            self.durations.finished(run.job, t - run.running_since, t)
         self._stop(i, t)
         need = self._demand[i]
         for r, v in need.items():
@@ -696,13 +723,16 @@ def _unbind(bound: list[Bound], pod: PlannedPod) -> None:
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
              fit: Fit = "per-node", cycle_interval: float | None = None,
              progress: Progress | None = None, forest: QuotaForest | None = None,
-             observe: Observe | None = None, racks: tuple[int, int] | None = None) -> Run:
+             observe: Observe | None = None, racks: tuple[int, int] | None = None,
+             durations: Durations | None = None) -> Run:
     """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`,
     with the quota trees of `forest` if given; `observe` sees every step. `racks`:
-    (blocks, racks per block), the nodes spread over them (`racked_nodes`)."""
+    (blocks, racks per block), the nodes spread over them (`racked_nodes`). A reserving
+    policy plans with `durations` (predicted ones unless given)."""
     if racks is None:
         return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
-                          cycle_interval, progress, forest=forest, observe=observe).run()
+                          cycle_interval, progress, forest=forest, observe=observe,
+                          durations=durations).run()
     return Simulation(jobs, racked_nodes(nodes, gpus_per_node, *racks), policy, fit,
                       gpus_per_node, cycle_interval, progress, forest=forest, observe=observe,
-                      topology=RACKED).run()
+                      topology=RACKED, durations=durations).run()

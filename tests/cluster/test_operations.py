@@ -15,6 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -220,9 +221,10 @@ def test_metrics_follow_appwrappers_through_the_queue(
 
 # --- queue visibility --------------------------------------------------------------------
 
-def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
-        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
-        namespace: str, tmp_path: Path) -> None:
+def hog_every_gpu(dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl,
+                  namespace: str) -> tuple[int, int]:
+    """Under fifo, `hog` runs on every GPU and is expected to for two hours; the nodes
+    and their GPUs each."""
     wait_alone(kubectl, namespace)
     nodes, per_node = uniform_gpu_nodes(kubectl)
     dispatcher.start("fifo")
@@ -230,6 +232,13 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     hog["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": 7200}}
     k.apply(hog)
     wait_condition(k, "hog", "Running", timeout=90)
+    return nodes, per_node
+
+
+def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
+        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str, tmp_path: Path) -> None:
+    nodes, per_node = hog_every_gpu(dispatcher, kubectl, k, namespace)
     k.apply(appwrapper("big", job("big", nodes, per_node)))
     k.apply(appwrapper("small", job("small", 1, 1)))
     wait_condition(k, "big", "Backoff")
@@ -280,6 +289,88 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert lines[3].split()[:2] == ["2", f"{namespace}/small"]
     eta = lines[3].split()[8:10]
     assert eta[0] == "in" and eta[1].startswith("2h5"), eta
+
+
+def test_plan_live_answers_from_the_cluster_and_creates_nothing(
+        dispatcher: DispatcherProcess, local_cluster: Cluster, kubectl: Kubectl, k: Kubectl,
+        namespace: str, tmp_path: Path) -> None:
+    nodes, per_node = hog_every_gpu(dispatcher, kubectl, k, namespace)
+    k.apply(appwrapper("waiting", job("waiting", 1, per_node)))
+    wait_for(lambda: last_condition(k, "waiting").get("type") in ("Queueing", "Backoff"), 60,
+             "waiting to be queued")
+    hog_ends = next(c for c in k.json("appwrapper", "hog")["status"]["conditions"]
+                    if c["type"] == "Dispatched")["lastTransitionMicroTime"]
+    ends = datetime.fromisoformat(hog_ends.replace("Z", "+00:00")).timestamp() + 7200
+    big = appwrapper("big", job("big", nodes, per_node))
+    big["metadata"]["namespace"] = namespace
+    big["spec"]["priority"] = 10
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(big))
+
+    def ask(policy: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "dispatcher.cli", "plan", "--live", "-f", str(path),
+             "--kubeconfig", str(local_cluster.kubeconfig), "--policy", policy, "-o", "json"],
+            capture_output=True, text=True, check=True, cwd=REPO).stdout
+        (answer,) = json.loads(out)["answers"]
+        assert answer["decision"] == "wait" and len(answer["nodes"]) == nodes
+        return dict(answer)
+
+    def at(iso: str) -> float:
+        return datetime.fromisoformat(iso).timestamp()
+
+    # Under fifo it starts after `waiting` (an hour by default) after hog's two hours.
+    fifo = ask("fifo")
+    assert at(fifo["startsAt"]) == pytest.approx(ends + 3600, abs=1)
+    assert fifo["delays"] == []
+    # With its priority first, it starts when hog ends and delays `waiting` by its hour.
+    first = ask("priority")
+    assert at(first["startsAt"]) == pytest.approx(ends, abs=1)
+    (delay,) = first["delays"]
+    assert (delay["namespace"], delay["name"]) == (namespace, "waiting")
+    assert at(delay["after"]) - at(delay["before"]) == pytest.approx(3600, abs=1)
+    assert sorted(a["metadata"]["name"] for a in k.items("appwrappers")) == ["hog", "waiting"]
+
+
+def test_reserve_keeps_the_big_gangs_room_and_backfills_only_what_ends_before(
+        dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl, namespace: str) -> None:
+    wait_alone(kubectl, namespace)
+    nodes, per_node = uniform_gpu_nodes(kubectl)
+    assert nodes >= 2
+    dispatcher.start("reserve")
+
+    def timed(name: str, pods: int, seconds: int, run_for: str | None = None
+              ) -> dict[str, Any]:
+        j = job(name, pods, per_node)
+        if run_for is not None:
+            j["spec"]["template"]["metadata"]["annotations"] = outcome("succeed",
+                                                                       run_for=run_for)
+        aw = appwrapper(name, j)
+        aw["spec"]["schedulingSpec"] = {"dispatchDuration": {"expected": seconds}}
+        return aw
+
+    # hog holds one node for about 40 s; big needs every node.
+    k.apply(timed("hog", 1, 40, run_for="40s"))
+    wait_condition(k, "hog", "Running", timeout=90)
+    k.apply(timed("big", nodes, 600))
+    message = wait_condition(k, "big", "Backoff")["message"]
+    assert "reserved: starts at " in message
+    # long (2 h) would still run when big is to start: it waits, though it fits now.
+    k.apply(timed("long", 1, 7200))
+    waits = wait_condition(k, "long", "Backoff")["message"]
+    assert waits.startswith(f"WaitingForReservation: fits now only on nodes reserved for "
+                            f"{namespace}/big")
+    # short (5 s) ends before: it backfills.
+    k.apply(timed("short", 1, 5, run_for="5s"))
+    dispatched = wait_for(lambda: next((c for c in k.json("appwrapper", "short").get(
+        "status", {}).get("conditions") or [] if c["type"] == "Dispatched"), None), 60,
+        "short to be dispatched")
+    assert dispatched["message"].startswith(
+        f"backfilled: expected to end before the reservation of {namespace}/big at ")
+    # When hog ends, big starts in its reserved room, before long.
+    wait_condition(k, "big", "Running", timeout=180)
+    assert not any(c["type"] == "Dispatched" for c in k.json("appwrapper", "long").get(
+        "status", {}).get("conditions") or [])
 
 
 # --- deploy/ on the cluster ---------------------------------------------------------------

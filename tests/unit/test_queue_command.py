@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dispatcher import cli, visibility
 from dispatcher.controller.kube import ApiError
+
+from .stand_in_api import JsonHandler, stand_in
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 GPU = "nvidia.com/gpu"
@@ -227,7 +226,7 @@ def test_listing_without_the_crd_says_to_install_it() -> None:
 
 # --- the commands, against a stand-in API server ----------------------------------------
 
-class FakeApi(BaseHTTPRequestHandler):
+class FakeApi(JsonHandler):
     objects: list[dict[str, Any]] = []
     forbid_cluster = False
 
@@ -241,37 +240,15 @@ class FakeApi(BaseHTTPRequestHandler):
         items = [o for o in self.objects if ns is None or o["metadata"]["namespace"] == ns]
         self._send(200, {"kind": "AppWrapperList", "items": items, "metadata": {}})
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Path]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "ctx",
-        "clusters": [{"name": "c", "cluster": {
-            "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u",
-                                                 "namespace": "team"}}],
-    }))
     FakeApi.objects = [aw("mine", created=2, status=at(2, "fifo")),
                        aw("theirs", namespace="other", created=1, status=at(1, "fifo"))]
     FakeApi.forbid_cluster = False
-    yield kubeconfig
-    server.shutdown()
+    with stand_in(FakeApi, tmp_path, namespace="team") as kubeconfig:
+        yield kubeconfig
 
 
 def test_queue_command_shows_the_contexts_namespace_with_global_positions(

@@ -6,6 +6,7 @@ The estimator itself: tests/unit/test_eta.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from dispatcher.controller.kube import Resource
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.controller.tracked import now_dt
+from dispatcher.policy_files import load_policy
+from dispatcher.queue import Policy
 
 from .fake_kube import FakeKube
 from .test_metrics import scrape, value
@@ -282,3 +285,67 @@ def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch
     err = capsys.readouterr().err
     assert "--estimate-interval must be ≥ 0" in err
     assert "--default-duration must be a number of seconds above 0" in err
+
+
+# --- backfill with reservations (`backfill: reserve`) --------------------------------
+
+async def behind_a_reserved_gang(kube: FakeKube, clock: Clock, policy: Policy,
+                                 *more: dict[str, Any]) -> Dispatcher:
+    """Three 8-GPU nodes; `first` takes one for 10 minutes, `big` needs all three, then
+    `more`; the cycle and its statuses written."""
+    for name in ("n1", "n2", "n3"):
+        kube.put(node(name))
+    kube.put(annotated(appwrapper("first", job("first", 2, 4), created=1), "600"))
+    kube.put(appwrapper("big", job("big", 6, 4), created=2))
+    for aw in more:
+        kube.put(aw)
+    d = Dispatcher(kube, policy, clock=clock,  # type: ignore[arg-type]
+                   estimates=EstimateSettings())
+    d.relisted("Node", await kube.list(Resource("v1", "Node", "nodes", False)))
+    d.relisted("AppWrapper", await kube.list(APPWRAPPERS))
+    await settle(d, clock)
+    return d
+
+
+def test_the_controller_reserves_for_the_head_and_backfills_only_what_ends_before() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        await behind_a_reserved_gang(
+            kube, clock, load_policy("reserve"),
+            annotated(appwrapper("long", job("long", 2, 4), created=3), "7200"),
+            annotated(appwrapper("short", job("short", 2, 4), created=4), "60"))
+        assert aw_status(kube, "first")["state"] == "Running"
+        assert aw_status(kube, "short")["state"] == "Running"
+        assert aw_status(kube, "big")["message"].startswith(
+            "InsufficientResources: reserved: starts at 08:10:00 UTC on nodes n1, n2, n3; ")
+        assert aw_status(kube, "long")["message"].startswith(
+            "WaitingForReservation: fits now only on nodes reserved for team/big, which is "
+            "to start at 08:10:00 UTC on n1, n2, n3, and is expected to run past that")
+        assert aw_status(kube, "long").get("state") != "Running"
+
+    run(scenario)
+
+
+def test_a_backfill_that_overruns_the_policys_backfill_limit_fails() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        policy = dataclasses.replace(load_policy("reserve"), backfill_limit_seconds=120)
+        d = await behind_a_reserved_gang(
+            kube, clock, policy,
+            annotated(appwrapper("short", job("short", 2, 4), created=4), "60"))
+        assert aw_status(kube, "short")["state"] == "Running"
+        for name, where in (("first", "n1"), ("short", "n2")):
+            j = created_job(kube, name)
+            for i in range(2):
+                d.on_pod("ADDED", kube.put(pod(name, f"{name}-{i}", where, "Running", 4, j)))
+        await d.cycle()  # their pods run
+        clock.now += 200
+        for _ in range(3):
+            await d.cycle()
+            await asyncio.sleep(0)
+        short, first = aw_status(kube, "short"), aw_status(kube, "first")
+        reasons = [c["reason"] for c in short["conditions"]]
+        assert "DispatchDeadlineExceeded" in reasons
+        ended = next(c for c in short["conditions"] if c["reason"] == "DispatchDeadlineExceeded")
+        assert "backfillLimitSeconds" in ended["message"]
+        assert first["state"] == "Running"  # not a backfill: no such limit
+
+    run(scenario)
