@@ -23,6 +23,8 @@ from dispatcher.queue import QueuedWrapper
 Key = tuple[str, str]  # (namespace, name)
 # dispatching: decided and its capacity taken, the Dispatched write under way.
 Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
+# Dispatched and not ended: its items exist (or are being made) and it holds capacity.
+ACTIVE: tuple[Phase, ...] = ("dispatched", "running")
 Bucket = Literal["pending", "running", "succeeded", "failed"]
 
 
@@ -111,6 +113,23 @@ class Tracked:
     # The API object as last seen, when its spec changed after dispatch: `aw` stays what
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None
+
+    def mark_dispatched(self, now: float, preempted: tuple[Key, ...]) -> None:
+        """Memory follows a Dispatched status that was written: its items are to be made,
+        and nothing its last dispatch's pods said counts for this one."""
+        self.preempted = preempted
+        self.phase = "dispatched"
+        self.dispatched_at = now
+        self.pods = {}
+        self.first_attempt = True
+        self.needs_items = True
+        self.items_at = None
+        # The last dispatch's quick re-reads were spent: Completed would wait for the
+        # refresh.
+        self.outcome_stale = True
+        self.outcome_pods_done = self.outcome_settles = 0
+        self.outcome_soon = False
+        self.unsettled.clear()
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())

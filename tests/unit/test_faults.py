@@ -18,7 +18,7 @@ import pytest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster import BoundPod, ClusterState, Node
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.controller import runtime
+from dispatcher.controller import admitting, runtime
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.lease import LeaderElector
 from dispatcher.controller.ownership import OwnerRef, Ownership
@@ -140,7 +140,7 @@ def test_after_a_restart_pods_are_counted_once_their_unrecorded_item_is_adopted(
 def _edit_during_admission(d: runtime.Dispatcher, edit: Any) -> None:
     """Make the next admission cycle's decisions come back after `edit` ran on the loop,
     as when a watch event lands while the cycle runs in the executor."""
-    real = runtime.admit
+    real = admitting.admit
     loop = asyncio.get_running_loop()
 
     def admit_then_edit(*args: Any, **kwargs: Any) -> Any:
@@ -149,7 +149,7 @@ def _edit_during_admission(d: runtime.Dispatcher, edit: Any) -> None:
         time.sleep(0.05)  # the edit is queued before the result
         return decisions
 
-    runtime.admit = admit_then_edit  # type: ignore[assignment]
+    admitting.admit = admit_then_edit  # type: ignore[assignment]
 
 
 def test_an_edit_while_the_cycle_runs_voids_the_decision() -> None:
@@ -161,12 +161,12 @@ def test_an_edit_while_the_cycle_runs_voids_the_decision() -> None:
         big["spec"]["resources"]["GenericItems"][0]["generictemplate"] = job("a", 8, 8)
         big["metadata"]["generation"] = 2
         kube.put(big)
-        real = runtime.admit
+        real = admitting.admit
         try:
             _edit_during_admission(d, lambda: d.on_appwrapper("MODIFIED", big))
             await d.cycle()  # decided for the 1-GPU spec; the edit landed meanwhile
         finally:
-            runtime.admit = real
+            admitting.admit = real
         assert kube.get("batch/v1", "Job", "team", "a") is None
         await d.cycle()  # decided again, for the spec as it is now
         assert "needs 64 nvidia.com/gpu" in aw_status(kube, "a")["message"]
@@ -181,7 +181,7 @@ def test_a_delete_and_recreate_while_the_cycle_runs_voids_the_decision() -> None
         d = await started(kube, clock)
         new = appwrapper("a", job("a", 8, 8))
         new["metadata"]["uid"] = "uid-new"
-        real = runtime.admit
+        real = admitting.admit
 
         def recreate() -> None:
             d.on_appwrapper("DELETED", old)
@@ -192,7 +192,7 @@ def test_a_delete_and_recreate_while_the_cycle_runs_voids_the_decision() -> None
             _edit_during_admission(d, recreate)
             await d.cycle()
         finally:
-            runtime.admit = real
+            admitting.admit = real
         assert kube.get("batch/v1", "Job", "team", "a") is None
         await d.cycle()
         assert types(kube, "a")[-1] == "Backoff"
@@ -433,7 +433,7 @@ def test_a_hanging_request_holds_up_its_own_appwrapper_not_the_others() -> None:
                 break
         assert types(kube, "b")[-1] == "Dispatched"
         assert kube.get("batch/v1", "Job", "team", "a") is None
-        assert ("team", "a") in d._busy  # its write is still hanging
+        assert ("team", "a") in d.tasks.busy  # its write is still hanging
         # Its capacity was taken at once: nothing else may be promised n1 meanwhile.
         assert sum(p.request.get("nvidia.com/gpu", 0)
                    for p in d.state.reserved_for(("team", "a"))) == 8

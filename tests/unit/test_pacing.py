@@ -127,7 +127,7 @@ def test_the_head_is_dispatched_though_its_waiting_message_is_still_queued() -> 
         d.on_node("ADDED", node("n2", gpus=4))
         await d.cycle(wait=False)
         await asyncio.sleep(0.01)
-        assert ("team", "b") in d._busy
+        assert ("team", "b") in d.tasks.busy
         # a finishes: b fits, and is dispatched now, not once its old message is written.
         d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 8, j))
         await d.cycle(wait=False)

@@ -516,15 +516,16 @@ def test_a_running_wrapper_with_nothing_due_is_not_judged_at_every_cycle(
     deadlines have not moved is left alone (judging each one at every cycle cost a status
     serialisation per running wrapper per cycle), and looked at again after a while."""
     import dispatcher.controller.runtime as runtime
+    import dispatcher.controller.stepping as stepping
 
     judged: list[str] = []
-    real = runtime.judge
+    real = stepping.judge
 
     def counting(aw: Any, *args: Any, **kwargs: Any) -> Any:
         judged.append(aw.metadata.name)
         return real(aw, *args, **kwargs)
 
-    monkeypatch.setattr(runtime, "judge", counting)
+    monkeypatch.setattr(stepping, "judge", counting)
 
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d = await running_configmap_wrapper(kube, clock)

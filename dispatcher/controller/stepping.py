@@ -1,0 +1,289 @@
+"""The lifecycle step of a dispatched AppWrapper: which ones are due, and one step of
+each — its items created, its objects' outcome read, its pods judged (lifecycle.judge)
+and the verdict carried out through the durable transitions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.lifecycle import (
+    ITEMS_CHANGED,
+    PODS_LOST,
+    PODS_NOT_CREATED,
+    PODS_UNPLACEABLE,
+    WRAPPED_OBJECT_FAILED,
+    Timing,
+    Verdict,
+    judge,
+    min_available,
+    timing_for,
+)
+
+from .creation import Items, Made, Refused, Waiting
+from .holds import cancelled_message
+from .intake import Intake
+from .kube import Kube, Resource
+from .memory import Memory
+from .observer import Observer
+from .scaling import Scaling
+from .status import StatusWriter
+from .tasks import RETRY_SECONDS, Tasks
+from .tracked import ACTIVE, Tracked, pod_bucket
+from .transitions import Transitions, set_counts
+
+log = logging.getLogger("dispatcher")
+
+# How often a running wrapper's objects are read for their outcome without pod news.
+OUTCOME_REFRESH_SECONDS = 15.0
+OUTCOME_SETTLE_SECONDS = 2.0
+OUTCOME_SETTLES = 5  # quick reads after a gang's last pod ended, before the refresh's pace
+# A running wrapper with nothing due (no deadline, no pod news) is judged again this often
+# all the same: judging each at every cycle would serialise every running wrapper's status
+# every cycle.
+IDLE_STEP_SECONDS = 30.0
+PODS = Resource("v1", "Pod", "pods", True)
+
+
+class Stepping:
+    def __init__(self, memory: Memory, intake: Intake, items: Items, scaling: Scaling,
+                 writer: StatusWriter, transitions: Transitions, tasks: Tasks,
+                 observer: Observer, timing: Timing, kube: Kube,
+                 clock: Callable[[], float]) -> None:
+        self.memory = memory
+        self.intake = intake
+        self.items = items
+        self.scaling = scaling
+        self.writer = writer
+        self.transitions = transitions
+        self.tasks = tasks
+        self.observer = observer
+        self.timing = timing
+        self.kube = kube
+        self.clock = clock
+
+    # --- which are due ------------------------------------------------------------------
+
+    def due(self, now: float) -> list[Tracked]:
+        """The dispatched wrappers (and failed ones with a teardown owed) that something
+        happened to, or whose timer ran out."""
+        requeues, edited = self.intake.requeues_due, self.intake.edited
+        preempting = self.memory.sharing.preempting
+        return [t for t in self.memory.tracked.values()
+                if (t.phase in ACTIVE or (t.phase == "done" and t.teardown_due
+                                          and t.aw is not None))
+                and (self._timer_due(t, now)
+                     or t.needs_items or (t.completable and t.outcome_stale)
+                     or t.key in requeues or t.key in edited or t.key in preempting
+                     or t.teardown_due or t.stranded is not None or _counts_changed(t)
+                     or t.cancelled_by is not None
+                     or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
+                     or (t.completable
+                         and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS))]
+
+    def _timer_due(self, t: Tracked, now: float) -> bool:
+        """Its timer has run out; with none set, an elastic patch is owed or it has not
+        been judged for a while."""
+        if t.check_at is not None:
+            return t.check_at <= now
+        return self.scaling.due(t) or now - t.stepped_at >= IDLE_STEP_SECONDS
+
+    # --- one step -----------------------------------------------------------------------
+
+    async def step(self, t: Tracked, now: float) -> None:
+        assert t.aw is not None
+        t.stepped_at = now
+        if await self._ended_otherwise(t, now):
+            return
+        await self.scaling.catch_up(t, now)
+        if t.needs_items and not await self._make_items(t, now):
+            return
+        if t.completable and (t.outcome_stale or now - t.outcome_read_at
+                              >= OUTCOME_REFRESH_SECONDS):
+            await self._read_outcome(t, now)
+        counts = t.counts()
+        running = t.phase == "running"
+        if running and counts.running + counts.succeeded < min_available(
+                t.aw, t.expected_pods, t.floor):
+            t.below_min_since = t.below_min_since or now
+        else:
+            t.below_min_since = None
+        t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
+        timing, _ = timing_for(t.aw, self.timing)
+        await self._tell_unplaced(t, now)
+        verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
+                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor,
+                        None if running else t.unplaced, t.status)
+        await self._apply(t, verdict, now, timing)
+
+    async def _ended_otherwise(self, t: Tracked, now: float) -> bool:
+        """What ends or restarts the gang whatever its pods say: a teardown owed, a
+        user's cancel, a requeue under way, a preemption, an edit, lost room."""
+        requeue = self.transitions.start_requeue
+        if t.phase == "done":
+            await self.items.teardown(t)  # pods of a failed gang (re)appeared
+            t.teardown_due = False
+        elif t.cancelled_by is not None:  # by a user (holds.py): it ends here
+            self.intake.requeues_due.discard(t.key)
+            self.intake.edited.discard(t.key)
+            await self.transitions.fail(t, Reason.Cancelled,
+                                        cancelled_message(t.cancelled_by, True), now)
+        elif t.key in self.intake.requeues_due:
+            await self.transitions.finish_requeue(t, now)
+        elif t.key in self.memory.sharing.preempting:
+            preemptor, reclaim = self.memory.sharing.preempting[t.key]
+            why = "to reclaim the quota it borrows" if reclaim else "as it has a lower priority"
+            await requeue(t, Reason.Preempted, f"preempted by {preemptor[0]}/{preemptor[1]} "
+                          f"{why}: torn down and queued again", now, self.timing,
+                          counted=False)
+            self.memory.sharing.preempting.pop(t.key, None)
+            self.observer.preempted("reclaim" if reclaim else "priority")
+        elif t.key in self.intake.edited:
+            # What runs is not what the spec now says: run the new spec from the queue.
+            await requeue(t, ITEMS_CHANGED, "spec.resources.GenericItems changed after "
+                          "dispatch: torn down and queued again with the new items", now,
+                          self.timing, counted=False)
+        elif t.stranded is not None:
+            why, t.stranded = t.stranded, None
+            if t.phase != "dispatched":
+                return False
+            await requeue(t, PODS_LOST, f"{why}: torn down and queued again", now,
+                          self.timing, counted=False)
+        else:
+            return False
+        return True
+
+    async def _make_items(self, t: Tracked, now: float) -> bool:
+        """Its items created (or some still to come); False when the step ends here."""
+        # Pod news during the creation marks the outcome stale again.
+        stale, t.outcome_stale = t.outcome_stale, False
+        try:
+            result = await self.items.create(t)
+        except BaseException:
+            t.outcome_stale = True
+            raise
+        if isinstance(result, Made) and result.fresh:
+            # Objects made just now have not finished: the first read of their outcome
+            # comes with pod news or the refresh.
+            t.outcome_read_at = now
+            if t.completable and t.outcome is None:
+                t.outcome = "running"
+        else:
+            t.outcome_stale |= stale
+        if isinstance(result, Refused):
+            await self.transitions.fail(t, Reason.ItemCreationFailure, result.message, now)
+            return False
+        if isinstance(result, Waiting):
+            t.check_at = now + 1.0
+            return False
+        t.needs_items = False
+        if t.items_at is None:
+            t.items_at = self.clock()
+        return True
+
+    async def _read_outcome(self, t: Tracked, now: float) -> None:
+        t.outcome_stale = False
+        t.outcome_read_at = now
+        t.outcome = await self.items.outcome(t)
+        counts = t.counts()
+        done = counts.succeeded + counts.failed
+        ended = not counts.active and done > 0
+        t.outcome_settles = t.outcome_settles + 1 if ended else 0
+        t.outcome_soon = t.outcome not in ("succeeded", "failed") and (
+                done > t.outcome_pods_done
+                or (ended and t.outcome_settles <= OUTCOME_SETTLES))
+        if t.outcome_soon:
+            # A pod just ended and its object has not said so yet (an operator writes its
+            # status after the pod's last change; a busy Job controller seconds later):
+            # read it again shortly rather than at the next refresh, once per pod ending,
+            # and while every pod has ended, a few times.
+            t.outcome_read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
+        t.outcome_pods_done = done
+
+    async def _tell_unplaced(self, t: Tracked, now: float) -> None:
+        """A pod of the gang that cannot be let go is said at once, in status and in a
+        Warning Event, once per reason."""
+        if t.unplaced is None or t.unplaced[1] == t.unplaced_told:
+            return
+        why = t.unplaced[1]
+        latest = t.status.conditions[-1] if t.status.conditions else None
+        if latest is not None:
+            change = self.writer.begin(t, now)
+            change.condition(latest.type, latest.reason or "", why)
+            if not await self.transitions.commit(change, force=True):
+                return
+        t.unplaced_told = why
+        self.tasks.spawn_side(self.writer.warn(t, PODS_UNPLACEABLE, why, now))
+
+    async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
+        change = self.writer.begin(t, now)
+        set_counts(t)
+        t.check_at = v.check_at
+        if v.action in ("running", "holding"):
+            if v.action == "running":
+                change.condition(ConditionType.Running,
+                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
+                t.status.state = "Running"
+            else:
+                change.condition(ConditionType.RunningHoldCompletion,
+                                 Reason.SomeItemsCompleted, v.message)
+                t.status.state = "RunningHoldCompletion"
+            if await self.transitions.commit(change):
+                t.phase = "running"
+                # Its pods hold the capacity now; those let onto a node and not bound
+                # yet (above its minimum, a Job's next pod) still need theirs.
+                self.memory.state.release_unpinned(t.key)
+        elif v.action == "completed":
+            t.status.state = "Completed"
+            change.condition(ConditionType.Completed, Reason.PodsCompleted, v.message)
+            if await self.transitions.commit(change):
+                t.phase = "done"
+                t.check_at = None
+                self.memory.state.release(t.key)
+                self.observer.completed()
+        elif v.action == "failed":
+            await self.transitions.fail(t, v.reason, v.message, now, change,
+                                        teardown=v.reason != WRAPPED_OBJECT_FAILED)
+        elif v.action == "requeue":
+            if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
+                change.abandon()
+                t.check_at = now + RETRY_SECONDS
+                return
+            await self.transitions.start_requeue(t, v.reason, v.message, now, timing, change)
+        else:
+            await self.transitions.commit(change)
+
+    async def _pods_disagree(self, t: Tracked, v: Verdict) -> bool:
+        """Before tearing a gang down for its pods after a short grace, ask the API
+        server itself: a watch that lags (a busy or restarted API server) must not make
+        the dispatcher requeue — and run twice — a gang whose pods are there."""
+        assert t.aw is not None
+        pods = [p for p in await self.kube.list(PODS, f"{APPWRAPPER_LABEL}={t.key[1]}",
+                                                 namespace=t.key[0])
+                if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        if v.reason == PODS_NOT_CREATED:
+            disagree = bool(pods)
+        else:
+            up = sum(1 for p in pods if pod_bucket(p) in ("running", "succeeded"))
+            disagree = up >= min_available(t.aw, t.expected_pods, t.floor)
+        if disagree:
+            log.info("%s/%s: the API server lists pods the watch has not shown yet; "
+                     "not requeued (%s)", *t.key, v.reason)
+        return disagree
+
+
+def _counts_changed(t: Tracked) -> bool:
+    counts = t.counts()
+    s = t.status
+    return (s.pending, s.running, s.Succeeded, s.failed) != (
+        counts.pending, counts.running, counts.succeeded, counts.failed)
+
+
+def _items_text(t: Tracked) -> str:
+    assert t.aw is not None
+    names = [f"{i.generictemplate.get('kind', 'object')} "
+             f"{(i.generictemplate.get('metadata') or {}).get('name', '')!r}"
+             for i in t.aw.spec.resources.GenericItems]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

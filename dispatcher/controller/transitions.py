@@ -1,0 +1,120 @@
+"""The durable moves of an AppWrapper: fail, requeue, and the commit every move goes
+through. Each writes its status first; memory follows only once the write succeeded,
+and the teardown comes after — so a restart in between finishes the move, never undoes
+or repeats it."""
+
+from __future__ import annotations
+
+import logging
+
+from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.models import Requeuing
+from dispatcher.lifecycle import Timing, pods_allowed_seconds
+
+from .creation import Items
+from .intake import Intake
+from .memory import Memory
+from .observer import Observer
+from .positions import clear_position
+from .scaling import Scaling
+from .status import Change, StatusWriter
+from .tracked import Tracked
+
+log = logging.getLogger("dispatcher")
+
+
+class Transitions:
+    def __init__(self, memory: Memory, writer: StatusWriter, items: Items, scaling: Scaling,
+                 intake: Intake, observer: Observer) -> None:
+        self.memory = memory
+        self.writer = writer
+        self.items = items
+        self.scaling = scaling
+        self.intake = intake
+        self.observer = observer
+
+    async def commit(self, change: Change, force: bool = False) -> bool:
+        """Write; False (and the AppWrapper forgotten) if it is gone. Transient failures
+        raise, with memory restored to what the API has."""
+        if await self.writer.commit(change, force=force):
+            return True
+        self.memory.forget(change.t)
+        return False
+
+    async def fail(self, t: Tracked, reason: str, message: str, now: float,
+                   change: Change | None = None, teardown: bool = True) -> None:
+        """Failed is written first; then the items go (a crash in between leaves a
+        Failed wrapper whose pods, when seen, are torn down — never a recreation)."""
+        change = change or self.writer.begin(t, now)
+        t.status.state = "Failed"
+        clear_position(t.status)
+        change.condition(ConditionType.Failed, reason, message)
+        if not await self.commit(change):
+            return
+        log.info("%s/%s: failed (%s): %s", *t.key, reason, message)
+        t.phase = "done"
+        t.check_at = None
+        t.needs_items = False
+        if self.memory.queue.get(t.key) is t.queued:
+            self.memory.queue.remove(t.key)
+        self.memory.state.release(t.key)  # what still runs holds its capacity by its pods
+        self.observer.failed(reason)
+        if teardown:
+            t.teardown_due = True
+            await self.items.teardown(t)
+            t.teardown_due = False
+
+    async def start_requeue(self, t: Tracked, reason: str, message: str, now: float,
+                            timing: Timing, change: Change | None = None,
+                            counted: bool = True) -> None:
+        """PreemptCandidate is written before the teardown: a restart in between finds
+        it and finishes the requeue instead of re-creating the items."""
+        change = change or self.writer.begin(t, now)
+        change.condition(ConditionType.PreemptCandidate, reason, message)
+        if counted:
+            t.status.numberOfRequeueings += 1
+            requeuing = t.aw.spec.schedulingSpec.requeuing if t.aw else Requeuing()
+            t.status.requeueingTimeInSeconds = int(pods_allowed_seconds(
+                requeuing, t.status.numberOfRequeueings, timing))
+        if not await self.commit(change):
+            return
+        log.info("%s/%s: requeued (%s): %s", *t.key, reason, message)
+        self.observer.requeued(reason)
+        self.intake.edited.discard(t.key)
+        self.intake.requeues_due.add(t.key)
+        await self.finish_requeue(t, now)
+
+    async def finish_requeue(self, t: Tracked, now: float) -> None:
+        await self.items.teardown(t)
+        change = self.writer.begin(t, now)
+        t.status.state = "Pending"
+        t.status.admittedDigest = ""
+        t.status.preempted = []
+        self.scaling.requeued(t)
+        t.pods.clear()
+        set_counts(t)
+        change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
+                         "requeued; waiting for capacity again")
+        if not await self.commit(change):
+            self.intake.requeues_due.discard(t.key)
+            return
+        self.intake.requeues_due.discard(t.key)
+        self.memory.state.release(t.key)
+        t.phase = "queued"
+        t.teardown_due = False
+        t.needs_items = False
+        t.needs_reservation = False
+        t.items_at = None
+        t.outcome = None
+        t.check_at = None
+        t.below_min_since = None
+        self.intake.queue_again(t)
+
+
+def set_counts(t: Tracked) -> None:
+    """The status's pod counts, as its pods are now."""
+    counts = t.counts()
+    t.status.pending = counts.pending
+    t.status.running = counts.running
+    t.status.Succeeded = counts.succeeded
+    t.status.failed = counts.failed
