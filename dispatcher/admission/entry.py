@@ -1,0 +1,118 @@
+"""An AppWrapper as the admission core sees it: its queue entry, and the record of an
+admitted one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from dispatcher.api.messages import problems_message
+from dispatcher.api.models import AppWrapper
+from dispatcher.cluster.state import PlannedPod
+from dispatcher.elastic import admitted_now, demand_at
+from dispatcher.fit.gang import GangPodSet
+from dispatcher.kinds import InvalidItem, item_pod_sets, topology_request
+from dispatcher.kinds.elastic import (
+    ElasticSet,
+    declared_sets,
+    from_min_available,
+    tolerant_sets,
+)
+from dispatcher.preemption import AdmittedWrapper
+from dispatcher.queue.queue import QueuedWrapper, WrapperKey
+
+# queuejobstate of an admitted one
+ADMITTED_STATES = frozenset({"Dispatched", "Running", "RunningHoldCompletion"})
+FINISHED_STATES = frozenset({"Completed", "Failed", "Deleted"})
+
+
+def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
+    """The queue entry of an AppWrapper; invalid items make it invalid, not an error."""
+    gang: list[GangPodSet] = []
+    problems: list[str] = []
+    declared: list[ElasticSet] = []
+    tolerant: list[ElasticSet] = []
+    for i, item in enumerate(aw.spec.resources.GenericItems):
+        custom = [c.model_dump() for c in item.custompodresources]
+        try:
+            sets = item_pod_sets(item.generictemplate, custom or None, index=i)
+            if not custom:
+                declared += declared_sets(item.generictemplate, sets, i, len(gang))
+                tolerant += tolerant_sets(item.generictemplate, sets, i, len(gang))
+        except InvalidItem as e:
+            problems.append(f"spec.resources.GenericItems[{i}]: {e}")
+            continue
+        gang.extend(GangPodSet(i, ps) for ps in sets)
+    try:
+        whole = topology_request(aw.metadata.annotations, "metadata.annotations",
+                                 whole_gang=True)
+    except InvalidItem as e:
+        problems.append(str(e))
+        whole = None
+    if whole is not None:  # a pod set's own request wins for that set
+        gang = [g if g.pod_set.topology is not None
+                else GangPodSet(g.item, dataclasses.replace(g.pod_set, topology=whole))
+                for g in gang]
+    minimum = aw.spec.schedulingSpec.minAvailable
+    if not declared and minimum is not None:
+        ranged = from_min_available(tolerant, [g.pod_set.count for g in gang], minimum)
+        declared = [ranged] if ranged is not None else []
+    return QueuedWrapper(
+        namespace=aw.metadata.namespace,
+        name=aw.metadata.name,
+        uid=aw.metadata.uid,
+        first_seen=first_seen,
+        gang=tuple(gang),
+        priority=aw.spec.priority,
+        priority_slope=aw.spec.priorityslope,
+        invalid=problems_message(problems) or None,
+        labels=tuple(sorted(aw.metadata.labels.items())),
+        elastic=tuple(declared) if not problems else (),
+    )
+
+
+def is_admitted(aw: AppWrapper) -> bool:
+    """Dispatched and not finished: it holds capacity and counts against its quota."""
+    if aw.status.state in FINISHED_STATES or aw.status.queuejobstate in FINISHED_STATES:
+        return False
+    return (aw.status.state in ("Running", "RunningHoldCompletion")
+            or aw.status.queuejobstate in ADMITTED_STATES)
+
+
+def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now: float,
+                             preempted: Iterable[WrapperKey] = (),
+                             pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
+    """The record `admit` needs of a dispatched or running AppWrapper.
+
+    holdings: ``ClusterState.holdings(key)``; preempted: the victims of the Hold it was
+    dispatched from, if any. Its priority is the effective priority it was dispatched
+    with (status.systempriority), else spec.priority; dispatched_at the time of its
+    Dispatched condition, else `now`. An elastic one runs at the size its status records
+    (status.elasticPods); `pods`, its bound pods by name, say which a scale-in removes.
+    """
+    queued = queued_from_appwrapper(aw, first_seen_of(aw, now))
+    dispatched = next((c for c in reversed(aw.status.conditions) if c.type == "Dispatched"),
+                      None)
+    stamp = dispatched.lastTransitionMicroTime if dispatched is not None else None
+    return admitted_record(queued, aw.status.systempriority or float(aw.spec.priority),
+                           holdings, stamp.timestamp() if stamp is not None else now,
+                           preempted, aw.status.elasticPods, pods)
+
+
+def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[PlannedPod],
+                    dispatched_at: float, preempted: Iterable[WrapperKey] = (),
+                    recorded: Sequence[int] = (),
+                    pods: Iterable[tuple[str, PlannedPod]] = ()) -> AdmittedWrapper:
+    """An admitted wrapper's record from its queue entry (see admitted_from_appwrapper)."""
+    elastic = (admitted_now(queued, recorded, queued.first_seen, pods) if queued.elastic
+               else None)
+    need = demand_at(queued.gang, elastic.sets, elastic.counts) if elastic else queued.demand
+    return AdmittedWrapper(queued.namespace, queued.name, queued.uid, priority, need,
+                           tuple(holdings), dispatched_at, queued.labels, tuple(preempted),
+                           elastic)
+
+
+def first_seen_of(aw: AppWrapper, default: float) -> float:
+    stamp: datetime | None = aw.status.controllerfirsttimestamp or aw.metadata.creationTimestamp
+    return stamp.timestamp() if stamp is not None else default
