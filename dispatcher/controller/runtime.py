@@ -168,7 +168,8 @@ class Dispatcher:
         # Quota nodes and priorities only as granted (grant_screen.py).
         self.grants = GrantScreen(kube, require_creator, clock, self._side_task,
                                   self.m.wake.set)
-        self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
+        self.estimates = Estimates(  # start estimates (estimates.py)
+            self.m, self.writer, clock, policy, self.observer, fit, topology, estimates)
         self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
         self._task: asyncio.Task[None] | None = None
         self._busy: dict[Key, asyncio.Task[None]] = {}  # one API step per AppWrapper
