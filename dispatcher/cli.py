@@ -114,7 +114,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
-        topology=config.topology_levels)
+        topology=config.topology_levels,
+        pod_webhook=bool(args.webhook_port) and args.pin_pods)
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
 
@@ -137,14 +138,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop = stop_on_signals()
         webhook = None
         try:
+            operator = None
             if args.webhook_port:
+                from dispatcher.controller.operator import Operator
                 from dispatcher.controller.pod_pinning import PodPinning
 
-                settings.pod_pinning = PodPinning() if args.pin_pods else None
+                operator = Operator(settings)
+                pods = PodPinning(operator.pins) if args.pin_pods else None
                 webhook = await until_stopped(
-                    _start_webhook(args, args.webhook_port, settings.pod_pinning,
-                                   settings.observer), stop)
-            return await operate(settings, stop)
+                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop)
+            return await operate(settings, stop, operator)
         except Stopped:
             return 0
         finally:

@@ -147,7 +147,9 @@ class Dispatcher:
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  require_creator: bool = False,
                  estimates: EstimateSettings | None = None, pin_pods: bool = False,
-                 topology: Topology = NO_TOPOLOGY) -> None:
+                 topology: Topology = NO_TOPOLOGY,
+                 blind: Callable[[], str | None] = lambda: None) -> None:
+        """`blind()`: why memory cannot be trusted right now (a watch is down), or None."""
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -179,9 +181,7 @@ class Dispatcher:
         self.ready = False
         self.last_cycle_at = time.monotonic()
         self.last_cycle_seconds = 0.0  # how long the last cycle took (wall time)
-        # Set by the operator: why the dispatcher cannot trust its memory right now
-        # (a watch is down), or None.
-        self.blind: Callable[[], str | None] = lambda: None
+        self.blind = blind
         self._blind_since: float | None = None
         # Held pods charged to a node they do not fit on, per wrapper: placed again each
         # cycle until they fit (then they hold real room) or bind.

@@ -267,7 +267,8 @@ def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch
 
     seen: list[operator.Settings] = []
 
-    async def operate(settings: operator.Settings, stop: object = None) -> int:
+    async def operate(settings: operator.Settings, stop: object = None,
+                      made: object = None) -> int:
         seen.append(settings)
         return 0
 
