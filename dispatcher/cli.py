@@ -392,11 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "dispatcher-system)")
     ha.add_argument("--lease-name", default="dispatcher", help="(default dispatcher)")
     api = r.add_argument_group("API server")
-    api.add_argument("--kube-qps", type=float, default=50.0,
+    # As Kueue's: the API server protects itself (priority and fairness, 429 with
+    # Retry-After, which the client waits out); a client pace below it only slows admission.
+    api.add_argument("--kube-qps", type=float, default=1000.0,
                      help="requests per second to the API server, on average (default "
-                     "50; 0: unpaced)")
-    api.add_argument("--kube-burst", type=int, default=100,
-                     help="requests allowed at once above the average (default 100)")
+                     "1000; 0: unpaced)")
+    api.add_argument("--kube-burst", type=int, default=1000,
+                     help="requests allowed at once above the average (default 1000)")
     api.add_argument("--resync-seconds", type=float, default=600.0,
                      help="list everything again this often, as a backstop to the "
                      "watches (default 600; 0: never)")

@@ -58,8 +58,8 @@ class Settings:
     metrics_port: int = 0
     metrics_host: str = "0.0.0.0"
     timing: Timing = DEFAULT_TIMING
-    qps: float = 50.0
-    burst: int = 100
+    qps: float = 1000.0
+    burst: int = 1000
     resync_seconds: float = 600.0
     leader_election: bool = False
     lease_namespace: str = "default"
