@@ -704,9 +704,7 @@ class Dispatcher:
         t.check_at = v.check_at
         if v.action in ("running", "holding"):
             if v.action == "running":
-                change.condition(ConditionType.Running,
-                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
-                t.status.state = "Running"
+                self._running(t, v, change)
             else:
                 change.condition(ConditionType.RunningHoldCompletion,
                                  Reason.SomeItemsCompleted, v.message)
@@ -735,6 +733,11 @@ class Dispatcher:
             await self._start_requeue(t, v.reason, v.message, now, timing, change)
         else:
             await self._commit(change)
+
+    def _running(self, t: Tracked, v: Verdict, change: Change) -> None:
+        change.condition(ConditionType.Running,
+                         *self.scaling.running(t, Reason.PodsRunning, v.message))
+        t.status.state = "Running"
 
     async def _pods_disagree(self, t: Tracked, v: Verdict) -> bool:
         """Before tearing a gang down for its pods after a short grace, ask the API
@@ -1011,6 +1014,10 @@ class Dispatcher:
         change.condition(ConditionType.HeadOfLine, Reason.FrontOfQueue, "")
         change.condition(ConditionType.Dispatched, Reason.AppWrapperRunnable, d.message)
         t.status.state = "Running"
+        if t.nothing_to_follow:
+            # It runs once dispatched, said in the same write (a second PATCH once its
+            # items exist would tell nothing new; their refusal fails it).
+            self._running(t, judge(t.aw, t.counts(), 0, None, now, False, now), change)
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
         # Durable with the dispatch: its victims may not preempt it back after a failover.

@@ -112,6 +112,12 @@ class Tracked:
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None
 
+    @property
+    def nothing_to_follow(self) -> bool:
+        """No pod to wait for and no outcome to read: it runs once dispatched, and its
+        items are not looked at again."""
+        return self.expected_pods == 0 and not self.completable
+
     def counts(self) -> PodCounts:
         values = list(self.pods.values())
         return PodCounts(pending=values.count("pending"), running=values.count("running"),
