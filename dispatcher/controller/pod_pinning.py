@@ -50,7 +50,7 @@ from .placement import (
     token_key,
     token_of,
 )
-from .tracked import Key, Tracked
+from .tracked import Key, NamespacedName, Tracked
 
 log = logging.getLogger("dispatcher.pinning")
 
@@ -116,7 +116,7 @@ class PodPinning:
         return self._pin(pins, request, obj, claimed)
 
     def _pin(self, pins: Pins, request: Mapping[str, Any], obj: Mapping[str, Any],
-             claimed: tuple[str, str]) -> JsonPatch | None:
+             claimed: NamespacedName) -> JsonPatch | None:
         t = pins.memory.tracked.get(claimed)
         if t is None or t.phase not in ("dispatched", "running") or t.teardown_due:
             return None
@@ -176,7 +176,7 @@ def _item_being_recorded(t: Tracked, pod: Mapping[str, Any]) -> bool:
         for w in t.status.wrappedItems)
 
 
-def _claimed(request: Mapping[str, Any], obj: Mapping[str, Any]) -> tuple[str, str] | None:
+def _claimed(request: Mapping[str, Any], obj: Mapping[str, Any]) -> NamespacedName | None:
     namespace = str(request.get("namespace") or "")
     claim = ((obj.get("metadata") or {}).get("labels") or {}).get(APPWRAPPER_LABEL)
     return (namespace, str(claim)) if namespace and claim else None

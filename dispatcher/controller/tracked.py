@@ -20,7 +20,9 @@ from dispatcher.kinds.completion import Outcome
 from dispatcher.lifecycle import PodCounts
 from dispatcher.queue import QueuedWrapper
 
-Key = tuple[str, str]  # (namespace, name)
+# (namespace, name) of any namespaced object: an AppWrapper, a pod, a pin's token.
+NamespacedName = tuple[str, str]
+Key = NamespacedName  # an AppWrapper's
 # dispatching: decided and its capacity taken, the Dispatched write under way.
 Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 Bucket = Literal["pending", "running", "succeeded", "failed"]
