@@ -130,7 +130,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
-        topology=config.topology_levels)
+        topology=config.topology_levels,
+        pod_webhook=bool(args.webhook_port) and args.pin_pods)
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
 
@@ -153,14 +154,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stop = stop_on_signals()
         webhook = None
         try:
+            operator = None
             if args.webhook_port:
+                from dispatcher.controller.operator import Operator
                 from dispatcher.controller.pod_pinning import PodPinning
 
-                settings.pod_pinning = PodPinning() if args.pin_pods else None
+                operator = Operator(settings)
+                pods = PodPinning(operator.pins) if args.pin_pods else None
                 webhook = await until_stopped(
-                    _start_webhook(args, args.webhook_port, settings.pod_pinning,
-                                   settings.observer), stop)
-            return await operate(settings, stop)
+                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop)
+            return await operate(settings, stop, operator)
         except Stopped:
             return 0
         finally:
@@ -415,11 +418,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "dispatcher-system)")
     ha.add_argument("--lease-name", default="dispatcher", help="(default dispatcher)")
     api = r.add_argument_group("API server")
-    api.add_argument("--kube-qps", type=float, default=50.0,
+    # As Kueue's: the API server protects itself (priority and fairness, 429 with
+    # Retry-After, which the client waits out); a client pace below it only slows admission.
+    api.add_argument("--kube-qps", type=float, default=1000.0,
                      help="requests per second to the API server, on average (default "
-                     "50; 0: unpaced)")
-    api.add_argument("--kube-burst", type=int, default=100,
-                     help="requests allowed at once above the average (default 100)")
+                     "1000; 0: unpaced)")
+    api.add_argument("--kube-burst", type=int, default=1000,
+                     help="requests allowed at once above the average (default 1000)")
     api.add_argument("--resync-seconds", type=float, default=600.0,
                      help="list everything again this often, as a backstop to the "
                      "watches (default 600; 0: never)")

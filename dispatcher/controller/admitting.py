@@ -16,6 +16,7 @@ from dispatcher.cluster.state import PlannedPod
 from dispatcher.elastic import Scale
 from dispatcher.fit import Capacity
 from dispatcher.fit.topology import Topology
+from dispatcher.lifecycle import judge
 from dispatcher.queue import Policy, QueuedWrapper
 
 from .access import creator_denials
@@ -248,6 +249,11 @@ class Admitting:
         change.condition(ConditionType.HeadOfLine, Reason.FrontOfQueue, "")
         change.condition(ConditionType.Dispatched, Reason.AppWrapperRunnable, d.message)
         t.status.state = "Running"
+        if t.nothing_to_follow:
+            # It runs once dispatched, said in the same write (a second PATCH once its
+            # items exist would tell nothing new; their refusal fails it).
+            self.stepping.say_running(
+                t, judge(t.aw, t.counts(), 0, None, now, False, now).message, change)
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
         # Durable with the dispatch: its victims may not preempt it back after a failover.

@@ -34,10 +34,10 @@ import contextlib
 import functools
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dispatcher.admission import NO_TOPOLOGY, EmptyClusterAnswers, Fit, queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, latest
@@ -68,10 +68,9 @@ from dispatcher.queue import Policy, QueuedWrapper
 from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QuotaForest
 
+from .memory import Memory
+from .status import StatusWriter
 from .tracked import Key, Tracked, now_dt
-
-if TYPE_CHECKING:
-    from .runtime import Dispatcher
 
 log = logging.getLogger("dispatcher")
 
@@ -113,10 +112,23 @@ class Shown:
     text: str
 
 
+class ErrorObserver(Protocol):
+    def start_estimate_error(self, estimate: str, seconds: float) -> None:
+        """A wrapper started `seconds` away from its estimate ("initial" or "shown")."""
+
+
 class Estimates:
-    def __init__(self, d: Dispatcher, settings: EstimateSettings | None = None) -> None:
+    def __init__(self, memory: Memory, writer: StatusWriter, clock: Callable[[], float],
+                 policy: Policy, observer: ErrorObserver, fit: Fit, topology: Topology,
+                 settings: EstimateSettings | None = None) -> None:
         """No `settings`: no estimates (`dispatcher run` passes its flags)."""
-        self.d = d
+        self.memory = memory
+        self.writer = writer
+        self.clock = clock
+        self.policy = policy
+        self.observer = observer
+        self.fit: Fit = fit
+        self.topology = topology
         self.s = settings if settings is not None else EstimateSettings(interval=0.0)
         self.history = DurationHistory(self.s.history_per_shape)
         self.rounds = 0
@@ -185,9 +197,9 @@ class Estimates:
         shown = self.shown.pop(t.key, None)
         self._bases.pop(t.key, None)
         if first is not None:
-            self.d.observer.start_estimate_error("initial", abs(now - first))
+            self.observer.start_estimate_error("initial", abs(now - first))
         if shown is not None and shown.outcome == "start" and shown.at is not None:
-            self.d.observer.start_estimate_error("shown", abs(now - shown.at))
+            self.observer.start_estimate_error("shown", abs(now - shown.at))
 
     def cycle(self, now: float) -> None:
         """After an admission cycle: start a round if one is due and none is running."""
@@ -228,13 +240,13 @@ class Estimates:
         if r is None:
             self._prune()
             return None
-        return functools.partial(_round, r, self.d.policy, self.d.fit, self.s, now,
-                                 self._empty_answers(), self.d.topology)
+        return functools.partial(_round, r, self.policy, self.fit, self.s, now,
+                                 self._empty_answers(), self.topology)
 
     def taken(self, now: float) -> _Round | None:
         """The queue, what runs and the rest a round (or reservations) needs, taken on the
         event loop; None when nothing is queued."""
-        m = self.d.m
+        m = self.memory
         queued = list(m.queue.ordered(now))
         if not queued:
             return None
@@ -265,7 +277,7 @@ class Estimates:
         # Not the admission loop's own: `never_fits` works on its empty capacity in place,
         # and the two run in different threads. Renewed when the nodes change (memory then
         # replaces its own).
-        current = self.d.m.empty_answers
+        current = self.memory.empty_answers
         if self._answers is None or self._answers[0] is not current:
             self._answers = (current, EmptyClusterAnswers())
         return self._answers[1]
@@ -275,7 +287,7 @@ class Estimates:
         if future.cancelled():
             return
         error = future.exception()
-        now = self.d.clock()
+        now = self.clock()
         self._next_at = now + self.s.interval
         if error is not None:
             log.error("start estimates failed: %r", error, exc_info=error)
@@ -288,7 +300,7 @@ class Estimates:
         self._apply(result, now)
 
     def _apply(self, result: Forecast, now: float) -> None:
-        m = self.d.m
+        m = self.memory
         moved: list[tuple[float, Key, Estimate]] = []
         for key, e in result.estimates.items():
             t = m.tracked.get(key)
@@ -334,13 +346,13 @@ class Estimates:
         base = self._bases.get(t.key)
         last = latest(t.status.conditions)
         if base is not None and last is not None and last.type in WAITING_TYPES:
-            self.d.writer.begin(t, now).condition(last.type, last.reason,
+            self.writer.begin(t, now).condition(last.type, last.reason,
                                                   _with_estimate(base, shown))
-        self.d.writer.owe(t)
+        self.writer.owe(t)
 
     def _prune(self) -> None:
         """Forget wrappers that no longer wait (one being dispatched: once it is)."""
-        m = self.d.m
+        m = self.memory
         for book in (self.shown, self.first, self._bases):
             for key in [k for k in book if (t := m.tracked.get(k)) is None
                         or t.phase not in ("queued", "dispatching")]:

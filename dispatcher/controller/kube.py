@@ -8,8 +8,9 @@ Every request has a deadline, and transient failures (429, 5xx, timeouts, refuse
 cut connections) are retried with exponential backoff, honouring ``Retry-After``, for
 a bounded time; what is still failing then surfaces as an :class:`ApiError` whose
 ``transient`` is true, so callers try again later instead of calling it permanent.
-Requests are paced by a token bucket (``qps``/``burst``) so a burst of dispatches stays
-within what API priority and fairness grants one client.
+Requests may be paced by a token bucket (``qps``/``burst``; `dispatcher run` sets 1000/1000,
+so that the API server's priority and fairness, and its 429s, set the pace, not the
+client).
 """
 
 from __future__ import annotations
@@ -310,8 +311,11 @@ class Kube:
             except ApiError as e:
                 if not (retry and e.transient):
                     raise
-                pause = e.retry_after if e.retry_after is not None else delay
-                pause = min(pause, policy.max_delay) * random.uniform(0.8, 1.2)
+                # The API server's own Retry-After (priority and fairness shedding load) is
+                # waited in full, never less; without one, backoff with jitter.
+                pause = e.retry_after * random.uniform(1.0, 1.2) \
+                    if e.retry_after is not None \
+                    else min(delay, policy.max_delay) * random.uniform(0.8, 1.2)
                 if time.monotonic() + pause > deadline:
                     raise
                 log.debug("%s %s: %s; retrying in %.1fs", method, path, e, pause)

@@ -515,10 +515,13 @@ class MetricsServer:
                  max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
                  auth: MetricsAuth | None = None,
                  visibility: VisibilityApi | None = None,
-                 problem: Callable[[], str | None] = lambda: None) -> None:
+                 problem: Callable[[], str | None] = lambda: None,
+                 dispatcher: Callable[[], Dispatcher | None] = lambda: None,
+                 standby: Callable[[], str | None] = lambda: None) -> None:
         """`visibility`: the queue's visibility endpoint, served beside the metrics;
         `problem`: why start-up is stuck, if it is (the API server unreachable, a grant
-        missing)."""
+        missing); `dispatcher`: the loop, once made; `standby`: what this replica waits
+        for while another leads (a standby is healthy)."""
         self.observer = observer
         self.host = host
         self.port = port
@@ -526,9 +529,8 @@ class MetricsServer:
         self.auth = auth if auth is not None else MetricsServer.default_auth
         self.visibility = visibility
         self.problem = problem
-        self.dispatcher: Dispatcher | None = None
-        # Set while this replica waits for the Lease: a standby is healthy.
-        self.standby: str | None = None
+        self.dispatcher = dispatcher
+        self.standby = standby
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -579,13 +581,14 @@ class MetricsServer:
         return exposition(self.observer.registry, request.headers.get("Accept", ""))
 
     def health(self) -> tuple[bool, str]:
-        d = self.dispatcher
+        d = self.dispatcher()
         if d is None or not d.ready:
             problem = self.problem()
             if problem is not None:
                 return False, f"starting: {problem}"
-            if d is None and self.standby is not None:
-                return True, f"standby: {self.standby}"
+            standby = self.standby()
+            if d is None and standby is not None:
+                return True, f"standby: {standby}"
             return False, "starting: the cluster is not listed yet"
         blind = d.blind()
         if blind is not None:

@@ -35,12 +35,12 @@ from .informer import Informer
 from .kube import Kube, Resource
 from .leader_pod import own_pod, step_down, take_lead
 from .lease import LeaderElector
+from .pod_pinning import Pins
 from .runtime import APPWRAPPERS, Dispatcher, Observer
 from .startup import Stopped, Trouble, reach, stop_on_signals, until_stopped
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer, PrometheusObserver
-    from .pod_pinning import PodPinning
 
 log = logging.getLogger("dispatcher")
 
@@ -58,8 +58,8 @@ class Settings:
     metrics_port: int = 0
     metrics_host: str = "0.0.0.0"
     timing: Timing = DEFAULT_TIMING
-    qps: float = 50.0
-    burst: int = 100
+    qps: float = 1000.0
+    burst: int = 1000
     resync_seconds: float = 600.0
     leader_election: bool = False
     lease_namespace: str = "default"
@@ -70,9 +70,9 @@ class Settings:
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
     pin_pods: bool = True
     topology: Topology = NO_TOPOLOGY  # the topology levels (fit.topology)
-    # The pod webhook served beside the controller (`run --webhook-port`): it pins with
-    # this process's memory once the loop runs.
-    pod_pinning: PodPinning | None = None
+    # The pod webhook is served beside the controller (`run --webhook-port`): it pins with
+    # this process's memory (`Operator.pins`) once the loop runs.
+    pod_webhook: bool = False
     # The metrics, when made before the operator (`run --webhook-port`: the webhook's
     # requests are measured in the same registry); else the operator makes them.
     observer: PrometheusObserver | None = None
@@ -87,8 +87,16 @@ class Operator:
         self.informers: list[Informer] = []
         self.elector: LeaderElector | None = None
         self.metrics_server: MetricsServer | None = None
+        # While this replica waits for the Lease: what it waits for (a standby is healthy).
+        self.standby: str | None = None
+        self._pins: Pins | None = None
         self.reaching = Trouble(log, "reaching the API server")
         self._tasks: list[asyncio.Task[None]] = []
+
+    def pins(self) -> Pins | None:
+        """What the pod webhook pins with: None until this process leads and its loop
+        runs, and once it stops."""
+        return self._pins
 
     def blind(self) -> str | None:
         for informer in self.informers:
@@ -128,7 +136,9 @@ class Operator:
         visibility = VisibilityApi(lambda: self.dispatcher,
                                    TokenReviewAuth(lambda: Kube.connect(s.kubeconfig)))
         server = MetricsServer(metrics, s.metrics_port, s.metrics_host,
-                               visibility=visibility, problem=self.problem)
+                               visibility=visibility, problem=self.problem,
+                               dispatcher=lambda: self.dispatcher,
+                               standby=lambda: self.standby)
         await server.start()
         self.metrics_server = server
         observer: Observer = server.observer
@@ -176,7 +186,7 @@ class Operator:
         grants it needs, saying what is missing (log, /healthz)."""
         s = self.settings
         await reach(kube, self.reaching)
-        pod = own_pod() if s.pod_pinning is not None else None
+        pod = own_pod() if s.pod_webhook else None
         if pod is not None:
             await step_down(kube, pod)
         if s.leader_election:
@@ -187,22 +197,18 @@ class Operator:
                 self.metrics_server.observer.requests
             self.elector = LeaderElector(await Kube.connect(s.kubeconfig, observer=requests),
                                          s.lease_namespace, s.lease_name)
-            if self.metrics_server is not None:
-                self.metrics_server.standby = (
-                    f"waiting for Lease {s.lease_namespace}/{s.lease_name}")
+            self.standby = f"waiting for Lease {s.lease_namespace}/{s.lease_name}"
             await self.elector.acquire()
         d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
                        allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                       estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology)
+                       estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology,
+                       blind=self.blind)
         self.dispatcher = d
-        d.blind = self.blind
-        if self.metrics_server is not None:
-            self.metrics_server.standby = None
-            self.metrics_server.dispatcher = d
+        self.standby = None
         await self._start_informers(d, kube)
         d.start()
-        if s.pod_pinning is not None:
-            s.pod_pinning.dispatcher = d
+        if s.pod_webhook:
+            self._pins = pins_of(d)
             if pod is not None:
                 await take_lead(kube, pod)
         log.info("dispatcher ready: policy %s, %s fit, %s, %s", s.policy.name, s.fit,
@@ -224,8 +230,7 @@ class Operator:
             await informer.listed.wait()
 
     async def _stop(self, d: Dispatcher) -> None:
-        if self.settings.pod_pinning is not None:
-            self.settings.pod_pinning.dispatcher = None
+        self._pins = None
         await d.stop()
         for task in self._tasks:
             task.cancel()
@@ -235,10 +240,17 @@ class Operator:
         self._tasks.clear()
 
 
+def pins_of(d: Dispatcher) -> Pins:
+    """What the pod webhook pins with while `d` leads."""
+    return Pins(d.m, d.placement, lambda: d.unfit, lambda: d.ready and d.blind() is None)
+
+
 async def operate(settings: Settings,
-                  stop_flag: asyncio.Event | threading.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or `stop_flag`); the exit status. Raises
-    KubeconfigError, before anything starts, when there is no configuration to use."""
+                  stop_flag: asyncio.Event | threading.Event | None = None,
+                  operator: Operator | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `stop_flag`) `operator` (by default, one made of
+    `settings`); the exit status. Raises KubeconfigError, before anything starts, when
+    there is no configuration to use."""
     stop = stop_on_signals(stop_flag if isinstance(stop_flag, asyncio.Event) else None)
     watcher: asyncio.Task[None] | None = None
     if isinstance(stop_flag, threading.Event):
@@ -251,7 +263,7 @@ async def operate(settings: Settings,
 
         watcher = asyncio.create_task(poll())
     try:
-        return await Operator(settings).run(stop)
+        return await (operator or Operator(settings)).run(stop)
     finally:
         if watcher is not None:
             watcher.cancel()

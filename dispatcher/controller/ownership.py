@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .tracked import NamespacedName
+
 log = logging.getLogger("dispatcher")
 
-Key = tuple[str, str]
-PodKey = tuple[str, str]
 # Enough for pod -> ReplicaSet -> Deployment and pod -> Job -> JobSet/RayJob.
 MAX_DEPTH = 4
 # Owner lookups per admission cycle, and at once: a cycle is never held up long.
@@ -55,14 +55,15 @@ class Ownership:
     def __init__(self) -> None:
         # uid of an item or of an object below one -> its AppWrapper; None: proven not
         # below any item (a pod under it never counts).
-        self._root: dict[str, Key | None] = {}
+        self._root: dict[str, NamespacedName | None] = {}
         self._unknown: dict[str, OwnerRef] = {}  # owners to look up
-        self._waiting: dict[str, dict[PodKey, Key]] = {}  # owner uid -> pods claiming a key
+        # owner uid -> pods claiming an AppWrapper
+        self._waiting: dict[str, dict[NamespacedName, NamespacedName]] = {}
         # Pods whose chain did not reach their claimed AppWrapper, with their owner: an
         # item learned later (adopted after a restart) may still prove them.
-        self._rejected: dict[PodKey, tuple[Key, OwnerRef]] = {}
+        self._rejected: dict[NamespacedName, tuple[NamespacedName, OwnerRef]] = {}
 
-    def add_item(self, uid: str, owner: Key) -> None:
+    def add_item(self, uid: str, owner: NamespacedName) -> None:
         if self._root.get(uid) == owner:
             return
         self._root[uid] = owner
@@ -74,12 +75,13 @@ class Ownership:
                 self._unknown.setdefault(ref.uid, ref)
                 self._waiting.setdefault(ref.uid, {})[pod] = claimed
 
-    def forget(self, owner: Key) -> None:
+    def forget(self, owner: NamespacedName) -> None:
         """The AppWrapper is gone or requeued: its items' uids prove nothing any more."""
         for uid in [u for u, k in self._root.items() if k == owner]:
             del self._root[uid]
 
-    def owner_of(self, pod: Mapping[str, Any], claimed: Key) -> Key | bool | None:
+    def owner_of(self, pod: Mapping[str, Any],
+                 claimed: NamespacedName) -> NamespacedName | bool | None:
         """The AppWrapper the pod is proven to belong to; None if proven foreign;
         False while its owner chain is still being looked up (it is then queued)."""
         meta = pod.get("metadata") or {}
@@ -99,13 +101,13 @@ class Ownership:
         self._waiting.setdefault(ref.uid, {})[key] = claimed
         return False
 
-    def proves(self, pod: Mapping[str, Any], claimed: Key) -> bool:
+    def proves(self, pod: Mapping[str, Any], claimed: NamespacedName) -> bool:
         """Whether what is known already proves the pod belongs to `claimed` (its
         controller owner is an item of it, or below one); looks nothing up."""
         ref = controller_ref(pod)
         return ref is not None and self._root.get(ref.uid) == claimed
 
-    def disproves(self, pod: Mapping[str, Any], claimed: Key) -> bool:
+    def disproves(self, pod: Mapping[str, Any], claimed: NamespacedName) -> bool:
         """Whether what is known already proves the pod does not belong to `claimed`: it
         has no controller owner, or one known to be foreign; looks nothing up."""
         ref = controller_ref(pod)
@@ -113,7 +115,7 @@ class Ownership:
             return str((pod.get("metadata") or {}).get("uid", "")) not in self._root
         return ref.uid in self._root and self._root[ref.uid] != claimed
 
-    def drop_pod(self, key: PodKey) -> None:
+    def drop_pod(self, key: NamespacedName) -> None:
         self._rejected.pop(key, None)
         for uid in list(self._waiting):
             pods = self._waiting[uid]
@@ -127,11 +129,12 @@ class Ownership:
         return len(self._unknown)
 
     async def resolve(self, fetch: Fetch, limit: int = MAX_LOOKUPS_PER_CYCLE,
-                      parallel: int = PARALLEL_LOOKUPS) -> dict[PodKey, Key | None]:
+                      parallel: int = PARALLEL_LOOKUPS
+                      ) -> dict[NamespacedName, NamespacedName | None]:
         """Look up unknown owners (at most `limit`, `parallel` at a time, so one cycle
         is never held up long); return the waiting pods now decided, with the
         AppWrapper each belongs to (None: not proven, never counted)."""
-        decided: dict[PodKey, Key | None] = {}
+        decided: dict[NamespacedName, NamespacedName | None] = {}
         gate = asyncio.Semaphore(parallel)
 
         async def one(uid: str, ref: OwnerRef) -> None:
@@ -154,10 +157,10 @@ class Ownership:
         await asyncio.gather(*(one(uid, ref) for uid, ref in batch))
         return decided
 
-    async def _walk(self, ref: OwnerRef, fetch: Fetch) -> Key | None:
+    async def _walk(self, ref: OwnerRef, fetch: Fetch) -> NamespacedName | None:
         chain: list[str] = []
         current: OwnerRef | None = ref
-        root: Key | None = None
+        root: NamespacedName | None = None
         for _ in range(MAX_DEPTH):
             if current is None:
                 break

@@ -32,10 +32,10 @@ from dispatcher.resources import format_resources
 from .items import ours
 from .kube import ApiError, Kube, Resource
 from .memory import GatedPod, Memory
+from .tracked import NamespacedName
 
 log = logging.getLogger(__name__)
 
-PodKey = tuple[str, str]
 POD_RESOURCE = Resource("v1", "Pod", "pods", True)
 RECOUNT_SECONDS = 5.0
 # Annotation of a pod pinned by the pod webhook as it was created (pod_pinning.py): the
@@ -44,7 +44,7 @@ PIN_TOKEN_ANNOTATION = "dispatcher.codeflare.dev/pin-token"
 TOKEN_PREFIX = "pin-token:"
 
 
-def token_key(namespace: str, token: str) -> PodKey:
+def token_key(namespace: str, token: str) -> NamespacedName:
     """The key a pin made at admission is held under (the pod has no name yet: the API
     server generates it after the webhooks)."""
     return namespace, TOKEN_PREFIX + token
@@ -131,13 +131,13 @@ class Placement:
         # itself), or before the item that proves it was (its owner then looked foreign).
         # Held at the gate, it sends no further event that would have done it.
         self.recount = recount
-        self._recounted: dict[PodKey, float] = {}
-        self._lifting: set[PodKey] = set()
+        self._recounted: dict[NamespacedName, float] = {}
+        self._lifting: set[NamespacedName] = set()
         self.waiting = 0  # gated members with no room to go to, at the last pass
-        self._unplaced: set[tuple[str, str]] = set()  # gangs with such a member
-        self._looking: set[PodKey] = set()  # lapsed pins whose pod is being looked for
+        self._unplaced: set[NamespacedName] = set()  # gangs with such a member
+        self._looking: set[NamespacedName] = set()  # lapsed pins whose pod is being looked for
 
-    def cycle(self, unfit: Mapping[tuple[str, str], list[PlannedPod]],
+    def cycle(self, unfit: Mapping[NamespacedName, list[PlannedPod]],
               start: Callable[[Coroutine[Any, Any, None]], None]) -> None:
         """Pin every gated member pod that can be, and `start` the PATCHes that let them
         go. Runs in the loop after holds are rebuilt and before anything is admitted, so
@@ -146,7 +146,7 @@ class Placement:
         if self.lapsing_tokens(time.monotonic()):
             start(self.lapse_tokens(time.monotonic()))
         waiting = 0
-        unplaced: dict[tuple[str, str], str] = {}
+        unplaced: dict[NamespacedName, str] = {}
         for key in sorted(self.m.gated):
             pod = self.m.gated[key]
             if key in self._lifting:
@@ -190,7 +190,7 @@ class Placement:
         self._report(unplaced)
         self._recounted = {k: v for k, v in self._recounted.items() if k in self.m.gated}
 
-    def held_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
+    def held_room(self, owner: NamespacedName, key: NamespacedName, request: Mapping[str, int],
                   constraints: PodConstraints, unfit: Collection[PlannedPod] = (),
                   top_up: bool = False) -> str | None:
         """The node a member pod is pinned to within the room its gang holds (kept for
@@ -203,7 +203,7 @@ class Placement:
 
         return state.pin(owner, key, request, unfit, admits, top_up)
 
-    def _report(self, unplaced: Mapping[tuple[str, str], str]) -> None:
+    def _report(self, unplaced: Mapping[NamespacedName, str]) -> None:
         """Say of each dispatched gang whether a member pod of it fits neither the room it
         holds nor free room (the lifecycle reports it, and requeues it after the
         admission grace), from when."""
@@ -218,7 +218,7 @@ class Placement:
                 t.unplaced = (since, message)
         self._unplaced = set(unplaced)
 
-    def lapsing_tokens(self, now: float) -> list[PodKey]:
+    def lapsing_tokens(self, now: float) -> list[NamespacedName]:
         """Pins made as pods were created whose pod has not been seen in time, not being
         looked for already."""
         return [k for k, due in self.m.pin_tokens.items()
@@ -236,7 +236,7 @@ class Placement:
             finally:
                 self._looking.discard(key)
 
-    async def _look_for(self, key: PodKey) -> None:
+    async def _look_for(self, key: NamespacedName) -> None:
         held = self.m.lifted.get(key)
         token = key[1].removeprefix(TOKEN_PREFIX)
         if held is not None:
@@ -257,7 +257,7 @@ class Placement:
             self.m.lifted.pop(key, None)
             self.m.state.unpin(key)
 
-    def _free_room(self, owner: tuple[str, str], key: PodKey, request: Mapping[str, int],
+    def _free_room(self, owner: NamespacedName, key: NamespacedName, request: Mapping[str, int],
                    admits: Callable[[str], bool]) -> str | None:
         state = self.m.state
         names, resources, free = state.free_matrix()
@@ -279,7 +279,7 @@ class Placement:
                 return node
         return None
 
-    def _less_held_for_preemptors(self, owner: tuple[str, str], names: Sequence[str],
+    def _less_held_for_preemptors(self, owner: NamespacedName, names: Sequence[str],
                                   resources: Sequence[str], free: FreeMatrix) -> FreeMatrix:
         """Free room less what is kept for preemptors (sharing.Hold: the room their
         victims give back as they go), which is nobody else's."""
@@ -296,7 +296,7 @@ class Placement:
                         free[row[p.node], column[r]] -= v
         return free
 
-    async def _lift(self, key: PodKey, pod: GatedPod, node: str | None) -> None:
+    async def _lift(self, key: NamespacedName, pod: GatedPod, node: str | None) -> None:
         path = f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"
         try:
             try:

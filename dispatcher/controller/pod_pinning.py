@@ -31,19 +31,26 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.cluster import PlannedPod
 from dispatcher.resources import pod_request
 
 from .intake import gated_pod
 from .items import PLACEMENT_GATE, ours
+from .memory import Memory
 from .ownership import controller_ref
-from .placement import PIN_TOKEN_ANNOTATION, let_onto, let_onto_patch, token_key, token_of
-
-if TYPE_CHECKING:
-    from .runtime import Dispatcher
-    from .tracked import Tracked
+from .placement import (
+    PIN_TOKEN_ANNOTATION,
+    Placement,
+    let_onto,
+    let_onto_patch,
+    token_key,
+    token_of,
+)
+from .tracked import Key, NamespacedName, Tracked
 
 log = logging.getLogger("dispatcher.pinning")
 
@@ -58,12 +65,26 @@ PROOF_POLL_SECONDS = 0.05
 JsonPatch = list[dict[str, Any]]
 
 
-class PodPinning:
-    """The webhook's decision; ``dispatcher`` is set by the operator once it leads and has
-    listed everything (None: no pins, pods keep their gate)."""
+@dataclass(frozen=True)
+class Pins:
+    """What a pin is made with: the loop's memory and placement, the held pods charged to
+    a node they do not fit on, and whether memory can be trusted now (the loop is ready
+    and no watch is down)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.dispatcher: Dispatcher | None = None
+    memory: Memory
+    placement: Placement
+    unfit: Callable[[], Mapping[Key, list[PlannedPod]]]
+    trusted: Callable[[], bool]
+
+
+class PodPinning:
+    """The webhook's decision. `pins()` says what to pin with: None until this process
+    leads and has listed everything, and again once it stops (pods then keep their
+    gate)."""
+
+    def __init__(self, pins: Callable[[], Pins | None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = pins
         self.clock = clock
 
     async def review(self, request: Mapping[str, Any],
@@ -74,30 +95,29 @@ class PodPinning:
         if (not isinstance(obj, Mapping) or request.get("operation") != "CREATE"
                 or (request.get("kind") or {}).get("kind") != "Pod"):
             return None
-        d = self.dispatcher
-        usable = (d is not None and d.ready and d.blind() is None
-                  and not request.get("dryRun"))
+        pins = self.source()
+        usable = pins is not None and pins.trusted() and not request.get("dryRun")
         spec = obj.get("spec") or {}
         if not any(ours(g) for g in spec.get("schedulingGates") or []):
-            return self._recheck(d, request, obj) if usable and d is not None else None
-        if not usable or d is None:
+            return self._recheck(pins, request, obj) if usable and pins is not None else None
+        if not usable or pins is None:
             return None
         claimed = _claimed(request, obj)
         if claimed is None:
             return None
         deadline = self.clock() + PROOF_WAIT_SECONDS
-        while not d.m.ownership.proves(obj, claimed):
-            t = d.m.tracked.get(claimed)
+        while not pins.memory.ownership.proves(obj, claimed):
+            t = pins.memory.tracked.get(claimed)
             if t is None or not _item_being_recorded(t, obj) or self.clock() >= deadline:
                 return None  # the loop proves it from its owner chain, then lets it go
             await asyncio.sleep(PROOF_POLL_SECONDS)
-        if gone() or self.dispatcher is not d:
+        if gone() or self.source() is not pins:
             return None
-        return self._pin(d, request, obj, claimed)
+        return self._pin(pins, request, obj, claimed)
 
-    def _pin(self, d: Dispatcher, request: Mapping[str, Any], obj: Mapping[str, Any],
-             claimed: tuple[str, str]) -> JsonPatch | None:
-        t = d.m.tracked.get(claimed)
+    def _pin(self, pins: Pins, request: Mapping[str, Any], obj: Mapping[str, Any],
+             claimed: NamespacedName) -> JsonPatch | None:
+        t = pins.memory.tracked.get(claimed)
         if t is None or t.phase not in ("dispatched", "running") or t.teardown_due:
             return None
         token = str(request.get("uid") or "")
@@ -105,22 +125,22 @@ class PodPinning:
         if not token or pod is None or pod.constraints is None:
             return None
         key = token_key(claimed[0], token)
-        choice = d.placement.held_room(t.key, key, pod.request, pod.constraints,
-                                       d.unfit.get(t.key, ()))
+        choice = pins.placement.held_room(t.key, key, pod.request, pod.constraints,
+                                       pins.unfit().get(t.key, ()))
         if choice is None:
             return None
         try:
             patch = _pin_patch(obj, choice, token)
         except Exception:
-            d.m.state.unpin(key)
+            pins.memory.state.unpin(key)
             raise
-        d.m.pin_tokens[key] = self.clock() + TOKEN_SECONDS
+        pins.memory.pin_tokens[key] = self.clock() + TOKEN_SECONDS
         # Where it will bind, should its gang's hold be placed again before it is seen.
-        d.m.lifted[key] = (claimed, choice, dict(pod.request))
+        pins.memory.lifted[key] = (claimed, choice, dict(pod.request))
         log.debug("%s/%s: a pod of it pinned to %s as it was created", *t.key, choice)
         return patch
 
-    def _recheck(self, d: Dispatcher, request: Mapping[str, Any],
+    def _recheck(self, pins: Pins, request: Mapping[str, Any],
                  obj: Mapping[str, Any]) -> JsonPatch | None:
         """Called again after later webhooks changed the pod: if it no longer asks what
         it was pinned for, its pin is undone and it goes back to its gate."""
@@ -130,14 +150,14 @@ class PodPinning:
             return None
         key = token_key(namespace, token)
         node = let_onto(obj.get("spec") or {})
-        held = d.m.lifted.get(key) if key in d.m.pin_tokens else None
+        held = pins.memory.lifted.get(key) if key in pins.memory.pin_tokens else None
         if (node is None or held is None
                 or held[0] != _claimed(request, obj)  # a token copied onto another's pod
                 or dict(pod_request(obj.get("spec") or {})) == held[2]):
             return None
-        del d.m.pin_tokens[key]
-        d.m.lifted.pop(key, None)
-        d.m.state.unpin(key)
+        del pins.memory.pin_tokens[key]
+        pins.memory.lifted.pop(key, None)
+        pins.memory.state.unpin(key)
         log.info("a pod of %s/%s asks more than it was pinned to %s for (changed by a "
                  "later webhook): back to its gate", namespace,
                  ((obj.get("metadata") or {}).get("labels") or {}).get(APPWRAPPER_LABEL),
@@ -156,7 +176,7 @@ def _item_being_recorded(t: Tracked, pod: Mapping[str, Any]) -> bool:
         for w in t.status.wrappedItems)
 
 
-def _claimed(request: Mapping[str, Any], obj: Mapping[str, Any]) -> tuple[str, str] | None:
+def _claimed(request: Mapping[str, Any], obj: Mapping[str, Any]) -> NamespacedName | None:
     namespace = str(request.get("namespace") or "")
     claim = ((obj.get("metadata") or {}).get("labels") or {}).get(APPWRAPPER_LABEL)
     return (namespace, str(claim)) if namespace and claim else None

@@ -92,7 +92,9 @@ class Dispatcher:
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  require_creator: bool = False,
                  estimates: EstimateSettings | None = None, pin_pods: bool = False,
-                 topology: Topology = NO_TOPOLOGY) -> None:
+                 topology: Topology = NO_TOPOLOGY,
+                 blind: Callable[[], str | None] = lambda: None) -> None:
+        """`blind()`: why memory cannot be trusted right now (a watch is down), or None."""
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -116,7 +118,8 @@ class Dispatcher:
         # Quota nodes and priorities only as granted (grant_screen.py).
         self.grants = GrantScreen(kube, require_creator, clock, self.tasks.spawn_side,
                                   self.m.wake.set)
-        self.estimates = Estimates(self, estimates)  # start estimates (estimates.py)
+        self.estimates = Estimates(  # start estimates (estimates.py)
+            self.m, self.writer, clock, policy, self.observer, fit, topology, estimates)
         self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
         self.held_room = HeldRoom(self.m, fit_rules("per-node", topology)[0])
         self.transitions = Transitions(self.m, self.writer, self.items, self.scaling,
@@ -134,9 +137,7 @@ class Dispatcher:
         self.ready = False
         self.last_cycle_at = time.monotonic()
         self.last_cycle_seconds = 0.0  # how long the last cycle took (wall time)
-        # Set by the operator: why the dispatcher cannot trust its memory right now
-        # (a watch is down), or None.
-        self.blind: Callable[[], str | None] = lambda: None
+        self.blind = blind
         self._blind_since: float | None = None
 
     # --- what the rest of the controller reads -----------------------------------------

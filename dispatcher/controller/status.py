@@ -14,6 +14,10 @@
   waiting wrapper's queue position moves whenever one ahead of it leaves: a move alone
   waits like a message, but its first position and reaching the front are details. All
   such minor writes together are paced (5 a second, bursts of 200), stalest first.
+- The uids of the items of a wrapper with nothing to follow (no pod, no outcome: a
+  ConfigMap) are never a reason to write: they go with its next write, if any. Its items
+  are not looked at again; after a restart they are found by name and adopted by their
+  owner reference and creation time, as any item whose uid was not recorded.
 - Every condition reached in one step goes into the same PATCH, and one Event names
   them all (``Queueing → HeadOfLine → Dispatched: …``).
 """
@@ -50,6 +54,7 @@ MINOR_WRITES_PER_SECOND = 5.0
 MINOR_WRITES_BURST = 200
 DETAILS = ("pending", "running", "Succeeded", "failed", "wrappedItems", "estimatedStart",
            "queuePolicy")
+ITEMS = "wrappedItems"
 POSITIONS = ("queuePosition", "quotaPositions")  # a move alone waits like a message
 # Absent from a status unless set; a merge patch removes a field only when told (null).
 REMOVABLE = ("estimatedStart", *POSITIONS, "queuePolicy")
@@ -98,7 +103,8 @@ def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
 def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
     """What the status in memory (serialised: `body`) holds that was not written: news,
     details alone, the message alone, or nothing (None)."""
-    if body == t.written:
+    if body == t.written or (
+            t.nothing_to_follow and _without_uids(body) == _without_uids(t.written)):
         return None
     if _without(body, details=True) != _without(t.written, details=True):
         return "news"
@@ -106,6 +112,13 @@ def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
             or _moved_to_note(body.get("queuePosition"), t.written.get("queuePosition")):
         return "details"
     return "message"
+
+
+def _without_uids(body: dict[str, Any]) -> dict[str, Any]:
+    items = body.get(ITEMS)
+    if not items:
+        return body
+    return {**body, ITEMS: [{k: v for k, v in i.items() if k != "uid"} for i in items]}
 
 
 def _moved_to_note(position: int | None, written: int | None) -> bool:

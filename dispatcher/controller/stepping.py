@@ -29,7 +29,7 @@ from .kube import Kube, Resource
 from .memory import Memory
 from .observer import Observer
 from .scaling import Scaling
-from .status import StatusWriter
+from .status import Change, StatusWriter
 from .tasks import RETRY_SECONDS, Tasks
 from .tracked import ACTIVE, Tracked, pod_bucket
 from .transitions import Transitions, set_counts
@@ -223,9 +223,7 @@ class Stepping:
         t.check_at = v.check_at
         if v.action in ("running", "holding"):
             if v.action == "running":
-                change.condition(ConditionType.Running,
-                                 *self.scaling.running(t, Reason.PodsRunning, v.message))
-                t.status.state = "Running"
+                self.say_running(t, v.message, change)
             else:
                 change.condition(ConditionType.RunningHoldCompletion,
                                  Reason.SomeItemsCompleted, v.message)
@@ -254,6 +252,11 @@ class Stepping:
             await self.transitions.start_requeue(t, v.reason, v.message, now, timing, change)
         else:
             await self.transitions.commit(change)
+
+    def say_running(self, t: Tracked, message: str, change: Change) -> None:
+        change.condition(ConditionType.Running,
+                         *self.scaling.running(t, Reason.PodsRunning, message))
+        t.status.state = "Running"
 
     async def _pods_disagree(self, t: Tracked, v: Verdict) -> bool:
         """Before tearing a gang down for its pods after a short grace, ask the API

@@ -20,7 +20,9 @@ from dispatcher.kinds.completion import Outcome
 from dispatcher.lifecycle import PodCounts
 from dispatcher.queue import QueuedWrapper
 
-Key = tuple[str, str]  # (namespace, name)
+# (namespace, name) of any namespaced object: an AppWrapper, a pod, a pin's token.
+NamespacedName = tuple[str, str]
+Key = NamespacedName  # an AppWrapper's
 # dispatching: decided and its capacity taken, the Dispatched write under way.
 Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 # Dispatched and not ended: its items exist (or are being made) and it holds capacity.
@@ -130,6 +132,11 @@ class Tracked:
         self.outcome_pods_done = self.outcome_settles = 0
         self.outcome_soon = False
         self.unsettled.clear()
+    @property
+    def nothing_to_follow(self) -> bool:
+        """No pod to wait for and no outcome to read: it runs once dispatched, and its
+        items are not looked at again."""
+        return self.expected_pods == 0 and not self.completable
 
     def counts(self) -> PodCounts:
         values = list(self.pods.values())

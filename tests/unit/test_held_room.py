@@ -24,7 +24,7 @@ from dispatcher.lifecycle import PODS_UNPLACEABLE
 from .fake_kube import FakeKube
 from .test_admission_review import ALICE, admitted, reviewer
 from .test_placement import arrive, gated_pod, pinned_to, pinning, seen
-from .test_pod_pinning import applied, creating
+from .test_pod_pinning import Leading, applied, creating
 from .test_runtime import Clock, appwrapper, aw_status, created_job, run, types
 
 GIB = 1024 ** 3
@@ -270,8 +270,7 @@ def test_the_pod_webhook_pins_by_amount_within_the_hold() -> None:
         d = await pinning(kube, clock)
         await d.cycle()
         d.ready = True
-        hook = PodPinning()
-        hook.dispatcher = d
+        hook = PodPinning(Leading(d).pins)
         pod = gated_pod(created_job(kube, "glue"), "glue-0")
         patch = await hook.review(creating(pod, "uid-1"))
         assert patch is not None

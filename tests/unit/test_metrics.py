@@ -273,7 +273,9 @@ def test_server_serves_metrics_and_health() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
         obs = PrometheusObserver()
-        server = MetricsServer(obs, port=0, host="127.0.0.1", max_cycle_age=60)
+        made: list[Dispatcher] = []  # the loop, once the operator has made it
+        server = MetricsServer(obs, port=0, host="127.0.0.1", max_cycle_age=60,
+                               dispatcher=lambda: made[0] if made else None)
         await server.start()
         try:
             ((host, port),) = server.addresses()
@@ -283,7 +285,7 @@ def test_server_serves_metrics_and_health() -> None:
                     assert r.status == 503
                     assert "starting" in await r.text()
                 d = await started(kube, clock, obs)
-                server.dispatcher = d
+                made.append(d)
                 d.ready = True
                 await d.cycle()
                 async with http.get(f"{base}/healthz") as r:

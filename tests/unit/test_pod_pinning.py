@@ -12,8 +12,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.controller.items import PLACEMENT_GATE
+from dispatcher.controller.operator import pins_of
 from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION, token_key
-from dispatcher.controller.pod_pinning import TOKEN_SECONDS, PodPinning
+from dispatcher.controller.pod_pinning import TOKEN_SECONDS, Pins, PodPinning
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.controller.webhook import PIN_PODS_PATH, WebhookServer
 
@@ -26,6 +27,17 @@ from .test_placement import (
     two_pod_job,
 )
 from .test_runtime import Clock, appwrapper, created_job, node, run
+
+
+class Leading:
+    """Stands for the operator: what the loop pins with while it leads (None: a standby,
+    or the loop not started yet)."""
+
+    def __init__(self, d: Dispatcher) -> None:
+        self.now: Pins | None = pins_of(d)
+
+    def pins(self) -> Pins | None:
+        return self.now
 
 
 def creating(pod: dict[str, Any], uid: str, dry_run: bool = False) -> dict[str, Any]:
@@ -63,8 +75,7 @@ async def dispatched(kube: FakeKube, clock: Clock, job: dict[str, Any]
     d = await pinning(kube, clock)
     await d.cycle()
     d.ready = True  # as after start(), when the operator hands it to the webhook
-    hook = PodPinning()
-    hook.dispatcher = d
+    hook = PodPinning(Leading(d).pins)
     return d, hook, created_job(kube, "a")
 
 
@@ -125,16 +136,18 @@ def test_a_pod_claiming_a_gang_it_does_not_belong_to_is_not_pinned() -> None:
 
 def test_nothing_is_pinned_before_the_loop_runs_while_blind_or_on_a_dry_run() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
+        d, _, job = await dispatched(kube, clock, one_pod_job("a"))
+        leading = Leading(d)
+        hook = PodPinning(leading.pins)
         pod = gated_pod(job, "a-0")
         assert await hook.review(creating(pod, "r0", dry_run=True)) is None
         d.blind = lambda: "the pods watch is down"
         assert await hook.review(creating(pod, "r1")) is None
         d.blind = lambda: None
-        hook.dispatcher = None  # a standby, or the loop not started yet
+        leading.now = None  # a standby, or the loop not started yet
         assert await hook.review(creating(pod, "r2")) is None
         assert d.m.pin_tokens == {}
-        hook.dispatcher = d
+        leading.now = pins_of(d)
         assert await hook.review(creating(pod, "r3")) is not None
         ungated = copy.deepcopy(pod)
         ungated["spec"].pop("schedulingGates")

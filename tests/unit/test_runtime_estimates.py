@@ -265,23 +265,14 @@ def test_durations_are_learnt_from_completed_appwrappers_after_a_restart() -> No
 
 def test_dispatcher_run_takes_the_estimate_flags(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from dispatcher import cli
-    from dispatcher.controller import operator
+    from .test_kube_client import run_settings
 
-    seen: list[operator.Settings] = []
-
-    async def operate(settings: operator.Settings, stop: object = None) -> int:
-        seen.append(settings)
-        return 0
-
-    monkeypatch.setattr(operator, "operate", operate)
-    assert cli.main(["run", "--estimate-interval", "30", "--default-duration", "600",
-                     "--estimate-horizon", "86400"]) == 0
-    (settings,) = seen
+    (settings,) = run_settings(monkeypatch, "--estimate-interval", "30", "--default-duration",
+                               "600", "--estimate-horizon", "86400")
     assert settings.estimates.interval == 30
     assert settings.estimates.rule.default_seconds == 600
     assert settings.estimates.limits.horizon_seconds == 86400
-    assert cli.main(["run", "--estimate-interval", "-1", "--default-duration", "0"]) == 2
+    assert run_settings(monkeypatch, "--estimate-interval", "-1", "--default-duration", "0") == []
     err = capsys.readouterr().err
     assert "--estimate-interval must be ≥ 0" in err
     assert "--default-duration must be a number of seconds above 0" in err
