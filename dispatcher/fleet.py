@@ -11,7 +11,7 @@ When none can, the answer names every worker and the best it has.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import GangPodSet, Placement, Shortfall, demand, place
@@ -146,6 +146,19 @@ def _leftover(after: Capacity, wanted: Mapping[str, int], name: str) -> tuple[in
     scarce = [r for r in wanted if r not in _COMMON]
     return (sum(after.free_total.get(r, 0) for r in scarce),
             after.free_total.get("cpu", 0), name)
+
+
+def unbound(gang: Sequence[GangPodSet], bound: int) -> list[GangPodSet]:
+    """The gang less `bound` of its pods (taken from the last pod sets first): what a
+    wrapper sent to a worker still needs room for there until all its pods are bound."""
+    out: list[GangPodSet] = []
+    left = bound
+    for g in reversed(gang):
+        drop = min(left, g.pod_set.count)
+        left -= drop
+        if g.pod_set.count - drop > 0:
+            out.append(GangPodSet(g.item, replace(g.pod_set, count=g.pod_set.count - drop)))
+    return out[::-1]
 
 
 def order(queue: Iterable[QueuedWrapper], now: float) -> list[QueuedWrapper]:

@@ -119,3 +119,13 @@ def test_unreachable_and_quota_bound_workers_are_passed_over() -> None:
 def test_a_bad_selector_says_how_to_write_one() -> None:
     with pytest.raises(SelectorError, match="key=value"):
         parse_selector("region")
+
+
+def test_room_is_kept_on_a_worker_for_the_pods_of_a_sent_gang_not_bound_yet() -> None:
+    from dispatcher.fleet import unbound
+
+    g = gang(pod_set(1, gpu=8, name="master"), pod_set(3, gpu=8, name="worker"))
+    assert [(x.pod_set.name, x.pod_set.count) for x in unbound(g, 0)] == [
+        ("master", 1), ("worker", 3)]
+    assert [(x.pod_set.name, x.pod_set.count) for x in unbound(g, 3)] == [("master", 1)]
+    assert unbound(g, 4) == []
