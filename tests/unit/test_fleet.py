@@ -129,3 +129,17 @@ def test_room_is_kept_on_a_worker_for_the_pods_of_a_sent_gang_not_bound_yet() ->
         ("master", 1), ("worker", 3)]
     assert [(x.pod_set.name, x.pod_set.count) for x in unbound(g, 3)] == [("master", 1)]
     assert unbound(g, 4) == []
+
+
+def test_simulated_manager_sends_a_job_to_the_free_cluster_where_round_robin_waits() -> None:
+    from dispatcher.simulate.clusters import simulate_clusters
+    from dispatcher.simulate.traces import TraceJob
+
+    # A long 8-GPU job, then two short ones: round-robin gives the third the first's
+    # cluster, where it waits for it; the manager sends it to the free one.
+    jobs = [TraceJob(wrapper(f"j{i}", pod_set(1, gpu=8), seen=float(i)), float(i), d, "t")
+            for i, d in enumerate((1000.0, 10.0, 10.0))]
+    results = {m: simulate_clusters(jobs, 2, 1, 8, m)
+               for m in ("manager", "round-robin", "independent")}
+    assert results["manager"].mean_wait < results["round-robin"].mean_wait
+    assert results["round-robin"].mean_wait > 300 > results["manager"].mean_wait
