@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dispatcher.fit import Capacity, Placement, Shortfall, place
+from dispatcher.fit.gang import never_fits
 from dispatcher.fleet import Chosen, Worker, choose
 from dispatcher.resources import GPU
 from dispatcher.simulate.engine import gpu_nodes
@@ -107,13 +108,7 @@ def never_fitting(jobs: Sequence[TraceJob], nodes_per_cluster: int, gpus_per_nod
 
 
 def _ever_fits(job: TraceJob, empty: Capacity) -> bool:
-    result = place(job.wrapper.gang, empty)
-    if isinstance(result, Shortfall):
-        return False
-    for p in result:
-        assert p.node is not None
-        empty.give(p.node, p.request)
-    return True
+    return never_fits(job.wrapper.gang, empty) is None
 
 
 def table(results: Sequence[FleetResult], clusters: int, left_out: int) -> str:
