@@ -92,6 +92,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
 
+    if args.manager:
+        return _run_manager(args)
     try:
         policy = load_policy(args.policy)
         config = load_config(args.config)
@@ -180,6 +182,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OSError as e:  # a port taken, a certificate directory not readable
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_CLUSTER
+
+
+def _run_manager(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from dispatcher.controller.kubeconfig import KubeconfigError
+    from dispatcher.controller.logs import configure as configure_logging
+    from dispatcher.controller.manager import ManagerSettings, manage
+    from dispatcher.controller.startup import stop_on_signals
+
+    if not args.worker_grace > 0:
+        print("dispatcher run: --worker-grace must be a number of seconds above 0",
+              file=sys.stderr)
+        return EXIT_INPUT
+    configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
+    settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace)
+
+    async def run() -> int:
+        return await manage(settings, stop_on_signals())
+
+    try:
+        return asyncio.run(run())
+    except KubeconfigError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_INPUT
 
 
 async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning | None,
@@ -377,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Queue AppWrappers and create their objects only when every pod fits.",
     )
     r.add_argument("--kubeconfig", help="default: in-cluster config, else $KUBECONFIG")
+    r.add_argument("--manager", action="store_true",
+                   help="manage worker clusters (WorkerCluster objects): send each AppWrapper "
+                   "to a worker where its whole gang fits now, and mirror its status back")
+    r.add_argument("--worker-grace", type=float, default=60.0, metavar="SECONDS",
+                   help="with --manager: how long a worker may not answer before its "
+                   "AppWrappers are requeued (default 60)")
     r.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")
     r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")

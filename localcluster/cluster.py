@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import build, config, jobset, profiles, users, versions
+from . import build, config, jobset, ports, profiles, users, versions
 from .kube import Kubectl, KubectlError, wait_for
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
@@ -53,13 +52,6 @@ _T0 = time.monotonic()
 def _say(msg: str) -> None:
     # Seconds since start, so a slow step of `up` shows itself.
     print(f"[localcluster +{time.monotonic() - _T0:5.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -220,7 +212,7 @@ class Cluster:
     def _create(self, bins: dict[str, Path], timeout: float) -> None:
         config.state_root().mkdir(parents=True, exist_ok=True)
         cfg = config.state_root() / f"{self.name}-kwokctl.yaml"
-        cfg.write_text(yaml.safe_dump(_kwokctl_config(bins)))
+        cfg.write_text(yaml.safe_dump(_kwokctl_config(bins, ports.block_of(self.name))))
         cmd = [str(bins["kwokctl"]), "create", "cluster", "--name", self.name,
                "--config", str(cfg), "--kubeconfig", "", "--timeout", f"{int(timeout)}s"]
         _say(f"starting control plane {self.name!r} with kwokctl (state: {self.dir})")
@@ -273,8 +265,9 @@ class Cluster:
     # ------------------------------------------------------------------ operators
     def _operators(self) -> list[Operator]:
         kc = str(self.kubeconfig)
+        block = ports.block_of(self.name)
         kuberay_probe, training_probe, mxjob_probe, jobset_probe = (
-            _free_port() for _ in range(4))
+            block.port(f"{op}-probe") for op in ("kuberay", "training", "mxjob", "jobset"))
         return [
             Operator(
                 "kuberay-operator", "kuberay", "ray-operator",
@@ -285,7 +278,8 @@ class Cluster:
             ),
             Operator(
                 "training-operator", "training-operator", "training-operator.v1",
-                _training_args(kc, training_probe), env=_TRAINING_ENV,
+                _training_args(kc, training_probe, block.port("training-webhook")),
+                env=_TRAINING_ENV,
                 probe_port=training_probe,
             ),
             # v1.9 dropped MXJob; v1.8.1 runs it, and only it. It shares v1.9's webhook
@@ -294,12 +288,14 @@ class Cluster:
             # and keeps them rather than rotating them under v1.9's feet.
             Operator(
                 "mxjob-operator", "mxjob-operator", "training-operator.v1",
-                [*_training_args(kc, mxjob_probe), "--enable-scheme=mxjob"],
+                [*_training_args(kc, mxjob_probe, block.port("mxjob-webhook")),
+                 "--enable-scheme=mxjob"],
                 env=_TRAINING_ENV, probe_port=mxjob_probe, after_training_certs=True,
             ),
             Operator(
                 jobset.NAME, "jobset", "jobset",
-                jobset.arguments(self.dir, self.kubeconfig, jobset_probe, _free_port()),
+                jobset.arguments(self.dir, self.kubeconfig, jobset_probe,
+                                 block.port("jobset-webhook")),
                 probe_port=jobset_probe,
             ),
         ]
@@ -325,7 +321,7 @@ class Cluster:
             if op.after_training_certs:
                 self._spawn(op)
         for op in ops:
-            self._wait_started(op, timeout)
+            self._wait_operator(op, timeout)
         jobset.register_webhooks(kubectl, self.dir)
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
@@ -357,20 +353,6 @@ class Cluster:
                 tmp = TRAINING_CERT_DIR / f".{key}.tmp"
                 tmp.write_bytes(base64.b64decode(data[key]))
                 tmp.rename(TRAINING_CERT_DIR / key)
-
-    def _wait_started(self, op: Operator, timeout: float) -> None:
-        """A port picked free may be taken before the operator binds it (on loopback, a
-        client connection's local port): that start is tried again on other ports."""
-        for attempt in range(3):
-            try:
-                self._wait_operator(op, timeout)
-                return
-            except ClusterError as e:
-                if "address already in use" not in str(e) or attempt == 2:
-                    raise
-            _say(f"{op.name}: a port it was given was taken meanwhile; starting it on others")
-            op = {o.name: o for o in self._operators()}[op.name]
-            self._spawn(op)
 
     def _wait_operator(self, op: Operator, timeout: float) -> None:
         pid = self.operator_pids()[op.name]
@@ -494,10 +476,10 @@ class Cluster:
 _TRAINING_ENV = {"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"}
 
 
-def _training_args(kubeconfig: str, probe_port: int) -> list[str]:
+def _training_args(kubeconfig: str, probe_port: int, webhook_port: int) -> list[str]:
     return ["--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
             "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
-            "--webhook-server-port", str(_free_port()), "--leader-elect=false"]
+            "--webhook-server-port", str(webhook_port), "--leader-elect=false"]
 
 
 def _binaries(required: bool = True) -> dict[str, Path]:
@@ -556,7 +538,7 @@ def _component_patches() -> list[dict[str, Any]]:
     ]
 
 
-def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
+def _kwokctl_config(bins: dict[str, Path], block: ports.PortBlock) -> dict[str, Any]:
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -570,6 +552,13 @@ def _kwokctl_config(bins: dict[str, Path]) -> dict[str, Any]:
             "kwokControllerBinary": str(bins["kwok"]),
             "kubectlBinary": str(bins["kubectl"]),
             "securePort": True,
+            # Every port from the cluster's own block (localcluster/ports.py).
+            "kubeApiserverPort": block.port("kube-apiserver"),
+            "etcdPort": block.port("etcd"),
+            "etcdPeerPort": block.port("etcd-peer"),
+            "kubeControllerManagerPort": block.port("kube-controller-manager"),
+            "kubeSchedulerPort": block.port("kube-scheduler"),
+            "kwokControllerPort": block.port("kwok-controller"),
             "kubeAuthorization": True,
             "kubeAdmission": True,
             "enableCRDs": ["Stage"],

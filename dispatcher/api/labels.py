@@ -17,3 +17,10 @@ MCAD_RESOURCE_NAME_LABEL = "resourceName"
 # what it created is deleted.
 HELD_BY_ANNOTATION = "workload.codeflare.dev/held-by"
 CANCELLED_BY_ANNOTATION = "workload.codeflare.dev/cancelled-by"
+
+# In a manager of several clusters (`dispatcher run --manager`). On the manager's
+# AppWrapper: the worker cluster it was sent to, written before the copy is made (a
+# restarted manager finds it and adopts the copy, never makes a second). On the copy in
+# the worker: the uid of the manager's AppWrapper it stands for.
+CLUSTER_LABEL = "workload.codeflare.dev/cluster"
+MANAGER_UID_LABEL = "workload.codeflare.dev/manager-uid"

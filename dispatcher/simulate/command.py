@@ -16,7 +16,7 @@ from dispatcher import yaml_text
 from dispatcher.policy_files import load_policy
 from dispatcher.queue.policy import PolicyError
 from dispatcher.quota import QuotaForest, is_quota_subtree
-from dispatcher.simulate import elastic
+from dispatcher.simulate import clusters, elastic
 from dispatcher.simulate.accuracy import (
     ACCURACY_HEADER,
     MODES,
@@ -109,6 +109,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="what a reserving policy (backfill: reserve) plans with: durations "
                         "predicted as the controller does (median of completed jobs of the "
                         "same shape, else 1 h), or each job's real one (default: predicted)")
+    p.add_argument("--clusters", type=int, metavar="N",
+                   help="split the --nodes into N equal clusters and compare one manager's "
+                        "choice of cluster with round-robin and with N independent queues "
+                        "(first come first served, per-node fit)")
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -126,6 +130,9 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--eta must be at least 1 moment, got {args.eta}"
     if args.eta is not None and args.fit != "per-node":
         return "--eta measures start estimates with --fit per-node only"
+    if args.clusters is not None and (args.clusters < 1 or args.nodes % args.clusters):
+        return (f"--clusters must divide --nodes ({args.nodes}) into equal clusters, "
+                f"got {args.clusters}")
     if args.elastic and (args.fit != "per-node" or args.eta is not None or args.plot):
         return "--elastic compares with --fit per-node, without --eta or --plot"
     return _check_topology(args)
@@ -179,6 +186,19 @@ def load_forest(path: Path) -> QuotaForest:
     return forest
 
 
+def _compare_clusters(trace: Any, args: argparse.Namespace, out: TextIO) -> int:
+    per = args.nodes // args.clusters
+    results = [clusters.simulate_clusters(trace.jobs, args.clusters, per, args.gpus_per_node, m)
+               for m in clusters.MODES]
+    left_out = clusters.never_fitting(trace.jobs, per, args.gpus_per_node)
+    if args.output == "json":
+        print(json.dumps({"clusters": args.clusters, "left_out": left_out,
+                          "results": [r.__dict__ for r in results]}, indent=2), file=out)
+    else:
+        print(clusters.table(results, args.clusters, left_out), file=out)
+    return 0
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -210,6 +230,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             check_available()
     except (PolicyError, TraceError, PlotError) as e:
         return fail(str(e))
+    if args.clusters is not None:
+        return _compare_clusters(trace, args, out)
     if args.elastic:
         c = elastic.compare(trace, args.nodes, args.gpus_per_node, policy, forest)
         if args.output == "json":

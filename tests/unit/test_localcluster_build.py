@@ -59,30 +59,51 @@ def test_a_failed_build_fails_the_build_and_starts_nothing_more(
     assert fake.started == [build.LONGEST]
 
 
-def test_an_operator_whose_port_was_taken_meanwhile_starts_again_on_others(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from localcluster import cluster
-    from localcluster.cluster import Cluster, ClusterError
+def test_clusters_side_by_side_listen_on_their_own_blocks_of_ports(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from localcluster import cluster, ports
+    from localcluster.cluster import Cluster
 
-    monkeypatch.setattr(cluster.jobset, "arguments", lambda *a: [])  # reads the cluster's CA
-    c = Cluster("unit-ports")
-    ops = {o.name: o for o in c._operators()}
-    waited: list[int] = []
-    spawned: list[int] = []
+    monkeypatch.setenv("DISPATCHER_STATE", str(tmp_path))
+    monkeypatch.setattr(cluster.jobset, "arguments",
+                        lambda d, kc, probe, webhook: [str(probe), str(webhook)])
+    bins = {k: Path(k) for k in ("etcd", "kube-apiserver", "kube-controller-manager",
+                                 "kube-scheduler", "kwok", "kubectl")}
 
-    def wait(op: Any, timeout: float) -> None:
-        waited.append(op.probe_port)
-        if len(waited) == 1:
-            raise ClusterError(f"{op.name} exited; log: listen tcp 127.0.0.1:"
-                               f"{op.probe_port}: bind: address already in use")
+    def listened(name: str) -> set[int]:
+        c = Cluster(name)
+        opts = cluster._kwokctl_config(bins, ports.block_of(name))["options"]
+        out = {v for k, v in opts.items() if k.endswith("Port") and k != "securePort"}
+        for op in c._operators():
+            out.add(op.probe_port)
+            out |= {int(a) for a in op.args if a.isdigit() and a != "0"}
+        return out
 
-    monkeypatch.setattr(c, "_wait_operator", wait)
-    monkeypatch.setattr(c, "_spawn", lambda op: spawned.append(op.probe_port))
-    c._wait_started(ops["mxjob-operator"], 1)
-    assert len(waited) == 2 and spawned == [waited[1]]
-    # Any other exit is the failure it is.
-    waited.clear()
-    monkeypatch.setattr(c, "_wait_operator", lambda op, timeout: (_ for _ in ()).throw(
-        ClusterError("mxjob-operator exited; log: bad flag")))
-    with pytest.raises(ClusterError, match="bad flag"):
-        c._wait_started(ops["mxjob-operator"], 1)
+    manager, w1, w2 = (listened(n) for n in ("h-manager", "h-w1", "h-w2"))
+    assert len(manager) == len(ports.ROLES)  # every listener has a port of its own
+    assert not (manager & w1) and not (manager & w2) and not (w1 & w2)
+    # Recorded: the same cluster keeps its ports (an API server restarted binds the same).
+    assert listened("h-w1") == w1
+
+
+def test_a_block_held_by_another_cluster_or_busy_is_passed_over(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import socket
+
+    from localcluster import config, ports
+
+    monkeypatch.setenv("DISPATCHER_STATE", str(tmp_path))
+    # "other" already holds the block "mine" would prefer.
+    slot = ports.preferred_slot("mine")
+    preferred = ports.FIRST_PORT + slot * ports.BLOCK_SIZE
+    other = config.cluster_dir("other")
+    other.mkdir(parents=True)
+    (other / ports.RECORD).write_text(f'{{"first": {preferred}}}')
+    # and the block after it has a port some process listens on.
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", preferred + ports.BLOCK_SIZE + 3))
+    try:
+        block = ports.block_of("mine")
+    finally:
+        busy.close()
+    assert block.first == ports.FIRST_PORT + ((slot + 2) % ports.SLOTS) * ports.BLOCK_SIZE

@@ -1,0 +1,373 @@
+"""`dispatcher run --manager`: one queue in a manager cluster, gangs sent to worker clusters.
+
+Each pass: look at every worker (workers.py); requeue the wrappers of a worker unreachable
+for longer than the grace; keep each sent wrapper's copy (make it if missing, mirror its
+status back); delete every copy the manager no longer sends there (its wrapper deleted,
+requeued or sent elsewhere); then send the queued wrappers, in queue order, to the worker
+where each gang fits whole now (dispatcher.fleet), or tell them why none can.
+
+No wrapper runs in two clusters because the manager's wrapper names its worker (label
+CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
+kept only in the worker its wrapper names. A manager killed between the two writes finds the
+label when it starts again and makes the copy then; one killed after both adopts the copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
+from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL, MANAGER_UID_LABEL
+from dispatcher.api.models import InvalidSpec, parse_appwrapper
+from dispatcher.fit import Capacity, place
+from dispatcher.fleet import (
+    CLUSTER_SELECTOR_ANNOTATION,
+    Chosen,
+    NoneFits,
+    SelectorError,
+    Worker,
+    dispatch,
+    parse_selector,
+    unbound,
+)
+from dispatcher.queue.queue import QueuedWrapper
+
+from .kube import ApiError, Kube, Resource
+from .status import APPWRAPPERS
+from .workers import (
+    SECRETS,
+    WORKER_CLUSTERS,
+    WorkerConfigError,
+    WorkerLink,
+    connect,
+    digest,
+    kubeconfig_of,
+    secret_reference,
+)
+
+log = logging.getLogger("dispatcher.manager")
+
+NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
+READY = "dispatcher ready: manager of worker clusters"
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    kubeconfig: str | None = None
+    #: Seconds a worker may stay unreachable before its wrappers are requeued.
+    grace: float = 60.0
+    interval: float = 1.0
+
+
+class Manager:
+    def __init__(self, kube: Kube, settings: ManagerSettings, directory: Path,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.directory = directory
+        self.clock = clock
+        self.wall = wall
+        self.links: dict[str, WorkerLink] = {}
+        #: Per worker: since when it has not answered (its link made counts as a start).
+        self.down_since: dict[str, float] = {}
+        self._reported: dict[str, tuple[str, str]] = {}
+
+    async def run(self, stop: asyncio.Event) -> int:
+        log.info("%s (grace %.0fs)", READY, self.settings.grace)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.cycle()
+                except ApiError as e:
+                    log.warning("manager pass cut short: %s", e)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.interval)
+        finally:
+            for link in self.links.values():
+                await link.close()
+        return 0
+
+    async def cycle(self) -> None:
+        await self._sync_links()
+        now = self.clock()
+        await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
+        for name, link in self.links.items():
+            if link.reachable:
+                self.down_since.pop(name, None)
+            else:
+                self.down_since.setdefault(name, now)
+            await self._report(link)
+        wrappers = await self.kube.list(APPWRAPPERS)
+        queued: list[dict[str, Any]] = []
+        sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
+        for obj in wrappers:
+            meta = obj["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            target = (meta.get("labels") or {}).get(CLUSTER_LABEL)
+            if target is None:
+                if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
+                    queued.append(obj)
+            elif self._lost(target, now):
+                await self._requeue(obj, target)
+            else:
+                sent[meta["uid"]] = obj
+        for obj in sent.values():
+            await self._keep_copy(obj)
+        await self._delete_stray_copies(sent)
+        await self._dispatch(queued, sent)
+
+    # ------------------------------------------------------------------ workers
+    async def _sync_links(self) -> None:
+        registered = {w["metadata"]["name"]: w for w in await self.kube.list(WORKER_CLUSTERS)}
+        for name in set(self.links) - set(registered):
+            log.info("worker cluster %s is no longer registered", name)
+            await self.links.pop(name).close()
+        for name, worker in registered.items():
+            try:
+                namespace, secret_name, _ = secret_reference(worker)
+                secret = await self.kube.request("GET", SECRETS.path(namespace, secret_name))
+                kubeconfig = kubeconfig_of(worker, secret)
+            except (WorkerConfigError, ApiError) as e:
+                if name not in self.links:
+                    self._once(name, f"worker cluster {name} cannot be used: {e}")
+                continue
+            link = self.links.get(name)
+            labels = dict(worker["metadata"].get("labels") or {})
+            if link is not None and link.secret_digest == digest(kubeconfig):
+                link.labels = labels
+                continue
+            if link is not None:
+                await link.close()
+            self.links[name] = await connect(worker, kubeconfig, self.directory)
+            self.down_since.setdefault(name, self.clock())
+            log.info("worker cluster %s registered (server %s)", name,
+                     self.links[name].kube.server)
+
+    def _once(self, key: str, message: str) -> None:
+        if self._reported.get(key, ("", ""))[1] != message:
+            self._reported[key] = ("log", message)
+            log.warning("%s", message)
+
+    async def _report(self, link: WorkerLink) -> None:
+        """The WorkerCluster's status: reachable or not, and why; written when it changes."""
+        status = ("True" if link.reachable else "False", link.problem[:300])
+        if self._reported.get(link.name) == status:
+            return
+        with contextlib.suppress(ApiError):
+            await self.kube.request(
+                "PATCH", WORKER_CLUSTERS.path(name=link.name, subresource="status"),
+                {"status": {"reachable": status[0], "message": status[1]}},
+                content_type="application/merge-patch+json")
+            self._reported[link.name] = status
+
+    def _lost(self, target: str, now: float) -> bool:
+        """The worker has not answered for longer than the grace (or is not registered)."""
+        if target not in self.links:
+            return True
+        since = self.down_since.get(target)
+        return since is not None and now - since > self.settings.grace
+
+    # ------------------------------------------------------------------ sent wrappers
+    async def _requeue(self, obj: dict[str, Any], target: str) -> None:
+        meta = obj["metadata"]
+        why = (f"requeued: worker cluster {target} did not answer for over "
+               f"{self.settings.grace:.0f}s" if target in self.links
+               else f"requeued: worker cluster {target} is not registered")
+        log.warning("%s/%s %s", meta["namespace"], meta["name"], why)
+        if not await self._fenced_label(obj, None):
+            return
+        status = obj.get("status") or {}
+        await self._write_status(obj, {
+            "state": "Pending", "message": why, "running": 0, "pending": 0,
+            "numberOfRequeueings": int(status.get("numberOfRequeueings") or 0) + 1})
+
+    async def _keep_copy(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        link = self.links[meta["labels"][CLUSTER_LABEL]]
+        if not link.reachable or link.look is None:
+            return
+        copy = link.look.copies.get((meta["namespace"], meta["name"]))
+        if copy is None:
+            await self._create_copy(link, obj)
+            return
+        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
+            return  # a copy of an earlier wrapper of that name: deleted as stray
+        mirrored = copy.get("status") or {}
+        mine = obj.get("status") or {}
+        if mirrored and any(mine.get(k) != v for k, v in mirrored.items()):
+            await self._write_status(obj, mirrored)
+
+    async def _create_copy(self, link: WorkerLink, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != CLUSTER_LABEL}
+        body = {
+            "apiVersion": obj.get("apiVersion", APPWRAPPERS.api_version),
+            "kind": "AppWrapper",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "labels": {**labels, MANAGER_UID_LABEL: meta["uid"]},
+                         "annotations": dict(meta.get("annotations") or {})},
+            "spec": obj["spec"],
+        }
+        path = APPWRAPPERS.path(meta["namespace"])
+        try:
+            try:
+                await link.kube.request("POST", path, body)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                await _ensure_namespace(link.kube, meta["namespace"])
+                await link.kube.request("POST", path, body)
+        except ApiError as e:
+            if e.status == 409:
+                return  # made already: the next look adopts it
+            log.warning("copy of %s/%s in %s not made yet: %s", meta["namespace"],
+                        meta["name"], link.name, e)
+            return
+        log.info("%s/%s copied to worker cluster %s", meta["namespace"], meta["name"],
+                 link.name)
+
+    async def _delete_stray_copies(self, sent: dict[str, dict[str, Any]]) -> None:
+        for link in self.links.values():
+            if not link.reachable or link.look is None:
+                continue
+            for (namespace, name), copy in link.look.copies.items():
+                uid = (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL)
+                owner = sent.get(uid or "")
+                if owner is not None and owner["metadata"]["labels"][CLUSTER_LABEL] == link.name:
+                    continue
+                log.info("deleting copy %s/%s in worker cluster %s: its wrapper is no longer "
+                         "sent there", namespace, name, link.name)
+                with contextlib.suppress(ApiError):
+                    await link.kube.request(
+                        "DELETE", APPWRAPPERS.path(namespace, name),
+                        {"preconditions": {"uid": copy["metadata"]["uid"]},
+                         "propagationPolicy": "Background"})
+
+    # ------------------------------------------------------------------ dispatching
+    async def _dispatch(self, queued: list[dict[str, Any]], sent: dict[str, dict[str, Any]]
+                        ) -> None:
+        if not queued:
+            return
+        workers = self._workers(sent)
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        queue: list[QueuedWrapper] = []
+        selectors: dict[tuple[str, str], dict[str, str]] = {}
+        refused: list[tuple[dict[str, Any], str]] = []
+        for obj in queued:
+            try:
+                aw = parse_appwrapper(obj)
+                selector = parse_selector(
+                    (obj["metadata"].get("annotations") or {}).get(
+                        CLUSTER_SELECTOR_ANNOTATION, ""))
+            except (InvalidSpec, SelectorError) as e:
+                refused.append((obj, str(e)))
+                continue
+            entry = queued_from_appwrapper(aw, first_seen_of(aw, self.wall()))
+            queue.append(entry)
+            entries[entry.key] = obj
+            selectors[entry.key] = selector
+        for obj, message in refused:
+            await self._waiting(obj, message)
+        for entry, answer in dispatch(queue, workers, self.wall(), selectors):
+            obj = entries[entry.key]
+            if isinstance(answer, NoneFits):
+                await self._waiting(obj, answer.message)
+                continue
+            await self._send(obj, answer)
+
+    def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
+        """Each worker's free room now, less what the wrappers sent there still need."""
+        out = []
+        for name, link in sorted(self.links.items()):
+            if link.look is None:
+                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False))
+                continue
+            cap = Capacity.of(link.look.state)
+            for obj in sent.values():
+                if obj["metadata"]["labels"][CLUSTER_LABEL] == name:
+                    _hold(cap, obj, link)
+            out.append(Worker(name, cap, link.labels, reachable=link.reachable))
+        return out
+
+    async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
+        meta = obj["metadata"]
+        # The target first, fenced: a manager that dies now makes the copy when it starts
+        # again; two managers (or a stale view) cannot both send it.
+        if not await self._fenced_label(obj, chosen.cluster):
+            return
+        log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
+                 chosen.cluster)
+        obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
+        await self._create_copy(self.links[chosen.cluster], obj)
+
+    async def _waiting(self, obj: dict[str, Any], message: str) -> None:
+        if (obj.get("status") or {}).get("message") != message:
+            await self._write_status(obj, {"message": message})
+
+    async def _fenced_label(self, obj: dict[str, Any], cluster: str | None) -> bool:
+        meta = obj["metadata"]
+        try:
+            updated = await self.kube.request(
+                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"]),
+                {"metadata": {"labels": {CLUSTER_LABEL: cluster},
+                              "resourceVersion": meta["resourceVersion"]}},
+                content_type="application/merge-patch+json")
+        except ApiError as e:
+            if e.status in (404, 409):
+                return False  # changed or gone since the listing: the next pass sees it
+            raise
+        meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+        return True
+
+    async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        with contextlib.suppress(ApiError):
+            await self.kube.request(
+                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
+                {"status": status}, content_type="application/merge-patch+json")
+
+
+def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
+    """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
+    assert link.look is not None
+    meta = obj["metadata"]
+    if (obj.get("status") or {}).get("state") in FINISHED_STATES:
+        return
+    try:
+        entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
+    except InvalidSpec:
+        return
+    bound = sum(1 for p in link.look.pods
+                if p["metadata"].get("namespace") == meta["namespace"]
+                and (p["metadata"].get("labels") or {}).get(APPWRAPPER_LABEL) == meta["name"]
+                and (p.get("spec") or {}).get("nodeName")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+    rest = unbound(entry.gang, bound)
+    if rest:
+        place(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
+
+
+async def _ensure_namespace(kube: Kube, namespace: str) -> None:
+    with contextlib.suppress(ApiError):
+        await kube.request("POST", NAMESPACES.path(),
+                           {"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": namespace}})
+
+
+async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:
+    kube = await Kube.connect(settings.kubeconfig)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
+            return await Manager(kube, settings, Path(d)).run(stop)
+    finally:
+        await kube.close()

@@ -1,0 +1,194 @@
+"""One queue, several clusters: a manager (`dispatcher run --manager`) and two workers, three
+local control planes side by side (`<cluster>-manager`, `-w1`, `-w2`; 2 nodes x 8 GPUs each).
+
+Each worker runs `dispatcher run` as today; the manager sends each AppWrapper to a worker
+where its whole gang fits, mirrors its status back, and deletes copies it no longer sends.
+Invariants are checked by sampling all three clusters while the tests run.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import Cluster, Kubectl, wait_for
+from localcluster import config as lc_config
+
+from .dispatcher_process import DispatcherProcess, install_crd
+from .test_controller import appwrapper, job
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER_CRD = REPO / "crds" / "workerclusters.workload.codeflare.dev.yaml"
+CLUSTER_LABEL = "workload.codeflare.dev/cluster"
+AW_LABEL = "workload.codeflare.dev/appwrapper"
+GRACE = 15  # --worker-grace of the manager, seconds
+WORKERS = ("w1", "w2")
+
+
+@dataclass
+class Fleet:
+    manager: Cluster
+    workers: dict[str, Cluster]
+    process: DispatcherProcess
+    worker_processes: dict[str, DispatcherProcess]
+
+    def kubectl(self, name: str, namespace: str) -> Kubectl:
+        cluster = self.manager if name == "manager" else self.workers[name]
+        return cluster.kubectl(namespace)
+
+    def copies(self, namespace: str, name: str) -> set[str]:
+        """The workers holding a copy of the wrapper (a worker not answering: skipped)."""
+        return {w for w, c in self.workers.items() if c.apiserver_ready()
+                and c.kubectl(namespace).run("get", "aw", name, check=False).returncode == 0}
+
+    def running_in(self, namespace: str, name: str) -> set[str]:
+        out = set()
+        for w, c in self.workers.items():
+            if not c.apiserver_ready():
+                continue
+            pods = c.kubectl(namespace).items("pods", "-l", f"{AW_LABEL}={name}")
+            if any(p["status"].get("phase") == "Running" for p in pods):
+                out.add(w)
+        return out
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    base = lc_config.cluster_name()
+    manager = Cluster(f"{base}-manager")
+    workers = {w: Cluster(f"{base}-{w}") for w in WORKERS}
+    for c in (manager, *workers.values()):
+        c.up(profile="pool", operators=False)
+        install_crd(c.kubectl())
+    mk = manager.kubectl()
+    mk("apply", "--server-side", "-f", str(WORKER_CRD))
+    mk("wait", "--for=condition=Established", "--timeout=60s",
+       "crd/workerclusters.workload.codeflare.dev")
+    mk.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet"}})
+    for w, c in workers.items():
+        mk.in_namespace("fleet").apply({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{w}-kubeconfig"},
+            "data": {"kubeconfig": base64.b64encode(c.kubeconfig.read_bytes()).decode()}})
+        mk.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
+                  "metadata": {"name": w, "labels": {"site": w}},
+                  "spec": {"kubeconfigSecret": {"name": f"{w}-kubeconfig",
+                                                "namespace": "fleet"}}})
+    worker_processes = {w: DispatcherProcess(c.kubeconfig, c.logs, f"dispatcher-{w}")
+                        for w, c in workers.items()}
+    for p in worker_processes.values():
+        p.start("fifo")
+    process = DispatcherProcess(manager.kubeconfig, manager.logs, "manager")
+    process.start("fifo", extra_args=["--manager", "--worker-grace", str(GRACE)])
+    yield Fleet(manager, workers, process, worker_processes)
+    process.stop()
+    for p in worker_processes.values():
+        p.stop()
+
+
+@pytest.fixture
+def ns(fleet: Fleet) -> Iterator[str]:
+    name = f"mc-{uuid.uuid4().hex[:6]}"
+    fleet.manager.kubectl()("create", "namespace", name)
+    if not fleet.process.alive():
+        fleet.process.start("fifo", extra_args=["--manager", "--worker-grace", str(GRACE)])
+    yield name
+    fleet.kubectl("manager", name)("delete", "aw", "--all", "--wait=false")
+    # The manager deletes the copies; their Jobs' pods go with them: every GPU free again.
+    for w in WORKERS:
+        k = fleet.kubectl(w, name)
+        wait_for(lambda k=k: not k.items("aw") and not k.items("pods"), 90,
+                 f"the copies and pods in {w}/{name} to be gone")
+
+
+def gpus_gang(name: str, pods: int, gpus: int) -> dict[str, Any]:
+    return appwrapper(name, job(name, pods, gpus))
+
+
+def sent_to(k: Kubectl, name: str) -> str | None:
+    labels: dict[str, str] = k.json("aw", name)["metadata"].get("labels") or {}
+    return labels.get(CLUSTER_LABEL)
+
+
+def test_two_gangs_go_to_different_workers_and_status_comes_back(fleet: Fleet, ns: str
+                                                                 ) -> None:
+    mk = fleet.kubectl("manager", ns)
+    for name in ("a", "b"):
+        mk.apply(gpus_gang(name, 2, 8))  # a whole worker each
+    targets = {n: wait_for(lambda n=n: sent_to(mk, n), 60, f"{n} to be sent") for n in "ab"}
+    assert sorted(targets.values()) == ["w1", "w2"]
+    for n, w in targets.items():
+        wait_for(lambda n=n, w=w: fleet.running_in(ns, n) == {w}, 90, f"{n} Running in {w}")
+        wait_for(lambda n=n: mk.json("aw", n).get("status", {}).get("state") == "Running", 60,
+                 f"{n}'s Running state mirrored to the manager")
+    table = mk("get", "aw")
+    assert "CLUSTER" in table.splitlines()[0]
+    assert {line.split()[0]: line.split()[-1] for line in table.splitlines()[1:]} == targets
+    # Deleting the manager's wrapper deletes the copy (and so its pods).
+    mk("delete", "aw", "a")
+    k = fleet.kubectl(targets["a"], ns)
+    wait_for(lambda: k.run("get", "aw", "a", check=False).returncode != 0, 60,
+             "the copy of a to be deleted")
+
+
+def test_a_gang_too_big_for_any_worker_waits_naming_each_workers_best(fleet: Fleet, ns: str
+                                                                       ) -> None:
+    mk = fleet.kubectl("manager", ns)
+    mk.apply(gpus_gang("huge", 1, 16))  # one pod of 16 GPUs: every node has 8
+    message = wait_for(lambda: mk.json("aw", "huge").get("status", {}).get("message"), 60,
+                       "a message on huge")
+    assert "w1: 8 of 16 nvidia.com/gpu free on one node" in message
+    assert "w2: 8 of 16 nvidia.com/gpu free on one node" in message
+    assert sent_to(mk, "huge") is None and fleet.copies(ns, "huge") == set()
+
+
+def test_a_worker_gone_past_the_grace_has_its_gang_run_on_the_other_once(fleet: Fleet, ns: str
+                                                                          ) -> None:
+    mk = fleet.kubectl("manager", ns)
+    mk.apply(gpus_gang("g", 2, 4))
+    first = wait_for(lambda: sent_to(mk, "g"), 60, "g to be sent")
+    wait_for(lambda: fleet.running_in(ns, "g") == {first}, 90, f"g Running in {first}")
+    other = next(w for w in WORKERS if w != first)
+    gone = fleet.workers[first]
+    gone.stop_apiserver()
+    try:
+        wait_for(lambda: sent_to(mk, "g") == other, GRACE + 60, f"g to be sent to {other}")
+        wait_for(lambda: fleet.running_in(ns, "g") == {other}, 90, f"g Running in {other}")
+        # Sampled while the first worker is away: the manager names one worker only.
+        for _ in range(5):
+            assert sent_to(mk, "g") == other
+            time.sleep(1)
+    finally:
+        gone.start_apiserver()
+    # Back: its stale copy is deleted, not resurrected, and the gang runs in one place.
+    wait_for(lambda: fleet.copies(ns, "g") == {other}, 60, f"the stale copy in {first} deleted")
+    k = fleet.kubectl(first, ns)
+    wait_for(lambda: not k.items("pods", "-l", f"{AW_LABEL}=g"), 90,
+             f"g's pods in {first} to be gone")
+    for _ in range(10):
+        assert fleet.copies(ns, "g") == {other}
+        assert fleet.running_in(ns, "g") == {other}
+        time.sleep(1)
+
+
+def test_a_manager_killed_mid_dispatch_makes_no_second_copy(fleet: Fleet, ns: str) -> None:
+    mk = fleet.kubectl("manager", ns)
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        mk.apply(gpus_gang(name, 1, 2))
+    # Killed as the first copies are being made: some wrappers named their worker, some
+    # had their copy made, some neither.
+    wait_for(lambda: any(sent_to(mk, n) for n in names), 60, "the first wrapper to be sent")
+    fleet.process.kill()
+    fleet.process.start("fifo", extra_args=["--manager", "--worker-grace", str(GRACE)])
+    wait_for(lambda: all(sent_to(mk, n) for n in names), 90, "every wrapper to be sent")
+    for _ in range(10):  # sampled: one copy each, in the worker its wrapper names
+        for n in names:
+            assert fleet.copies(ns, n) == {sent_to(mk, n)}, n
+        time.sleep(0.5)
