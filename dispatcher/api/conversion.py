@@ -11,8 +11,11 @@ on the other version's form, a JSON document the conversion back reads and remov
 - ``workload.codeflare.dev/v1beta2`` on a v1beta1 form: ``suspend``, ``managedBy``, the
   components' podSets, podSetInfos and annotations, and the v1beta2 status.
 
-So a wrapper converted to the other version and back is the wrapper it was (the tests
-check it for any wrapper). The dispatcher reads the v1beta2 fields of a stored wrapper
+A wrapper written in one version always carries the annotation in the other version's
+form, so the annotation also says which version it was written in: the dispatcher gives a
+wrapper written as v1beta2 codeflare's semantics (declared pod sets, podSetInfos,
+``suspend``). A wrapper converted to the other version and back is the wrapper it was
+(the tests check it for any wrapper). The dispatcher reads the v1beta2 fields of a stored wrapper
 with :func:`v1beta2_fields`.
 
 The status a reader of the other version sees is worked out from the stored one (a
@@ -72,7 +75,8 @@ def convert(obj: Mapping[str, Any], desired: str) -> dict[str, Any]:
 def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A v1beta1 AppWrapper in v1beta2 terms."""
     source = copy.deepcopy(dict(obj))
-    metadata, back = _take_stash(source, V1BETA2_FIELDS_ANNOTATION)
+    metadata, stashed = _take_stash(source, V1BETA2_FIELDS_ANNOTATION)
+    back = stashed or {}
     spec = _mapping(source.get("spec"), "spec")
     resources = _mapping(spec.get("resources"), "spec.resources")
     items = _list(resources.get(_ITEMS, []), "spec.resources.GenericItems")
@@ -98,7 +102,7 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash,
                  lambda status: v1beta2_status(status, metadata, new_spec), v1beta1_status)
-    _put_stash(result, V1BETA1_FIELDS_ANNOTATION, stash)
+    _put_stash(result, V1BETA1_FIELDS_ANNOTATION, stash, stashed)
     return result
 
 
@@ -108,7 +112,8 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
 def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A v1beta2 AppWrapper in v1beta1 terms."""
     source = copy.deepcopy(dict(obj))
-    metadata, back = _take_stash(source, V1BETA1_FIELDS_ANNOTATION)
+    metadata, stashed = _take_stash(source, V1BETA1_FIELDS_ANNOTATION)
+    back = stashed or {}
     spec = _mapping(source.get("spec"), "spec")
     components = _list(spec.get("components", []), "spec.components")
 
@@ -126,7 +131,7 @@ def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash, v1beta1_status,
                  lambda status: v1beta2_status(status, metadata, spec))
-    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash)
+    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash, stashed)
     return result
 
 
@@ -360,12 +365,14 @@ def _kept_status(back: Mapping[str, Any], status: Any) -> Any | None:
     return None
 
 
-def _take_stash(obj: dict[str, Any], key: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``obj``'s metadata without the annotation ``key``, and what the annotation held."""
+def _take_stash(obj: dict[str, Any], key: str
+                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``obj``'s metadata without the annotation ``key``, and what the annotation held
+    (None: no such annotation, the object was written in its own version)."""
     metadata = dict(_mapping(obj.get("metadata", {}), "metadata"))
     annotations = metadata.get("annotations")
     if not isinstance(annotations, Mapping) or key not in annotations:
-        return metadata, {}
+        return metadata, None
     stash = _parse_stash(annotations[key], key)
     rest = {k: v for k, v in annotations.items() if k != key}
     if rest or not stash.get(_BARE):
@@ -375,8 +382,12 @@ def _take_stash(obj: dict[str, Any], key: str) -> tuple[dict[str, Any], dict[str
     return metadata, stash
 
 
-def _put_stash(obj: dict[str, Any], key: str, stash: dict[str, Any]) -> None:
-    if not stash:
+def _put_stash(obj: dict[str, Any], key: str, stash: dict[str, Any],
+               back: Mapping[str, Any] | None) -> None:
+    """Add the annotation `key` holding `stash`: always on an object written in the other
+    version (`back` None), so the annotation says which version it was written in; on one
+    converted back, only when it has something to keep."""
+    if not stash and back is not None:
         return
     metadata = obj.setdefault("metadata", {})
     annotations = metadata.get("annotations")
