@@ -418,3 +418,27 @@ def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise ConversionError(f"{where}: must be a list")
     return value
+
+
+# --- the ConversionReview the API server posts ---------------------------------------
+
+
+def conversion_response(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``response`` of a ConversionReview (apiextensions.k8s.io/v1) whose ``request``
+    is given: every object in ``desiredAPIVersion``, or a failure saying which object
+    could not be converted and why (the API server then fails the client's request)."""
+    uid = str(request.get("uid") or "")
+    desired = str(request.get("desiredAPIVersion") or "")
+    converted: list[dict[str, Any]] = []
+    for index, obj in enumerate(request.get("objects") or []):
+        try:
+            if not isinstance(obj, Mapping):
+                raise ConversionError("must be a mapping")
+            converted.append(convert(obj, desired))
+        except ConversionError as e:
+            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+            name = f"{meta.get('namespace')}/{meta.get('name')}" \
+                if isinstance(meta, Mapping) else f"object {index}"
+            return {"uid": uid, "convertedObjects": [],
+                    "result": {"status": "Failure", "message": f"AppWrapper {name}: {e}"}}
+    return {"uid": uid, "convertedObjects": converted, "result": {"status": "Success"}}
