@@ -133,7 +133,7 @@ class ComponentStatus(_Model):
     kind: str
     apiVersion: str
     podSets: list[PodSetV2] = Field(default_factory=list)
-    conditions: list[MetaCondition] = Field(default_factory=list)
+    conditions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class AppWrapperStatusV2(_Model):

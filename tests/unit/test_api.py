@@ -19,6 +19,8 @@ from dispatcher.api import (
     parse_appwrapper,
     set_condition,
 )
+from dispatcher.api.v1beta2 import AppWrapperV2
+from dispatcher.controller.webhook import CONVERT_PATH
 
 CRD = Path(__file__).parents[2] / "crds" / "appwrappers.workload.codeflare.dev.yaml"
 
@@ -27,8 +29,8 @@ def crd() -> dict[str, Any]:
     return yaml.safe_load(CRD.read_text())
 
 
-def crd_schema() -> dict[str, Any]:
-    (version,) = crd()["spec"]["versions"]
+def crd_schema(name: str = "v1beta1") -> dict[str, Any]:
+    (version,) = [v for v in crd()["spec"]["versions"] if v["name"] == name]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
 
@@ -101,6 +103,24 @@ def test_crd_and_models_agree_field_by_field() -> None:
     assert problems == []
 
 
+def test_the_v1beta2_crd_and_models_agree_field_by_field() -> None:
+    schema, model = crd_schema("v1beta2"), AppWrapperV2.model_json_schema(mode="validation")
+    problems: list[str] = []
+    for part in ("spec", "status"):
+        compare(schema["properties"][part], model["properties"][part], model["$defs"], part,
+                problems)
+    assert problems == []
+
+
+def test_both_versions_are_served_v1beta1_stored_and_converted_by_the_webhook() -> None:
+    spec = crd()["spec"]
+    assert [(v["name"], v["served"], v["storage"]) for v in spec["versions"]] == [
+        ("v1beta1", True, True), ("v1beta2", True, False)]
+    service = spec["conversion"]["webhook"]["clientConfig"]["service"]
+    assert spec["conversion"]["strategy"] == "Webhook"
+    assert (service["name"], service["path"]) == ("dispatcher-webhook", CONVERT_PATH)
+
+
 def test_the_drift_check_notices_a_field_missing_from_the_crd() -> None:
     schema, model = crd_schema(), model_schema()
     del schema["properties"]["status"]["properties"]["requestedGPUs"]
@@ -118,7 +138,7 @@ def test_crd_names_status_subresource_and_printer_columns() -> None:
     doc = crd()
     assert doc["metadata"]["name"] == "appwrappers.workload.codeflare.dev"
     assert doc["spec"]["names"]["shortNames"] == ["aw"]
-    (version,) = doc["spec"]["versions"]
+    version = doc["spec"]["versions"][0]
     assert version["name"] == "v1beta1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["STATE"] == ".status.state"
@@ -319,7 +339,7 @@ def test_mcad_s_old_items_field_is_in_the_crd_as_in_mcad_s() -> None:
 
 
 def test_printer_columns_show_the_queue_position_and_the_estimated_start_as_a_time() -> None:
-    (version,) = crd()["spec"]["versions"]
+    version = crd()["spec"]["versions"][0]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert (columns["POSITION"]["type"], columns["POSITION"]["jsonPath"]) == (
         "integer", ".status.queuePosition")
