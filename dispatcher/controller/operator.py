@@ -70,6 +70,7 @@ class Settings:
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
     pin_pods: bool = True
     topology: Topology = NO_TOPOLOGY  # the topology levels (fit.topology)
+    leave_kueue_labelled: bool = False  # api/management.py
     # The pod webhook served beside the controller (`run --webhook-port`): it pins with
     # this process's memory once the loop runs.
     pod_pinning: PodPinning | None = None
@@ -193,7 +194,8 @@ class Operator:
             await self.elector.acquire()
         d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
                        allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
-                       estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology)
+                       estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology,
+                       leave_kueue_labelled=s.leave_kueue_labelled)
         self.dispatcher = d
         d.blind = self.blind
         if self.metrics_server is not None:

@@ -147,7 +147,7 @@ class Dispatcher:
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  require_creator: bool = False,
                  estimates: EstimateSettings | None = None, pin_pods: bool = False,
-                 topology: Topology = NO_TOPOLOGY) -> None:
+                 topology: Topology = NO_TOPOLOGY, leave_kueue_labelled: bool = False) -> None:
         self.kube = kube
         self.observer = observer or Observer()
         self.policy = policy
@@ -157,7 +157,8 @@ class Dispatcher:
         self.timing = timing
         self.m = Memory(policy)
         self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
-                             allowed_kinds=allowed_kinds)
+                             allowed_kinds=allowed_kinds,
+                             leave_kueue_labelled=leave_kueue_labelled)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership, pin=pin_pods)
