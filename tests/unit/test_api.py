@@ -29,10 +29,18 @@ def crd() -> dict[str, Any]:
     return yaml.safe_load(CRD.read_text())
 
 
-def crd_schema(name: str = "v1beta1") -> dict[str, Any]:
-    (version,) = [v for v in crd()["spec"]["versions"] if v["name"] == name]
+def crd_schema() -> dict[str, Any]:
+    (version,) = crd()["spec"]["versions"]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
+
+
+V1BETA2_PATCH = CRD.parents[1] / "deploy" / "v1beta2" / "version.yaml"
+
+
+def v1beta2_patch() -> dict[str, Any]:
+    """deploy/v1beta2's patch of the CRD, by the path each operation adds."""
+    return {op["path"]: op["value"] for op in yaml.safe_load(V1BETA2_PATCH.read_text())}
 
 
 def model_schema() -> dict[str, Any]:
@@ -104,7 +112,8 @@ def test_crd_and_models_agree_field_by_field() -> None:
 
 
 def test_the_v1beta2_crd_and_models_agree_field_by_field() -> None:
-    schema, model = crd_schema("v1beta2"), AppWrapperV2.model_json_schema(mode="validation")
+    schema = v1beta2_patch()["/spec/versions/-"]["schema"]["openAPIV3Schema"]
+    model = AppWrapperV2.model_json_schema(mode="validation")
     problems: list[str] = []
     for part in ("spec", "status"):
         compare(schema["properties"][part], model["properties"][part], model["$defs"], part,
@@ -112,12 +121,13 @@ def test_the_v1beta2_crd_and_models_agree_field_by_field() -> None:
     assert problems == []
 
 
-def test_both_versions_are_served_v1beta1_stored_and_converted_by_the_webhook() -> None:
-    spec = crd()["spec"]
-    assert [(v["name"], v["served"], v["storage"]) for v in spec["versions"]] == [
-        ("v1beta1", True, True), ("v1beta2", True, False)]
-    service = spec["conversion"]["webhook"]["clientConfig"]["service"]
-    assert spec["conversion"]["strategy"] == "Webhook"
+def test_v1beta2_is_served_beside_v1beta1_stored_and_converted_by_the_webhook() -> None:
+    patch = v1beta2_patch()
+    version, conversion = patch["/spec/versions/-"], patch["/spec/conversion"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1beta2", True, False)
+    assert crd()["spec"]["versions"][0]["storage"] is True  # v1beta1 stays stored
+    service = conversion["webhook"]["clientConfig"]["service"]
+    assert conversion["strategy"] == "Webhook"
     assert (service["name"], service["path"]) == ("dispatcher-webhook", CONVERT_PATH)
 
 
@@ -138,7 +148,7 @@ def test_crd_names_status_subresource_and_printer_columns() -> None:
     doc = crd()
     assert doc["metadata"]["name"] == "appwrappers.workload.codeflare.dev"
     assert doc["spec"]["names"]["shortNames"] == ["aw"]
-    version = doc["spec"]["versions"][0]
+    (version,) = doc["spec"]["versions"]
     assert version["name"] == "v1beta1" and version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["STATE"] == ".status.state"
@@ -339,7 +349,7 @@ def test_mcad_s_old_items_field_is_in_the_crd_as_in_mcad_s() -> None:
 
 
 def test_printer_columns_show_the_queue_position_and_the_estimated_start_as_a_time() -> None:
-    version = crd()["spec"]["versions"][0]
+    (version,) = crd()["spec"]["versions"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert (columns["POSITION"]["type"], columns["POSITION"]["jsonPath"]) == (
         "integer", ".status.queuePosition")

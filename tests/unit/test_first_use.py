@@ -152,7 +152,7 @@ def test_the_fields_plan_knows_are_the_crds() -> None:
     """What plan calls unknown is what the API server prunes and kubectl reports."""
     crd = yaml.safe_load((REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml")
                          .read_text())
-    version = crd["spec"]["versions"][0]
+    (version,) = crd["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     assert dict(_model_fields(AppWrapperSpec, "spec")) == dict(_crd_properties(schema))
 
