@@ -132,7 +132,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_namespace=args.lease_namespace or own_namespace(),
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
-        topology=config.topology_levels,
+        topology=config.topology_levels, leave_kueue_labelled=args.leave_kueue_labelled,
         pod_webhook=bool(args.webhook_port) and args.pin_pods)
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
@@ -437,6 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail, at dispatch, AppWrappers with no creator recorded by the "
                    "webhook (set it once the webhook is installed: deploy/ does); a "
                    "recorded creator's rights are re-checked at dispatch either way")
+    r.add_argument("--leave-kueue-labelled", action="store_true",
+                   help="leave AppWrappers labelled kueue.x-k8s.io/queue-name to Kueue "
+                   "(default: the dispatcher queues them too, as every AppWrapper whose "
+                   "spec.managedBy names no other controller)")
     r.add_argument("--pin-pods", action=argparse.BooleanOptionalAction, default=True,
                    help="create wrapped pods behind a scheduling gate and let each onto "
                    "the node the dispatcher holds room on, so that kube-scheduler cannot "

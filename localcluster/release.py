@@ -5,6 +5,8 @@ Writes the release's manifests, versioned with the package (pyproject.toml), wit
 
 - ``install.yaml``: deploy/ in one file (``kubectl kustomize``: CRDs, namespace, RBAC,
   Deployments, Services, webhook configurations), its image tagged with the version;
+- ``crds-v1beta2.yaml``: the CRDs with AppWrapper v1beta2 served beside v1beta1 and
+  converted by the dispatcher's webhook (deploy/v1beta2), to apply once it runs;
 - ``dispatcher-VERSION.tgz``: the Helm chart (charts/dispatcher), packaged with the version
   as its version and appVersion; its links to deploy/ become copies.
 """
@@ -62,6 +64,14 @@ def install_yaml(version: str, image: str = IMAGE) -> str:
             "# (docs/operations.md, \"Install on a cluster\")\n" + rendered)
 
 
+def v1beta2_crds() -> str:
+    """deploy/v1beta2: the CRDs serving AppWrapper v1beta2 too."""
+    rendered = _run(build.binary("kubernetes", "kubectl"), "kustomize", DEPLOY / "v1beta2")
+    return ("# AppWrapper v1beta2 beside v1beta1, once the dispatcher's webhook runs:\n"
+            "#   kubectl apply --server-side --force-conflicts -f crds-v1beta2.yaml\n"
+            "# (docs/guide/v1beta2.md)\n" + rendered)
+
+
 def package_chart(dist: Path, version: str) -> Path:
     _run(build.binary("helm"), "package", CHART, "--destination", dist,
          "--version", version, "--app-version", version)
@@ -70,7 +80,8 @@ def package_chart(dist: Path, version: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m localcluster.release",
-                                 description="Write install.yaml and the packaged Helm chart.")
+                                 description="Write install.yaml, crds-v1beta2.yaml and the "
+                                 "packaged Helm chart.")
     ap.add_argument("--dist", type=Path, default=REPO / "dist", help="default: dist/")
     ap.add_argument("--image", default=IMAGE,
                     help=f"the image, without its tag (default {IMAGE}; the tag is the version)")
@@ -79,11 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         version = package_version()
         args.dist.mkdir(parents=True, exist_ok=True)
         (args.dist / "install.yaml").write_text(install_yaml(version, args.image))
+        (args.dist / "crds-v1beta2.yaml").write_text(v1beta2_crds())
         chart = package_chart(args.dist, version)
     except (ReleaseError, build.BuildError) as exc:
         print(f"release: error: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.dist / 'install.yaml'}\n{chart}")
+    print(f"{args.dist / 'install.yaml'}\n{args.dist / 'crds-v1beta2.yaml'}\n{chart}")
     return 0
 
 

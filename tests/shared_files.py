@@ -18,6 +18,9 @@ SHARED = REPO.parent / "shared"
 # MCAD's AppWrappers (manifests/, cluster.yaml, expected.tsv) and its kuttl suites (test/).
 MCAD_V1BETA1 = Path(os.environ.get("MCAD_V1BETA1", SHARED / "conformance/mcad-v1beta1"))
 MCAD_KUTTL = Path(os.environ.get("MCAD_KUTTL", SHARED / "conformance/mcad-kuttl"))
+# codeflare's AppWrapper v1beta2: its CRD, samples/ and docs/.
+APPWRAPPER_V1BETA2 = Path(os.environ.get("APPWRAPPER_V1BETA2",
+                                         SHARED / "conformance/appwrapper-v1beta2"))
 
 
 def missing(path: Path, what: str, variable: str) -> str | None:

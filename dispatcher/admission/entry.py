@@ -7,12 +7,14 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from dispatcher.api.conversion import ConversionError, V1beta2Fields, v1beta2_fields
 from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.elastic import admitted_now, demand_at
 from dispatcher.fit.gang import GangPodSet
 from dispatcher.kinds import InvalidItem, item_pod_sets, topology_request
+from dispatcher.kinds.declared import component_view, pod_set_count_problems
 from dispatcher.kinds.elastic import (
     ElasticSet,
     declared_sets,
@@ -33,17 +35,29 @@ def queued_from_appwrapper(aw: AppWrapper, first_seen: float) -> QueuedWrapper:
     problems: list[str] = []
     declared: list[ElasticSet] = []
     tolerant: list[ElasticSet] = []
+    try:
+        v1beta2 = v1beta2_fields(aw.metadata.annotations)
+    except ConversionError as e:
+        problems.append(f"metadata.annotations: {e}")
+        v1beta2 = V1beta2Fields()
     for i, item in enumerate(aw.spec.resources.GenericItems):
         custom = [c.model_dump() for c in item.custompodresources]
         try:
-            sets = item_pod_sets(item.generictemplate, custom or None, index=i)
+            if v1beta2.written_as_v1beta2:
+                _, sets = component_view(item.generictemplate, v1beta2.component(i),
+                                         f"spec.components[{i}]")
+            else:
+                sets = item_pod_sets(item.generictemplate, custom or None, index=i)
             if not custom:
                 declared += declared_sets(item.generictemplate, sets, i, len(gang))
                 tolerant += tolerant_sets(item.generictemplate, sets, i, len(gang))
         except InvalidItem as e:
-            problems.append(f"spec.resources.GenericItems[{i}]: {e}")
+            problems.append(str(e) if v1beta2.written_as_v1beta2
+                            else f"spec.resources.GenericItems[{i}]: {e}")
             continue
         gang.extend(GangPodSet(i, ps) for ps in sets)
+    if v1beta2.written_as_v1beta2 and not problems:
+        problems += pod_set_count_problems(len(gang))
     try:
         whole = topology_request(aw.metadata.annotations, "metadata.annotations",
                                  whole_gang=True)

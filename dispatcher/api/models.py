@@ -447,11 +447,9 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
     """Checks on the raw input, each skipped where the schema already reported the part."""
     problems: list[str] = []
     metadata = obj.get("metadata")
-    namespace = "default"
+    namespace = namespace_of(obj)
     if isinstance(metadata, Mapping):
         problems.extend(_appwrapper_name_problems(metadata))
-        if isinstance(metadata.get("namespace"), str):
-            namespace = metadata["namespace"] or "default"
 
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
@@ -492,6 +490,14 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
             else:
                 seen[identity] = index
     return problems
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """The namespace an AppWrapper as written is in ("default" when it names none)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("namespace"), str):
+        return metadata["namespace"] or "default"
+    return "default"
 
 
 def _appwrapper_name_problems(metadata: Mapping[str, Any]) -> list[str]:

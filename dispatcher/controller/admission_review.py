@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.api.conditions import ConditionType
+from dispatcher.api.conversion import V1BETA2_FIELDS_ANNOTATION, ConversionError, v1beta2_fields
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
 from dispatcher.fit.topology import Topology
@@ -119,6 +120,14 @@ def _items(obj: Mapping[str, Any]) -> Any:
     return ((obj.get("spec") or {}).get("resources") or {}).get("GenericItems")
 
 
+def _components(obj: Mapping[str, Any]) -> object:
+    """What a wrapper written as v1beta2 says of its components beside their templates."""
+    try:
+        return v1beta2_fields(_annotations(obj)).components
+    except ConversionError:
+        return _annotations(obj).get(V1BETA2_FIELDS_ANNOTATION)
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -183,12 +192,13 @@ class AppWrapperReview:
                 f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
                 "and cannot be changed; keep the annotations as they are (kubectl apply and "
                 "kubectl edit do; kubectl replace with a file without them does not)"))
-        items_changed = _items(old) != _items(obj)
+        items_changed = _items(old) != _items(obj) or _components(old) != _components(obj)
         if items_changed:
             state = latest_condition(old)
             if state not in EDITABLE:
                 return Verdict(False, code=403, message=(
-                    f"spec.resources.GenericItems cannot change once the AppWrapper is past "
+                    f"spec.resources.GenericItems (spec.components in v1beta2: templates, "
+                    f"podSets and podSetInfos) cannot change once the AppWrapper is past "
                     f"the queue (its latest condition is {state}): what was checked is "
                     "what the dispatcher creates; delete the AppWrapper and apply the new "
                     "one"))

@@ -49,6 +49,11 @@ MUTATING = Resource("admissionregistration.k8s.io/v1", "MutatingWebhookConfigura
 VALIDATING = Resource("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
                       "validatingwebhookconfigurations", False)
 
+CRDS = Resource("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                "customresourcedefinitions", False)
+# The CRD whose conversion webhook (v1beta1 <-> v1beta2) this webhook serves.
+APPWRAPPER_CRD = "appwrappers.workload.codeflare.dev"
+
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 PREVIOUS_CA = "ca-previous.crt"
 
@@ -318,4 +323,34 @@ class SecretCertificates:
         if patched:
             log.info("CA bundle patched into %d webhook(s) of %s", patched,
                      " and ".join(dict.fromkeys(name for _, name in targets)))
+        if self.configuration is not None:
+            patched += await self._publish_conversion(bundle)
         return patched
+
+    async def _publish_conversion(self, bundle: str) -> int:
+        """Patch the CA bundle into the AppWrapper CRD's conversion webhook, when it is
+        this namespace's service that converts; 1 if patched."""
+        path = CRDS.path(name=APPWRAPPER_CRD)
+        try:
+            crd = await self.kube.request("GET", path)
+        except ApiError as e:
+            if e.status in (403, 404):
+                log.warning("CRD %s not read (%s): AppWrapper v1beta2 cannot be served until "
+                            "its conversion webhook trusts this CA", APPWRAPPER_CRD, e)
+                return 0
+            raise
+        conversion = (crd.get("spec") or {}).get("conversion") or {}
+        config = (conversion.get("webhook") or {}).get("clientConfig") or {}
+        if conversion.get("strategy") != "Webhook" or \
+                (config.get("service") or {}).get("namespace") != self.namespace or \
+                config.get("caBundle") == bundle:
+            return 0
+        version = (crd.get("metadata") or {}).get("resourceVersion")
+        await self.kube.request(
+            "PATCH", path, [{"op": "test", "path": "/metadata/resourceVersion",
+                             "value": version},
+                            {"op": "add", "path": "/spec/conversion/webhook/clientConfig/caBundle",
+                             "value": bundle}],
+            content_type="application/json-patch+json")
+        log.info("CA bundle patched into the conversion webhook of CRD %s", APPWRAPPER_CRD)
+        return 1

@@ -23,7 +23,7 @@ from typing import Any
 from dispatcher.api.models import WrappedItem
 from dispatcher.kinds.completion import Outcome, item_outcome, wrapper_outcome
 
-from .items import gate_pods, owned_by, prepared_items
+from .items import gate_pods, owned_by, pod_paths, prepared_items
 from .kube import ApiError, Kube, Resource
 from .ownership import OwnerRef, Ownership
 from .scaling import sized_items
@@ -118,12 +118,12 @@ class Items:
         created = found = 0
         waiting = False
         recorded = t.item_uids()
-        for obj in sized_items(t):
+        for index, obj in enumerate(sized_items(t)):
             if (obj["kind"], obj["metadata"]["name"]) in recorded:
                 found += 1
                 continue  # created by an earlier run: its uid is in the status
             if self.pin:
-                gate_pods(obj)
+                gate_pods(obj, pod_paths(t.aw, index, obj))
             where = f"{obj['kind']} {obj['metadata']['name']!r}"
             resource = await self._resource(obj)
             if resource is None:

@@ -10,6 +10,9 @@ annotations that name who asks (``kubectl appwrapper hold|release|cancel`` sets 
   loop (runtime.py). ``Failed`` / ``Cancelled``, "cancelled by alice": MCAD's end for an
   AppWrapper that will not run. It is final: an edit of its spec does not queue it again.
 
+A v1beta2 AppWrapper whose ``spec.suspend`` is true is held the same way (held by
+``spec.suspend``) until it is set to false.
+
 Who may ask is plain Kubernetes RBAC: ``patch`` on ``appwrappers`` in its namespace.
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
+from dispatcher.api.management import SUSPENDED_BY, suspended
 
 SOMEONE = "someone"  # an annotation set with no name
 
@@ -32,10 +36,14 @@ def asked(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
             return None
         return str(annotations[key] or "").strip() or SOMEONE
 
-    return who(HELD_BY_ANNOTATION), who(CANCELLED_BY_ANNOTATION)
+    held_by = SUSPENDED_BY if suspended(annotations) else who(HELD_BY_ANNOTATION)
+    return held_by, who(CANCELLED_BY_ANNOTATION)
 
 
 def held_message(held_by: str, name: str) -> str:
+    if held_by == SUSPENDED_BY:
+        return ("suspended (spec.suspend is true): it keeps its place in the queue and is not "
+                "dispatched until spec.suspend is false")
     return (f"held by {held_by}: it keeps its place in the queue and is not dispatched until "
             f"released (kubectl appwrapper release {name})")
 

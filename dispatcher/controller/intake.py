@@ -24,6 +24,7 @@ from typing import Any
 
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
 from dispatcher.cluster.model import is_terminal
@@ -77,11 +78,14 @@ def _status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
 class Intake:
     def __init__(self, memory: Memory, clock: Callable[[], float],
                  on_failed: Callable[[str], None] = lambda reason: None,
-                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> None:
+                 allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
+                 leave_kueue_labelled: bool = False) -> None:
         self.m = memory
         self.clock = clock
         self.on_failed = on_failed
         self.allowed_kinds = allowed_kinds
+        # Wrappers labelled with a Kueue queue name are Kueue's (management.py).
+        self.leave_kueue_labelled = leave_kueue_labelled
         # What the dispatcher accepts but the user should look at: (wrapper, text),
         # posted as Warning Events by the loop, once per new spec.
         self.warnings: list[tuple[Tracked, str]] = []
@@ -289,6 +293,11 @@ class Intake:
             return  # else our own status write coming back, or a label change
         if t is not None:
             self.m.forget(t)  # replaced by a new object of the same name
+        elsewhere = managed_elsewhere(meta.get("annotations") or {}, meta.get("labels") or {},
+                                      self.leave_kueue_labelled)
+        if elsewhere is not None:
+            log.debug("%s/%s: left to another controller: %s", *key, elsewhere)
+            return
         self._intake(key, obj)
         self.m.wake.set()
 

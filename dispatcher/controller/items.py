@@ -14,11 +14,13 @@ the fields the API server sets itself (uid, resourceVersion, status…) are remo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from dispatcher.api.conversion import ComponentFields, ConversionError, v1beta2_fields
 from dispatcher.api.labels import (
     APPWRAPPER_LABEL,
     MCAD_APPWRAPPER_LABEL,
@@ -26,7 +28,8 @@ from dispatcher.api.labels import (
 )
 from dispatcher.api.models import API_GROUP, API_VERSION, AppWrapper
 from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
-from dispatcher.kinds import pod_template_paths
+from dispatcher.kinds import InvalidItem, pod_template_paths
+from dispatcher.kinds.declared import template_paths, with_pod_set_infos
 
 __all__ = ["MAX_LABEL_VALUE", "owned_by", "owner_reference", "prepared_items", "stable_name"]
 
@@ -82,7 +85,7 @@ def prepared_items(aw: AppWrapper) -> list[dict[str, Any]]:
     """The objects to create for `aw`, in GenericItems order."""
     out: list[dict[str, Any]] = []
     for index, item in enumerate(aw.spec.resources.GenericItems):
-        obj = copy.deepcopy(dict(item.generictemplate))
+        obj = _with_pod_set_infos(aw, index, copy.deepcopy(dict(item.generictemplate)))
         meta = _metadata(obj)
         meta["namespace"] = aw.metadata.namespace
         if not meta.get("name"):
@@ -95,7 +98,7 @@ def prepared_items(aw: AppWrapper) -> list[dict[str, Any]]:
         _set_labels(meta, labels)
         meta["ownerReferences"] = [owner_reference(aw)]
         obj.pop("status", None)
-        for path in pod_template_paths(obj):
+        for path in pod_paths(aw, index, obj):
             if not path:
                 continue  # a Pod: its own metadata is set above
             tmeta = _metadata(_at(obj, path))
@@ -117,7 +120,37 @@ def ours(gate: object) -> bool:
     return isinstance(gate, Mapping) and gate.get("name") == PLACEMENT_GATE
 
 
-def gate_pods(obj: dict[str, Any]) -> None:
+def _component(aw: AppWrapper, index: int) -> ComponentFields | None:
+    """The v1beta2 fields of item `index` of a wrapper written as v1beta2, else None."""
+    try:
+        fields = v1beta2_fields(aw.metadata.annotations)
+    except ConversionError:
+        return None  # the queue found the wrapper invalid: it is never created
+    return fields.component(index) if fields.written_as_v1beta2 else None
+
+
+def pod_paths(aw: AppWrapper, index: int, obj: Mapping[str, Any]) -> list[list[str | int]]:
+    """Where the pod templates of item `index` (`obj`) are: declared podSets of a v1beta2
+    component, else those of its kind."""
+    component = _component(aw, index)
+    if component is not None:
+        with contextlib.suppress(InvalidItem):
+            return [list(p) for p in template_paths(obj, component)]
+    return pod_template_paths(obj)
+
+
+def _with_pod_set_infos(aw: AppWrapper, index: int, obj: dict[str, Any]) -> dict[str, Any]:
+    component = _component(aw, index)
+    if component is None or not component.pod_set_infos:
+        return obj
+    try:
+        paths = template_paths(obj, component)
+        return with_pod_set_infos(obj, paths, component, f"spec.components[{index}]")
+    except InvalidItem:
+        return obj  # refused by the queue already: never created
+
+
+def gate_pods(obj: dict[str, Any], paths: list[list[str | int]] | None = None) -> None:
     """Add the placement gate to every pod template of `obj` (to `obj` itself if a Pod)
     whose node choice the dispatcher's fit can make and kube-scheduler would carry out.
 
@@ -125,7 +158,7 @@ def gate_pods(obj: dict[str, Any]) -> None:
     scheduled, they go to that node as they are made, which is where the fit planned
     them (the only node it lets them use). The API server refuses a pod with both a node
     name and a scheduling gate, so gated, none would ever be made."""
-    for path in pod_template_paths(obj):
+    for path in pod_template_paths(obj) if paths is None else paths:
         template = _at(obj, path) if path else obj
         spec = template.get("spec")
         if not isinstance(spec, dict) or spec.get("nodeName") or _beyond_fit(spec):

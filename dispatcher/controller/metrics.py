@@ -87,7 +87,7 @@ WEBHOOK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    10.0)
 VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 PACING_PRIORITIES = ("urgent", "status", "event")  # kube.URGENT, STATUS, EVENT
-WEBHOOK_ENDPOINTS = ("mutate", "validate", "pin-pods")
+WEBHOOK_ENDPOINTS = ("mutate", "validate", "pin-pods", "convert")
 WEBHOOK_RESULTS = ("allowed", "denied", "error", "bad_request")
 NO_ANSWER_CODE = "none"  # a refused or cut connection, or a timeout
 
@@ -143,9 +143,10 @@ class RequestMetrics:
             "event.", ["priority"], buckets=API_BUCKETS, registry=r)
         self.webhook_duration = Histogram(
             f"{PREFIX}_webhook_request_duration_seconds", "Time to answer one "
-            "AdmissionReview, from reading it to the answer, by endpoint (mutate, validate, "
-            "pin-pods) and result (allowed, denied, error: the review failed, bad_request: "
-            "not an AdmissionReview).", ["endpoint", "result"], buckets=WEBHOOK_BUCKETS,
+            "AdmissionReview or ConversionReview, from reading it to the answer, by endpoint "
+            "(mutate, validate, pin-pods, convert) and result (allowed, denied, error: the "
+            "review failed, bad_request: not a review; a conversion that fails is denied).",
+            ["endpoint", "result"], buckets=WEBHOOK_BUCKETS,
             registry=r)
         for verb in VERBS:
             self.api_duration.labels(verb)

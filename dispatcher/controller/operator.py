@@ -73,6 +73,7 @@ class Settings:
     # The pod webhook is served beside the controller (`run --webhook-port`): it pins with
     # this process's memory (`Operator.pins`) once the loop runs.
     pod_webhook: bool = False
+    leave_kueue_labelled: bool = False  # api/management.py
     # The metrics, when made before the operator (`run --webhook-port`: the webhook's
     # requests are measured in the same registry); else the operator makes them.
     observer: PrometheusObserver | None = None
@@ -202,7 +203,7 @@ class Operator:
         d = Dispatcher(kube, s.policy, s.fit, observer=observer, timing=s.timing,
                        allowed_kinds=s.allowed_kinds, require_creator=s.require_creator,
                        estimates=s.estimates, pin_pods=s.pin_pods, topology=s.topology,
-                       blind=self.blind)
+                       blind=self.blind, leave_kueue_labelled=s.leave_kueue_labelled)
         self.dispatcher = d
         self.standby = None
         await self._start_informers(d, kube)

@@ -93,7 +93,8 @@ class Dispatcher:
                  require_creator: bool = False,
                  estimates: EstimateSettings | None = None, pin_pods: bool = False,
                  topology: Topology = NO_TOPOLOGY,
-                 blind: Callable[[], str | None] = lambda: None) -> None:
+                 blind: Callable[[], str | None] = lambda: None,
+                 leave_kueue_labelled: bool = False) -> None:
         """`blind()`: why memory cannot be trusted right now (a watch is down), or None."""
         self.kube = kube
         self.observer = observer or Observer()
@@ -107,7 +108,8 @@ class Dispatcher:
         self.m = Memory(policy)
         self.tasks = Tasks(clock, self.m.wake)
         self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
-                             allowed_kinds=allowed_kinds)
+                             allowed_kinds=allowed_kinds,
+                             leave_kueue_labelled=leave_kueue_labelled)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.m.ownership, pin=pin_pods)

@@ -3,9 +3,10 @@
 
 kube-apiserver POSTs an AdmissionReview to ``/mutate-appwrappers`` (creator annotations)
 and ``/validate-appwrappers`` (spec, creator, RBAC per item, immutability); what is decided
-is in admission_review.py. ``/healthz`` answers once a certificate is loaded. Inside
-``dispatcher run`` it also serves ``/pin-pods``, the pod webhook that pins a gang's pod as
-it is created (pod_pinning.py).
+is in admission_review.py. It POSTs a ConversionReview to ``/convert-appwrappers`` to have
+AppWrappers converted between v1beta1 and v1beta2 (dispatcher.api.conversion).
+``/healthz`` answers once a certificate is loaded. Inside ``dispatcher run`` it also serves
+``/pin-pods``, the pod webhook that pins a gang's pod as it is created (pod_pinning.py).
 
 Certificates come from a Secret the webhook keeps itself (certs.py: made, rotated, and
 the CA patched into its webhook configurations), or, with ``cert_dir``, from files that
@@ -30,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dispatcher.api.conversion import conversion_response
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 
@@ -45,6 +47,8 @@ log = logging.getLogger("dispatcher.webhook")
 
 MUTATE_PATH = "/mutate-appwrappers"
 VALIDATE_PATH = "/validate-appwrappers"
+# The CRD's conversion webhook: AppWrappers between v1beta1 and v1beta2.
+CONVERT_PATH = "/convert-appwrappers"
 PIN_PODS_PATH = "/pin-pods"  # served by `dispatcher run` only (pod_pinning.py)
 PODS_CONFIGURATION = "dispatcher-pods"
 RECHECK_SECONDS = 60.0
@@ -158,6 +162,7 @@ class WebhookServer:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_post(MUTATE_PATH, self._timed("mutate", self._mutate))
         app.router.add_post(VALIDATE_PATH, self._timed("validate", self._validate))
+        app.router.add_post(CONVERT_PATH, self._timed("convert", self._convert))
         if self.pods is not None:
             app.router.add_post(PIN_PODS_PATH, self._timed("pin-pods", self._pin_pod))
         app.router.add_get("/healthz", self._healthz)
@@ -236,6 +241,22 @@ class WebhookServer:
 
     async def _validate(self, request: web.Request) -> tuple[web.Response, str]:
         return await self._answer(request, mutate=False)
+
+    async def _convert(self, request: web.Request) -> tuple[web.Response, str]:
+        """A ConversionReview: pure work on what was posted, no lookup."""
+        try:
+            body = await request.json()
+            review = body["request"]
+            if not isinstance(review, dict):
+                raise TypeError("request is not a mapping")
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400, text="expected a ConversionReview with a request "
+                                "(apiextensions.k8s.io/v1)\n"), BAD_REQUEST
+        response = conversion_response(review)
+        result = ALLOWED if response["result"]["status"] == "Success" else DENIED
+        return web.json_response({"apiVersion": body.get("apiVersion") or
+                                  "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                                  "response": response}), result
 
     async def _pin_pod(self, request: web.Request) -> tuple[web.Response, str]:
         """Always allowed: at worst the pod keeps its gate and the loop lets it go."""

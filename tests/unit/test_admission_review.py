@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from dispatcher.api.conversion import to_v1beta1, to_v1beta2
 from dispatcher.api.models import MAX_ITEMS, parse_appwrapper
 from dispatcher.controller.access import (
     CREATOR,
@@ -309,8 +310,10 @@ def test_items_cannot_change_once_dispatched(condition: str) -> None:
     new["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["parallelism"] = 8
     verdict = run(review.validate(request(new, ALICE, "UPDATE", old)))
     assert not verdict.allowed
-    assert verdict.message.startswith("spec.resources.GenericItems cannot change once the "
-                                      f"AppWrapper is past the queue (its latest condition "
+    assert verdict.message.startswith("spec.resources.GenericItems (spec.components in "
+                                      "v1beta2: templates, podSets and podSetInfos) cannot "
+                                      "change once the AppWrapper is past the queue (its "
+                                      "latest condition "
                                       f"is {condition})")
     # Anything else may still change: labels, other spec fields (a priority she was
     # granted: tests/unit/test_grants.py).
@@ -318,6 +321,36 @@ def test_items_cannot_change_once_dispatched(condition: str) -> None:
     relabelled["metadata"]["labels"] = {"team": "a"}
     relabelled["spec"]["priority"] = 3
     assert run(review.validate(request(relabelled, ALICE, "UPDATE", old))).allowed
+
+
+def v1beta2(*components: dict[str, Any]) -> dict[str, Any]:
+    """A v1beta2 AppWrapper as the API server hands it to the webhook: in v1beta1 terms."""
+    return to_v1beta1({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                       "metadata": {"name": "aw", "namespace": "team-a"},
+                       "spec": {"components": list(components)}})
+
+
+def test_pod_sets_of_a_v1beta2_wrapper_cannot_change_once_dispatched() -> None:
+    review, _ = reviewer()
+    declared = {"template": job(), "podSets": [{"path": "template.spec.template"}]}
+    old, verdict = admitted(review, v1beta2(declared), ALICE)
+    assert verdict.allowed
+    old = with_status(old, "Dispatched")
+    new = json.loads(json.dumps(old))
+    fields = to_v1beta2(new)
+    fields["spec"]["components"][0]["podSetInfos"] = [{"nodeSelector": {"pool": "b"}}]
+    verdict = run(review.validate(request(to_v1beta1(fields), ALICE, "UPDATE", old)))
+    assert not verdict.allowed
+    assert "podSets and podSetInfos) cannot change once" in verdict.message
+
+
+def test_a_v1beta2_wrapper_whose_pod_sets_are_wrong_is_refused_in_v1beta2_terms() -> None:
+    review, _ = reviewer()
+    wrong = {"template": job(), "podSets": [{"path": "template.spec.template", "replicas": 3}]}
+    _, verdict = admitted(review, v1beta2(wrong), ALICE)
+    assert not verdict.allowed
+    assert "spec.components[0].podSets[0].replicas: is 3, but Job will create 1 pods" \
+        in verdict.message
 
 
 @pytest.mark.parametrize("condition", sorted(EDITABLE))

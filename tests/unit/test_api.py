@@ -19,6 +19,8 @@ from dispatcher.api import (
     parse_appwrapper,
     set_condition,
 )
+from dispatcher.api.v1beta2 import AppWrapperV2
+from dispatcher.controller.webhook import CONVERT_PATH
 
 CRD = Path(__file__).parents[2] / "crds" / "appwrappers.workload.codeflare.dev.yaml"
 
@@ -31,6 +33,14 @@ def crd_schema() -> dict[str, Any]:
     (version,) = crd()["spec"]["versions"]
     schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
     return schema
+
+
+V1BETA2_PATCH = CRD.parents[1] / "deploy" / "v1beta2" / "version.yaml"
+
+
+def v1beta2_patch() -> dict[str, Any]:
+    """deploy/v1beta2's patch of the CRD, by the path each operation adds."""
+    return {op["path"]: op["value"] for op in yaml.safe_load(V1BETA2_PATCH.read_text())}
 
 
 def model_schema() -> dict[str, Any]:
@@ -99,6 +109,26 @@ def test_crd_and_models_agree_field_by_field() -> None:
     for part in ("spec", "status"):
         compare(schema["properties"][part], model["properties"][part], defs, part, problems)
     assert problems == []
+
+
+def test_the_v1beta2_crd_and_models_agree_field_by_field() -> None:
+    schema = v1beta2_patch()["/spec/versions/-"]["schema"]["openAPIV3Schema"]
+    model = AppWrapperV2.model_json_schema(mode="validation")
+    problems: list[str] = []
+    for part in ("spec", "status"):
+        compare(schema["properties"][part], model["properties"][part], model["$defs"], part,
+                problems)
+    assert problems == []
+
+
+def test_v1beta2_is_served_beside_v1beta1_stored_and_converted_by_the_webhook() -> None:
+    patch = v1beta2_patch()
+    version, conversion = patch["/spec/versions/-"], patch["/spec/conversion"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1beta2", True, False)
+    assert crd()["spec"]["versions"][0]["storage"] is True  # v1beta1 stays stored
+    service = conversion["webhook"]["clientConfig"]["service"]
+    assert conversion["strategy"] == "Webhook"
+    assert (service["name"], service["path"]) == ("dispatcher-webhook", CONVERT_PATH)
 
 
 def test_the_drift_check_notices_a_field_missing_from_the_crd() -> None:

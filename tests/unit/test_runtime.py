@@ -77,8 +77,9 @@ def run(scenario: Callable[[FakeKube, Clock], Coroutine[Any, Any, None]]) -> Non
     asyncio.run(scenario(FakeKube(clock), clock))
 
 
-async def started(kube: FakeKube, clock: Clock, policy: Policy = FIFO) -> Dispatcher:
-    d = Dispatcher(kube, policy, clock=clock)  # type: ignore[arg-type]
+async def started(kube: FakeKube, clock: Clock, policy: Policy = FIFO,
+                  **options: Any) -> Dispatcher:
+    d = Dispatcher(kube, policy, clock=clock, **options)  # type: ignore[arg-type]
     for obj in await kube.list(_res("Node")):
         d.on_node("ADDED", obj)
     for obj in await kube.list(_res("AppWrapper")):

@@ -18,6 +18,8 @@ from cryptography import x509
 from dispatcher.controller.access import CREATOR, Access
 from dispatcher.controller.admission_review import AppWrapperReview
 from dispatcher.controller.certs import (
+    APPWRAPPER_CRD,
+    CRDS,
     MUTATING,
     SECRETS,
     VALIDATING,
@@ -29,6 +31,7 @@ from dispatcher.controller.certs import (
 )
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.webhook import (
+    CONVERT_PATH,
     MUTATE_PATH,
     VALIDATE_PATH,
     WebhookServer,
@@ -166,6 +169,40 @@ def test_the_ca_is_patched_into_every_webhook_once() -> None:
     assert run(s.publish(certs, NOW)) == 0
 
 
+def appwrapper_crd(namespace: str = "dispatcher-system") -> dict[str, Any]:
+    return {"metadata": {"name": APPWRAPPER_CRD, "resourceVersion": "7"},
+            "spec": {"conversion": {"strategy": "Webhook", "webhook": {
+                "conversionReviewVersions": ["v1"], "clientConfig": {"service": {
+                    "namespace": namespace, "name": "dispatcher-webhook",
+                    "path": "/convert-appwrappers"}}}}}}
+
+
+def test_the_ca_is_patched_into_the_crds_conversion_webhook_once() -> None:
+    api = FakeApi()
+    configs(api)
+    api.put(CRDS.path(name=APPWRAPPER_CRD), appwrapper_crd())
+    s = store(api)
+    certs = run(s.current(NOW))
+    assert run(s.publish(certs, NOW)) == 5
+    crd = api.objects[CRDS.path(name=APPWRAPPER_CRD)]
+    config = crd["spec"]["conversion"]["webhook"]["clientConfig"]
+    assert base64.b64decode(config["caBundle"]) == certs.ca_cert
+    assert run(s.publish(certs, NOW)) == 0
+
+
+def test_a_crd_converted_by_another_installation_or_unreadable_is_left_alone() -> None:
+    api = FakeApi()
+    configs(api)
+    api.put(CRDS.path(name=APPWRAPPER_CRD), appwrapper_crd("elsewhere"))
+    s = store(api)
+    certs = run(s.current(NOW))
+    assert run(s.publish(certs, NOW)) == 4
+    assert "caBundle" not in api.objects[CRDS.path(name=APPWRAPPER_CRD)]["spec"][
+        "conversion"]["webhook"]["clientConfig"]
+    api.fail[("GET", CRDS.path(name=APPWRAPPER_CRD))] = ApiError(403, "Forbidden", "no")
+    assert run(s.publish(certs, NOW)) == 0
+
+
 def test_the_pod_webhooks_configuration_gets_the_ca_and_may_be_absent_or_forbidden() -> None:
     api = FakeApi()
     configs(api)
@@ -204,6 +241,13 @@ def review_body(operation: str = "CREATE") -> dict[str, Any]:
         "object": {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
                    "metadata": {"name": "aw", "namespace": "team-a"},
                    "spec": {"resources": {"GenericItems": [{"generictemplate": job}]}}}}}
+
+
+def conversion_body() -> dict[str, Any]:
+    obj = review_body()["request"]["object"]
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "c1", "desiredAPIVersion": "workload.codeflare.dev/v1beta2",
+                        "objects": [obj]}}
 
 
 def client_context(ca: bytes) -> ssl.SSLContext:
@@ -256,6 +300,23 @@ def test_the_server_answers_admission_reviews_over_tls_and_reloads_its_certifica
                     response = (await r.json())["response"]
                 assert response["allowed"] is False and response["status"]["code"] == 403
                 async with http.post(base + VALIDATE_PATH, data=b"{}", ssl=ssl_ctx) as r:
+                    assert r.status == 400
+                async with http.post(base + CONVERT_PATH, json=conversion_body(),
+                                     ssl=ssl_ctx) as r:
+                    answer = await r.json()
+                assert answer["kind"] == "ConversionReview"
+                assert answer["response"]["uid"] == "c1"
+                assert answer["response"]["result"] == {"status": "Success"}
+                (converted,) = answer["response"]["convertedObjects"]
+                assert converted["apiVersion"] == "workload.codeflare.dev/v1beta2"
+                assert converted["spec"]["components"][0]["template"]["kind"] == "Job"
+                body = conversion_body()
+                body["request"]["desiredAPIVersion"] = "workload.codeflare.dev/v9"
+                async with http.post(base + CONVERT_PATH, json=body, ssl=ssl_ctx) as r:
+                    result = (await r.json())["response"]["result"]
+                assert result["status"] == "Failure"
+                assert result["message"].startswith("AppWrapper team-a/aw: cannot convert")
+                async with http.post(base + CONVERT_PATH, data=b"{}", ssl=ssl_ctx) as r:
                     assert r.status == 400
                 async with http.get(base + "/healthz", ssl=ssl_ctx) as r:
                     assert r.status == 200
