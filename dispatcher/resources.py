@@ -121,7 +121,7 @@ def _canonical(name: str, value: object, label: str) -> int:
 
 
 # Every pod event parses its containers' requests, and they are the same few amounts:
-# exact fractions for each made this a twentieth of the dispatcher's CPU (bench/e2e.py).
+# parsed once each.
 # `typed`: True and 1 are different keys (a bool is not a quantity).
 @functools.lru_cache(maxsize=4096, typed=True)
 def _canonical_units(name: str, value: str | int | float) -> int:

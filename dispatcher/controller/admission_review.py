@@ -72,7 +72,7 @@ REASONS = {403: "Forbidden", 422: "Invalid", 500: "InternalError"}
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ReviewAnswer:
     allowed: bool
     message: str = ""
     code: int = 200
@@ -92,7 +92,7 @@ class Verdict:
         return out
 
 
-ALLOW = Verdict(True)
+ALLOW = ReviewAnswer(True)
 
 
 def capped(problems: list[str], limit: int = MAX_MESSAGE) -> str:
@@ -147,22 +147,22 @@ class AppWrapperReview:
         kind = request.get("kind") or {}
         return kind.get("group") == API_GROUP and kind.get("kind") == APPWRAPPER_KIND
 
-    def mutate(self, request: Mapping[str, Any]) -> Verdict:
+    def mutate(self, request: Mapping[str, Any]) -> ReviewAnswer:
         if request.get("operation") != "CREATE" or not self._ours(request):
             return ALLOW
         obj = request.get("object") or {}
         want = UserInfo.from_request(request.get("userInfo") or {}).annotations()
         have = _annotations(obj)
         if not (obj.get("metadata") or {}).get("annotations"):
-            return Verdict(True, patch=[{"op": "add", "path": "/metadata/annotations",
+            return ReviewAnswer(True, patch=[{"op": "add", "path": "/metadata/annotations",
                                          "value": want}])
         patch = [{"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
                  for k, v in want.items() if have.get(k) != v]
         patch += [{"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
                   for k in CREATOR_ANNOTATIONS if k in have and k not in want]
-        return Verdict(True, patch=patch or None)
+        return ReviewAnswer(True, patch=patch or None)
 
-    async def validate(self, request: Mapping[str, Any]) -> Verdict:
+    async def validate(self, request: Mapping[str, Any]) -> ReviewAnswer:
         if not self._ours(request):
             return ALLOW
         operation = request.get("operation")
@@ -188,7 +188,7 @@ class AppWrapperReview:
         changed = [k for k in CREATOR_ANNOTATIONS
                    if _annotations(old).get(k) != _annotations(obj).get(k)]
         if changed:
-            return Verdict(False, code=403, message=(
+            return ReviewAnswer(False, code=403, message=(
                 f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
                 "and cannot be changed; keep the annotations as they are (kubectl apply and "
                 "kubectl edit do; kubectl replace with a file without them does not)"))
@@ -196,7 +196,7 @@ class AppWrapperReview:
         if items_changed:
             state = latest_condition(old)
             if state not in EDITABLE:
-                return Verdict(False, code=403, message=(
+                return ReviewAnswer(False, code=403, message=(
                     f"spec.resources.GenericItems (spec.components in v1beta2: templates, "
                     f"podSets and podSetInfos) cannot change once the AppWrapper is past "
                     f"the queue (its latest condition is {state}): what was checked is "
@@ -220,7 +220,7 @@ class AppWrapperReview:
 
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
                      namespace: str, check_items: bool, check_spec: bool = True,
-                     old: Mapping[str, Any] | None = None) -> Verdict:
+                     old: Mapping[str, Any] | None = None) -> ReviewAnswer:
         checked = (review(obj, 0.0, self.allowed_kinds, topology=self.topology)
                    if check_spec else None)
         spec = checked.problems if checked is not None else []
@@ -229,22 +229,22 @@ class AppWrapperReview:
             try:
                 denied = await self.access.denials(user, namespace, self._checked(obj))
             except ApiError as e:
-                return Verdict(False, code=500, message=capped([
+                return ReviewAnswer(False, code=500, message=capped([
                     f"could not check the wrapped objects against {user.username}'s "
                     f"permissions: {e}; try again"]))
         try:
             denied += await self._ungranted(user, namespace, obj, old)
         except ApiError as e:
-            return Verdict(False, code=500, message=capped([
+            return ReviewAnswer(False, code=500, message=capped([
                 f"could not check the quota node and priority against {user.username}'s "
                 f"grants: {e}; try again"]))
         problems = [*problems, *spec, *denied]
         if not problems:
-            return Verdict(True, warnings=tuple(checked.warnings) if checked else ())
+            return ReviewAnswer(True, warnings=tuple(checked.warnings) if checked else ())
         name = (obj.get("metadata") or {}).get("name") or "(unnamed)"
         log.info("refused AppWrapper %s/%s of %s: %s", namespace, name, user.username,
                  "; ".join(problems)[:1000])
-        return Verdict(False, code=422 if spec else 403, message=capped(problems))
+        return ReviewAnswer(False, code=422 if spec else 403, message=capped(problems))
 
     async def _ungranted(self, user: UserInfo, namespace: str, obj: Mapping[str, Any],
                          old: Mapping[str, Any] | None) -> list[str]:

@@ -246,25 +246,25 @@ class Estimates:
     def taken(self, now: float) -> _Round | None:
         """The queue, what runs and the rest a round (or reservations) needs, taken on the
         event loop; None when nothing is queued."""
-        m = self.memory
-        queued = list(m.queue.ordered(now))
+        memory = self.memory
+        queued = list(memory.queue.ordered(now))
         if not queued:
             return None
-        specs = {w.key: self._spec(m.tracked.get(w.key)) for w in queued}
+        specs = {w.key: self._spec(memory.tracked.get(w.key)) for w in queued}
         # One whose Dispatched write is under way starts now.
         admitted = [(record, t.queued, now if t.phase == "dispatching" else t.dispatched_at,
                      self._spec(t))
-                    for record in m.sharing.admitted(m.tracked, m.state)
-                    if (t := m.tracked[record.key]).queued is not None]
+                    for record in memory.sharing.admitted(memory.tracked, memory.state)
+                    if (t := memory.tracked[record.key]).queued is not None]
         # A teardown under way: the pods of a wrapper that left still hold their capacity.
         leaving = [RunningWrapper(key, tuple(PlannedPod(p.node, p.request)
-                                             for p in m.state.bound_pods_of(key)),
+                                             for p in memory.state.bound_pods_of(key)),
                                   now + TERMINATING_SECONDS)
-                   for key in m.state.owners()
-                   if (gone := m.tracked.get(key)) is not None
+                   for key in memory.state.owners()
+                   if (gone := memory.tracked.get(key)) is not None
                    and gone.phase not in ("dispatching", "dispatched", "running")]
-        return _Round(queued, specs, admitted, leaving, Capacity.of(m.state),
-                      m.sharing.forest(), dict(m.sharing.holds), self.history.copy())
+        return _Round(queued, specs, admitted, leaving, Capacity.of(memory.state),
+                      memory.sharing.forest(), dict(memory.sharing.holds), self.history.copy())
 
     def _spec(self, t: Tracked | None) -> _Spec:
         """Where `t` may declare its duration: its spec, and newer annotations if seen."""
@@ -300,11 +300,11 @@ class Estimates:
         self._apply(result, now)
 
     def _apply(self, result: Forecast, now: float) -> None:
-        m = self.memory
+        memory = self.memory
         moved: list[tuple[float, Key, Estimate]] = []
         for key, e in result.estimates.items():
-            t = m.tracked.get(key)
-            if t is None or t.phase != "queued" or m.queue.get(key) is not t.queued:
+            t = memory.tracked.get(key)
+            if t is None or t.phase != "queued" or memory.queue.get(key) is not t.queued:
                 continue
             if e.outcome == "start" and e.at is not None:
                 self.first.setdefault(key, e.at)
@@ -314,7 +314,7 @@ class Estimates:
         moved.sort(key=lambda x: -x[0])
         for _, key, e in moved[:self.s.max_writes]:
             self.shown[key] = Shown(e.outcome, e.at, describe(e, now))
-            self._show(m.tracked[key], now)
+            self._show(memory.tracked[key], now)
         self._prune()
         log.debug("start estimates: %d estimated in %.2f s (%d cycles%s); %d changed, %d "
                   "shown anew", len(result.estimates), result.seconds, result.cycles,
@@ -352,12 +352,12 @@ class Estimates:
 
     def _prune(self) -> None:
         """Forget wrappers that no longer wait (one being dispatched: once it is)."""
-        m = self.memory
+        memory = self.memory
         for book in (self.shown, self.first, self._bases):
-            for key in [k for k in book if (t := m.tracked.get(k)) is None
+            for key in [k for k in book if (t := memory.tracked.get(k)) is None
                         or t.phase not in ("queued", "dispatching")]:
                 del book[key]
-        for key in [k for k in self._annotations if k not in m.tracked]:
+        for key in [k for k in self._annotations if k not in memory.tracked]:
             del self._annotations[key]
 
 

@@ -42,7 +42,7 @@ from .placement import let_onto, token_key, token_of
 from .positions import clear_position
 from .scaling import follow_size, scaled_in
 from .status import Change, copy_status, is_newer, status_body
-from .tracked import Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
+from .tracked import ACTIVE, Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
 
 log = logging.getLogger("dispatcher")
 
@@ -80,7 +80,7 @@ class Intake:
                  on_failed: Callable[[str], None] = lambda reason: None,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  leave_kueue_labelled: bool = False) -> None:
-        self.m = memory
+        self.memory = memory
         self.clock = clock
         self.on_failed = on_failed
         self.allowed_kinds = allowed_kinds
@@ -102,7 +102,7 @@ class Intake:
 
     def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
-        state = self.m.state
+        state = self.memory.state
         if event == "DELETED":
             if name not in state.nodes:
                 return
@@ -110,19 +110,19 @@ class Intake:
             # Capacity held on a node that is gone holds nothing: those gangs' pods will
             # be placed elsewhere, so their hold must move there too.
             for owner, planned in state.reservations().items():
-                t = self.m.tracked.get(owner)
+                t = self.memory.tracked.get(owner)
                 if t is not None and any(p.node == name for p in planned):
                     t.needs_reservation = True
                     t.room_lost = True
-            for claimed, on, _ in self.m.lifted.values():
+            for claimed, on, _ in self.memory.lifted.values():
                 self._strand(claimed, on)
         else:
             node = node_from_object(obj)
             if state.nodes.get(name) == node:
                 return  # a heartbeat: nothing the fit looks at has changed
             state.upsert_node(node)
-        self.m.empty_answers = type(self.m.empty_answers)()
-        self.m.wake.set()
+        self.memory.empty_answers = type(self.memory.empty_answers)()
+        self.memory.wake.set()
 
     # --- pods --------------------------------------------------------------------------
 
@@ -135,42 +135,42 @@ class Intake:
         owner: Key | None = None
         token = token_of(obj)
         pinned = None if token is None else token_key(key[0], token)
-        if (pinned is not None and claimed is not None and pinned in self.m.pin_tokens
-                and self.m.state.repin(pinned, key, claimed)):
+        if (pinned is not None and claimed is not None and pinned in self.memory.pin_tokens
+                and self.memory.state.repin(pinned, key, claimed)):
             # Pinned by the pod webhook as it was created: its pin now goes by its name
             # (only a pod of the gang it was made for takes it: the annotation is anyone's
             # to write; a pin no pod took lapses).
-            del self.m.pin_tokens[pinned]
-            self.m.lifted.pop(pinned, None)
-            self.m.pods_pinned["created"] += 1
+            del self.memory.pin_tokens[pinned]
+            self.memory.lifted.pop(pinned, None)
+            self.memory.pods_pinned["created"] += 1
         gated = None if gone or claimed is None else gated_pod(obj, claimed)
         if gated is not None:
-            self.m.gated[key] = gated
+            self.memory.gated[key] = gated
         else:
-            self.m.gated.pop(key, None)  # its pin, if any, stays until it binds
+            self.memory.gated.pop(key, None)  # its pin, if any, stays until it binds
         lifted = None if gone or claimed is None or gated is not None else _lifted(obj)
-        if (lifted is not None and claimed is not None and self.m.state.pinned(key) is None
-                and self.m.ownership.disproves(obj, claimed)):
+        if (lifted is not None and claimed is not None and self.memory.state.pinned(key) is None
+                and self.memory.ownership.disproves(obj, claimed)):
             lifted = None  # its label is all it has: it holds no room of the gang's
         if lifted is not None:
             assert claimed is not None
-            self.m.lifted[key] = (claimed, *lifted)
-            t = self.m.tracked.get(claimed)
-            if t is not None and t.phase == "running" and self.m.state.pinned(key) is None:
+            self.memory.lifted[key] = (claimed, *lifted)
+            t = self.memory.tracked.get(claimed)
+            if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
                 t.needs_reservation = True  # let go by an earlier run: hold its room again
             self._strand(claimed, lifted[0])
         else:
-            self.m.lifted.pop(key, None)
+            self.memory.lifted.pop(key, None)
         if gone or is_terminal(obj):
-            self.m.state.unpin(key)  # ended without binding: its room is not its any more
+            self.memory.state.unpin(key)  # ended without binding: its room is not its any more
         if gone:
-            self.m.pods.pop(key, None)
-            self.m.ownership.drop_pod(key)
+            self.memory.pods.pop(key, None)
+            self.memory.ownership.drop_pod(key)
             self._pending_buckets.pop(key, None)
         else:
-            self.m.pods[key] = claimed
+            self.memory.pods[key] = claimed
             if claimed is not None and self._counts_pods(claimed):
-                proven = self.m.ownership.owner_of(obj, claimed)
+                proven = self.memory.ownership.owner_of(obj, claimed)
                 owner = proven if isinstance(proven, tuple) and proven == claimed else None
                 if owner is None:
                     # Not proven yet, or not by what is known now: an item adopted later
@@ -182,27 +182,27 @@ class Intake:
         if bound is not None:
             # Only a proven member takes a planned pod off its gang's reservation.
             bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
-        before = self.m.state.pod(key)
+        before = self.memory.state.pod(key)
         changed = before != bound
         if changed:
-            self.m.state.upsert_pod(key, bound)
+            self.memory.state.upsert_pod(key, bound)
             if bound is None and before is not None:
                 self._lost(before, (obj.get("status") or {}).get("phase"))
         if claimed is not None:
-            t = self.m.tracked.get(claimed)
+            t = self.memory.tracked.get(claimed)
             if t is not None:
                 bucket = pod_bucket(dict(obj)) if owner is not None else None
                 changed |= self._count(t, key[1], bucket, held_by_job(obj))
                 if owner is not None and t.phase == "done" and t.teardown_due:
                     changed = True  # pods of a failed gang appeared: tear it down again
         if changed:
-            self.m.wake.set()
+            self.memory.wake.set()
 
     def _strand(self, claimed: Key, node: str) -> None:
         """A pod let onto `node` that is gone can never bind: a gang not running yet is
         requeued at once (runtime), not left waiting for its requeuing timer."""
-        t = self.m.tracked.get(claimed)
-        if t is not None and t.phase == "dispatched" and node not in self.m.state.nodes:
+        t = self.memory.tracked.get(claimed)
+        if t is not None and t.phase == "dispatched" and node not in self.memory.state.nodes:
             t.stranded = "a pod of it was let onto a node that went away before it was bound"
 
     def _lost(self, pod: BoundPod, phase: str | None) -> None:
@@ -212,17 +212,17 @@ class Intake:
         test: a lost pod's replacement left a newer gang half-bound)."""
         if phase == "Succeeded" or pod.appwrapper is None:
             return
-        t = self.m.tracked.get((pod.namespace, pod.appwrapper))
-        if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
-                or t.key in self.requeues_due or scaled_in(t, self.m.state)):
+        t = self.memory.tracked.get((pod.namespace, pod.appwrapper))
+        if (t is None or t.phase not in ACTIVE or t.teardown_due
+                or t.key in self.requeues_due or scaled_in(t, self.memory.state)):
             return
         t.lost.append(dict(pod.request))
 
     def _counts_pods(self, claimed: Key) -> bool:
         """Only a gang that is dispatched, running or being torn down counts its pods
         (a finished or queued one needs no proof of what is left of it)."""
-        t = self.m.tracked.get(claimed)
-        return t is not None and (t.phase in ("dispatched", "running") or t.teardown_due)
+        t = self.memory.tracked.get(claimed)
+        return t is not None and (t.phase in ACTIVE or t.teardown_due)
 
     def _count(self, t: Tracked, pod: str, bucket: Bucket | None,
                held: bool = False) -> bool:
@@ -238,11 +238,11 @@ class Intake:
             t.unsettled.discard(pod)
         if bucket != before:
             # What a wrapped object reports changes when a pod of it ends or goes, not
-            # when one starts: reading it on every start was 8 GETs per 4-pod Job. A
-            # success while others of the gang still wait or run is read with the last
-            # of them to end (an object that finished early on a success ends or removes
-            # the rest, which is read): one read per gang, not one per pod. Nor while a
-            # Job controller still holds an ended pod: read when it lets go.
+            # when one starts (a read per start would be a GET per pod). A success while
+            # others of the gang still wait or run is read with the last of them to end
+            # (an object that finished early on a success ends or removes the rest, which
+            # is read): one read per gang, not one per pod. Nor while a Job controller
+            # still holds an ended pod: read when it lets go.
             if bucket == "failed" or bucket is None or (
                     bucket == "succeeded" and not t.counts().active and not t.unsettled):
                 t.outcome_stale = True
@@ -261,13 +261,13 @@ class Intake:
             if owner is None:
                 continue  # its phase stays kept: a later item may still prove it
             bucket, held = self._pending_buckets.pop(key, (None, False))
-            bound = self.m.state.pod(key)
+            bound = self.memory.state.pod(key)
             if bound is not None:
-                self.m.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
-            t = self.m.tracked.get(owner)
+                self.memory.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
+            t = self.memory.tracked.get(owner)
             if t is not None:
                 self._count(t, key[1], bucket, held)
-        self.m.wake.set()
+        self.memory.wake.set()
 
     # --- AppWrappers -------------------------------------------------------------------
 
@@ -276,30 +276,30 @@ class Intake:
         key = _key(obj)
         uid = str(meta.get("uid", ""))
         generation = int(meta.get("generation") or 0)
-        t = self.m.tracked.get(key)
+        t = self.memory.tracked.get(key)
         if event == "DELETED":
             if t is not None and t.uid == uid:
-                self.m.forget(t)
-                self.m.wake.set()
+                self.memory.forget(t)
+                self.memory.wake.set()
             return
         if t is not None and t.uid == uid:
             self._observed_status(t, obj)
             edited = generation != t.generation
             if edited:
                 self._edited(t, obj, generation)
-            now = self.m.tracked.get(key)  # an edit may have taken it in anew
+            now = self.memory.tracked.get(key)  # an edit may have taken it in anew
             if (now is not None and self._asked(now, obj)) or edited:
-                self.m.wake.set()
+                self.memory.wake.set()
             return  # else our own status write coming back, or a label change
         if t is not None:
-            self.m.forget(t)  # replaced by a new object of the same name
+            self.memory.forget(t)  # replaced by a new object of the same name
         elsewhere = managed_elsewhere(meta.get("annotations") or {}, meta.get("labels") or {},
                                       self.leave_kueue_labelled)
         if elsewhere is not None:
             log.debug("%s/%s: left to another controller: %s", *key, elsewhere)
             return
         self._intake(key, obj)
-        self.m.wake.set()
+        self.memory.wake.set()
 
     def _observed_status(self, t: Tracked, obj: Mapping[str, Any]) -> None:
         """The API's status is the truth about what was written: a write we thought had
@@ -313,12 +313,12 @@ class Intake:
 
     def _edited(self, t: Tracked, obj: Mapping[str, Any], generation: int) -> None:
         if t.phase == "queued":
-            self.m.forget(t)
+            self.memory.forget(t)
             self._intake(t.key, obj, keep=t)
             return
         if t.phase == "done":
             if t.status.state == "Failed" and asked(obj)[1] is None:
-                self.m.forget(t)
+                self.memory.forget(t)
                 again = self._intake(t.key, obj, keep=t, requeue_failed=True)
                 log.info("%s/%s: spec changed after it failed; queued again", *t.key)
                 if again is not None:
@@ -330,7 +330,7 @@ class Intake:
                 last = latest(t.status.conditions)
                 if last is not None and Change(t, self.clock(), copy_status(t.status)) \
                         .condition(last.type, last.reason, last.message):
-                    self.m.unwritten.add(t.key)
+                    self.memory.unwritten.add(t.key)
             return
         # Dispatched or running: only an edit of what it creates matters now; whatever
         # requeues it later queues the spec as it is then, as a restart would.
@@ -356,7 +356,7 @@ class Intake:
             if t.queued is not None:
                 self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
             return
-        self.m.forget(t)
+        self.memory.forget(t)
         self._intake(t.key, t.latest, keep=t)
 
     def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
@@ -383,8 +383,8 @@ class Intake:
             last = latest(status.conditions)
             stamp = last.lastUpdateMicroTime if last is not None else None
             t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
-        self.m.tracked[key] = t
-        self.m.elastic.discard(key)
+        self.memory.tracked[key] = t
+        self.memory.elastic.discard(key)
         if status.state in ("Completed", "Failed") and not requeue_failed:
             t.phase = "done"
             last = latest(status.conditions)
@@ -413,7 +413,7 @@ class Intake:
             self.warnings.extend((t, w) for w in verdict.warnings)
         t.queued = queued
         if queued.elastic:
-            self.m.elastic.add(key)
+            self.memory.elastic.add(key)
         t.expected_pods = sum(g.pod_set.count for g in queued.gang)
         t.made_pods = pods_made(aw)
         follow_size(t)  # an elastic gang's pods follow its size
@@ -428,7 +428,7 @@ class Intake:
             status.preempted = []
             change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
                              "the spec changed after the failure: queued again")
-            self.m.unwritten.add(key)
+            self.memory.unwritten.add(key)
         if not status.conditions:
             # The whole MCAD chain, written with the first decision in one PATCH.
             change.condition(ConditionType.Init, "", "")
@@ -440,7 +440,7 @@ class Intake:
         status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
                                    for g in queued.gang)
         for uid in (i.uid for i in status.wrappedItems if i.uid):
-            self.m.ownership.add_item(uid, key)
+            self.memory.ownership.add_item(uid, key)
         last = latest(status.conditions)
         kind = last.type if last is not None else ""
         if kind in (ConditionType.Dispatched, ConditionType.Running,
@@ -465,15 +465,15 @@ class Intake:
     def fail_spec(self, t: Tracked, change: Change, message: str,
                   reason: str = Reason.InvalidSpec) -> None:
         t.phase = "done"
-        if t.queued is not None and self.m.queue.get(t.key) is t.queued:
-            self.m.queue.remove(t.key)
+        if t.queued is not None and self.memory.queue.get(t.key) is t.queued:
+            self.memory.queue.remove(t.key)
         t.queued = None
-        self.m.elastic.discard(t.key)
-        self.m.sharing.release(t.key)  # room held for it while it preempted is free again
+        self.memory.elastic.discard(t.key)
+        self.memory.sharing.release(t.key)  # room held for it while it preempted is free again
         t.status.state = "Failed"
         clear_position(t.status)
         change.condition(ConditionType.Failed, reason, message)
-        self.m.unwritten.add(t.key)
+        self.memory.unwritten.add(t.key)
         self.on_failed(reason)
 
     # --- holds and cancellations (holds.py) --------------------------------------------
@@ -485,14 +485,14 @@ class Intake:
             self.fail_spec(t, change, cancelled_message(t.cancelled_by, created=False),
                            Reason.Cancelled)
         elif t.held_by is not None:
-            self.m.queue.remove(t.key)
-            self.m.sharing.release(t.key)
+            self.memory.queue.remove(t.key)
+            self.memory.sharing.release(t.key)
             clear_position(t.status)
             change.condition(ConditionType.Queueing, Reason.Held,
                              held_message(t.held_by, t.key[1]))
-            self.m.unwritten.add(t.key)
+            self.memory.unwritten.add(t.key)
         else:
-            self.m.queue.put(t.queued)
+            self.memory.queue.put(t.queued)
 
     def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
         """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
@@ -510,8 +510,8 @@ class Intake:
     # --- QuotaSubtrees ------------------------------------------------------------------
 
     def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
-        if self.m.sharing.on_subtree(event, obj):
-            self.m.wake.set()
+        if self.memory.sharing.on_subtree(event, obj):
+            self.memory.wake.set()
 
     # --- listings ------------------------------------------------------------------------
 
@@ -520,27 +520,29 @@ class Intake:
         objs = list(objects)
         if kind == "Node":
             present = {str((o.get("metadata") or {}).get("name")) for o in objs}
-            for name in [n for n in self.m.state.nodes if n not in present]:
+            for name in [n for n in self.memory.state.nodes if n not in present]:
                 self.on_node("DELETED", {"metadata": {"name": name}})
             for o in objs:
                 self.on_node("ADDED", o)
         elif kind == "Pod":
             present_pods = {_key(o) for o in objs}
-            for key in [k for k in self.m.pods if k not in present_pods]:
+            for key in [k for k in self.memory.pods if k not in present_pods]:
+                labels = _claim_labels(self.memory.pods[key])
                 self.on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1],
-                                                     "labels": _claim_labels(self.m.pods[key])}})
+                                                     "labels": labels}})
             for o in objs:
                 self.on_pod("ADDED", o)
         elif kind == "QuotaSubtree":
-            self.m.sharing.relisted(objs)
+            self.memory.sharing.relisted(objs)
         elif kind == "AppWrapper":
             present_uids = {(_key(o), str((o.get("metadata") or {}).get("uid", "")))
                             for o in objs}
-            for t in [t for t in self.m.tracked.values() if (t.key, t.uid) not in present_uids]:
-                self.m.forget(t)
+            for t in [t for t in self.memory.tracked.values()
+                      if (t.key, t.uid) not in present_uids]:
+                self.memory.forget(t)
             for o in objs:
                 self.on_appwrapper("ADDED", o)
-        self.m.wake.set()
+        self.memory.wake.set()
 
 
 def _claim_labels(claimed: Key | None) -> dict[str, str]:

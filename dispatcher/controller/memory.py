@@ -65,7 +65,7 @@ class Memory:
         self.empty_answers = EmptyClusterAnswers()
         self.unwritten: set[Key] = set()  # status changed outside the loop's own steps
         # Wrappers whose spec is elastic: what the admission loop looks through each cycle
-        # for one that may grow (all wrappers, each cycle, was 4 % of the CPU).
+        # for one that may grow, rather than every wrapper.
         self.elastic: set[Key] = set()
 
     def forget(self, t: Tracked) -> None:

@@ -348,10 +348,10 @@ class PrometheusObserver(Observer):
         s.resources.update(advertised)
         s.policy = (d.policy.name, d.fit)
         s.quota, s.quota_pending, s.quota_nodes = self._quota(d, advertised)
-        s.preemption_holds = len(d.m.sharing.holds)
+        s.preemption_holds = len(d.memory.sharing.holds)
         s.status_writes = {str(k): n for k, n in d.writer.written.items()}
         s.events_dropped = d.writer.events_dropped
-        s.pods_pinned = dict(d.m.pods_pinned)
+        s.pods_pinned = dict(d.memory.pods_pinned)
         self._dirty = False
         self._computed_at = time.monotonic()
         self.snapshots_computed += 1
@@ -362,7 +362,7 @@ class PrometheusObserver(Observer):
         """Usage and queued wrappers (at or under the node, as quota_used counts) of the
         quota nodes that get series, and how many nodes do and do not: MAX_QUOTA_NODES,
         the upper levels of the trees first."""
-        ledger = d.m.sharing.ledger
+        ledger = d.memory.sharing.ledger
         if ledger is None:
             return {}, {}, {"true": 0, "false": 0}
         rows = sorted(ledger.usage(), key=lambda u: (u.depth, u.tree, u.name))

@@ -243,7 +243,7 @@ class Operator:
 
 def pins_of(d: Dispatcher) -> Pins:
     """What the pod webhook pins with while `d` leads."""
-    return Pins(d.m, d.placement, lambda: d.unfit, lambda: d.ready and d.blind() is None)
+    return Pins(d.memory, d.pod_placer, lambda: d.unfit, lambda: d.ready and d.blind() is None)
 
 
 async def operate(settings: Settings,

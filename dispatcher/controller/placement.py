@@ -32,7 +32,7 @@ from dispatcher.resources import format_resources
 from .items import ours
 from .kube import ApiError, Kube, Resource
 from .memory import GatedPod, Memory
-from .tracked import NamespacedName
+from .tracked import ACTIVE, NamespacedName
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +119,12 @@ def _required_terms(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
 
 
-class Placement:
-    def __init__(self, kube: Kube, m: Memory,
+class PodPlacer:
+    def __init__(self, kube: Kube, memory: Memory,
                  recount: Callable[[Mapping[str, Any]], None],
                  clock: Callable[[], float]) -> None:
         self.kube = kube
-        self.m = m
+        self.memory = memory
         self.clock = clock
         # Intake again, now and then, for a gated pod its gang does not count yet: seen
         # before the dispatch was recorded (a wrapped Pod is created by the dispatch
@@ -142,23 +142,23 @@ class Placement:
         """Pin every gated member pod that can be, and `start` the PATCHes that let them
         go. Runs in the loop after holds are rebuilt and before anything is admitted, so
         room a pod is pinned to is never offered to a new gang."""
-        state = self.m.state
+        state = self.memory.state
         if self.lapsing_tokens(time.monotonic()):
             start(self.lapse_tokens(time.monotonic()))
         waiting = 0
         unplaced: dict[NamespacedName, str] = {}
-        for key in sorted(self.m.gated):
-            pod = self.m.gated[key]
+        for key in sorted(self.memory.gated):
+            pod = self.memory.gated[key]
             if key in self._lifting:
                 continue
-            t = self.m.tracked.get(pod.claimed)
+            t = self.memory.tracked.get(pod.claimed)
             if t is not None and t.phase == "done" and not t.teardown_due:
                 # A finished wrapper whose items stay (a Deployment after Completed, a
                 # failed one kept for inspection): nothing is held for it; let it go.
                 self._lifting.add(key)
                 start(self._lift(key, pod, None))
                 continue
-            if (t is None or t.phase not in ("dispatched", "running") or t.teardown_due
+            if (t is None or t.phase not in ACTIVE or t.teardown_due
                     or pod.constraints is None):
                 continue  # not of a gang that runs
             if key[1] not in t.pods:
@@ -182,13 +182,13 @@ class Placement:
                 waiting += 1
                 if t.key not in unplaced:  # the first such pod of its gang is the one said
                     unplaced[t.key] = unplaced_message(
-                        key[1], request, self.m.state.held_on(t.key), t.declared())
+                        key[1], request, self.memory.state.held_on(t.key), t.declared())
                 continue
             self._lifting.add(key)
             start(self._lift(key, pod, node))
         self.waiting = waiting
         self._report(unplaced)
-        self._recounted = {k: v for k, v in self._recounted.items() if k in self.m.gated}
+        self._recounted = {k: v for k, v in self._recounted.items() if k in self.memory.gated}
 
     def held_room(self, owner: NamespacedName, key: NamespacedName, request: Mapping[str, int],
                   constraints: PodConstraints, unfit: Collection[PlannedPod] = (),
@@ -196,7 +196,7 @@ class Placement:
         """The node a member pod is pinned to within the room its gang holds (kept for
         `key` until it binds or is unpinned), or None: no room of the gang for it.
         `top_up`: free room on that node may make up what the hold there lacks."""
-        state = self.m.state
+        state = self.memory.state
 
         def admits(node: str) -> bool:
             return node_admits(state.nodes[node], constraints)
@@ -209,10 +209,10 @@ class Placement:
         admission grace), from when."""
         now = self.clock()
         for key in self._unplaced - unplaced.keys():
-            if (t := self.m.tracked.get(key)) is not None:
+            if (t := self.memory.tracked.get(key)) is not None:
                 t.unplaced = None
         for key, message in unplaced.items():
-            t = self.m.tracked[key]
+            t = self.memory.tracked[key]
             if t.unplaced is None or t.unplaced[1] != message:
                 since = now if t.unplaced is None else t.unplaced[0]
                 t.unplaced = (since, message)
@@ -221,7 +221,7 @@ class Placement:
     def lapsing_tokens(self, now: float) -> list[NamespacedName]:
         """Pins made as pods were created whose pod has not been seen in time, not being
         looked for already."""
-        return [k for k, due in self.m.pin_tokens.items()
+        return [k for k, due in self.memory.pin_tokens.items()
                 if due <= now and k not in self._looking]
 
     async def lapse_tokens(self, now: float) -> None:
@@ -237,7 +237,7 @@ class Placement:
                 self._looking.discard(key)
 
     async def _look_for(self, key: NamespacedName) -> None:
-        held = self.m.lifted.get(key)
+        held = self.memory.lifted.get(key)
         token = key[1].removeprefix(TOKEN_PREFIX)
         if held is not None:
             try:
@@ -250,16 +250,16 @@ class Placement:
             for pod in pods:
                 if token_of(pod) == token:
                     self.recount(pod)  # late: its watch event will say the same
-                    if key not in self.m.pin_tokens:
+                    if key not in self.memory.pin_tokens:
                         return
-        if key in self.m.pin_tokens:
-            del self.m.pin_tokens[key]
-            self.m.lifted.pop(key, None)
-            self.m.state.unpin(key)
+        if key in self.memory.pin_tokens:
+            del self.memory.pin_tokens[key]
+            self.memory.lifted.pop(key, None)
+            self.memory.state.unpin(key)
 
     def _free_room(self, owner: NamespacedName, key: NamespacedName, request: Mapping[str, int],
                    admits: Callable[[str], bool]) -> str | None:
-        state = self.m.state
+        state = self.memory.state
         names, resources, free = state.free_matrix()
         if any(r not in resources for r, v in request.items() if v > 0):
             return None  # no node has any of something it asks
@@ -283,7 +283,7 @@ class Placement:
                                   resources: Sequence[str], free: FreeMatrix) -> FreeMatrix:
         """Free room less what is kept for preemptors (sharing.Hold: the room their
         victims give back as they go), which is nobody else's."""
-        holds = [h for key, h in self.m.sharing.holds.items() if key != owner]
+        holds = [h for key, h in self.memory.sharing.holds.items() if key != owner]
         if not holds:
             return free
         free = free.copy()
@@ -312,9 +312,9 @@ class Placement:
                 await self.kube.request("PATCH", path, lift_gate(pod, None),
                                         content_type="application/merge-patch+json")
             if node is not None:
-                self.m.pods_pinned["gate"] += 1
-            if self.m.gated.get(key) is pod:
-                del self.m.gated[key]  # the watch will say so too; do not lift it twice
+                self.memory.pods_pinned["gate"] += 1
+            if self.memory.gated.get(key) is pod:
+                del self.memory.gated[key]  # the watch will say so too; do not lift it twice
         except ApiError as e:
             # Still gated (or gone): the next pass tries again from the pod as then seen,
             # with the same room (a pin lasts until the pod binds or goes).
@@ -322,4 +322,4 @@ class Placement:
                 log.error("%s/%s: could not lift its scheduling gate: %s", *key, e)
         finally:
             self._lifting.discard(key)
-            self.m.wake.set()
+            self.memory.wake.set()

@@ -44,13 +44,13 @@ from .memory import Memory
 from .ownership import controller_ref
 from .placement import (
     PIN_TOKEN_ANNOTATION,
-    Placement,
+    PodPlacer,
     let_onto,
     let_onto_patch,
     token_key,
     token_of,
 )
-from .tracked import Key, NamespacedName, Tracked
+from .tracked import ACTIVE, Key, NamespacedName, Tracked
 
 log = logging.getLogger("dispatcher.pinning")
 
@@ -67,12 +67,12 @@ JsonPatch = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class Pins:
-    """What a pin is made with: the loop's memory and placement, the held pods charged to
+    """What a pin is made with: the loop's memory and pod placer, the held pods charged to
     a node they do not fit on, and whether memory can be trusted now (the loop is ready
     and no watch is down)."""
 
     memory: Memory
-    placement: Placement
+    pod_placer: PodPlacer
     unfit: Callable[[], Mapping[Key, list[PlannedPod]]]
     trusted: Callable[[], bool]
 
@@ -118,14 +118,14 @@ class PodPinning:
     def _pin(self, pins: Pins, request: Mapping[str, Any], obj: Mapping[str, Any],
              claimed: NamespacedName) -> JsonPatch | None:
         t = pins.memory.tracked.get(claimed)
-        if t is None or t.phase not in ("dispatched", "running") or t.teardown_due:
+        if t is None or t.phase not in ACTIVE or t.teardown_due:
             return None
         token = str(request.get("uid") or "")
         pod = gated_pod(obj, claimed)
         if not token or pod is None or pod.constraints is None:
             return None
         key = token_key(claimed[0], token)
-        choice = pins.placement.held_room(t.key, key, pod.request, pod.constraints,
+        choice = pins.pod_placer.held_room(t.key, key, pod.request, pod.constraints,
                                        pins.unfit().get(t.key, ()))
         if choice is None:
             return None

@@ -49,7 +49,7 @@ from .intake import Intake
 from .kube import ApiError, Kube
 from .memory import Memory
 from .observer import Observer
-from .placement import Placement
+from .placement import PodPlacer
 from .positions import Positions
 from .scaling import Scaling
 from .status import APPWRAPPERS, StatusWriter
@@ -105,31 +105,31 @@ class Dispatcher:
         # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
         self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
             timing, backfill_limit=policy.backfill_limit_seconds)
-        self.m = Memory(policy)
-        self.tasks = Tasks(clock, self.m.wake)
-        self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
+        self.memory = Memory(policy)
+        self.tasks = Tasks(clock, self.memory.wake)
+        self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
-        self.items = Items(kube, self.m.ownership, pin=pin_pods)
-        self.placement = Placement(  # gated pods onto held room (placement.py)
-            kube, self.m, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
-        self.scaling = Scaling(kube, self.writer, self.m.state)  # elastic gangs (scaling.py)
+        self.items = Items(kube, self.memory.ownership, pin=pin_pods)
+        self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
+            kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
+        self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
         self.require_creator = require_creator
         # Quota nodes and priorities only as granted (grant_screen.py).
         self.grants = GrantScreen(kube, require_creator, clock, self.tasks.spawn_side,
-                                  self.m.wake.set)
+                                  self.memory.wake.set)
         self.estimates = Estimates(  # start estimates (estimates.py)
-            self.m, self.writer, clock, policy, self.observer, fit, topology, estimates)
+            self.memory, self.writer, clock, policy, self.observer, fit, topology, estimates)
         self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
-        self.held_room = HeldRoom(self.m, fit_rules("per-node", topology)[0])
-        self.transitions = Transitions(self.m, self.writer, self.items, self.scaling,
+        self.held_room = HeldRoom(self.memory, fit_rules("per-node", topology)[0])
+        self.transitions = Transitions(self.memory, self.writer, self.items, self.scaling,
                                        self.intake, self.observer)
-        self.stepping = Stepping(self.m, self.intake, self.items, self.scaling, self.writer,
+        self.stepping = Stepping(self.memory, self.intake, self.items, self.scaling, self.writer,
                                  self.transitions, self.tasks, self.observer, self.timing,
                                  kube, clock)
-        self.admitting = Admitting(self.m, self.tasks, self.transitions, self.stepping,
+        self.admitting = Admitting(self.memory, self.tasks, self.transitions, self.stepping,
                                    self.estimates, self.grants, self.scaling, self.writer,
                                    self.intake, self.observer, kube, policy, fit, topology,
                                    require_creator)
@@ -146,19 +146,19 @@ class Dispatcher:
 
     @property
     def tracked(self) -> dict[Key, Tracked]:
-        return self.m.tracked
+        return self.memory.tracked
 
     @property
     def state(self) -> ClusterState:
-        return self.m.state
+        return self.memory.state
 
     @property
     def queue(self) -> AdmissionQueue:
-        return self.m.queue
+        return self.memory.queue
 
     @property
     def wake(self) -> asyncio.Event:
-        return self.m.wake
+        return self.memory.wake
 
     @property
     def unfit(self) -> Mapping[Key, list[PlannedPod]]:
@@ -237,7 +237,7 @@ class Dispatcher:
         # A minor write that is due waits for the shared rate's next token: waking before
         # it would run a cycle that can write nothing.
         token_at = self.writer.minor_write_at(now)
-        for t in self.m.tracked.values():
+        for t in self.memory.tracked.values():
             if t.check_at is not None and t.check_at < soonest:
                 soonest = t.check_at
             if t.outcome_soon and t.phase in ACTIVE:
@@ -274,11 +274,12 @@ class Dispatcher:
         if wait and self._resolving is not None:
             await self._resolving
         self.held_room.keep()
-        self.placement.cycle(self.held_room.unfit, self.tasks.spawn_side)
+        self.pod_placer.cycle(self.held_room.unfit, self.tasks.spawn_side)
         for t in self.stepping.due(now):
             self.tasks.spawn(t, self.stepping.step(t, now))
-        queued, decisions = len(self.m.queue), await self.admitting.cycle(now)
-        self.positions.publish(self.m.queue, self.m.tracked, self.m.sharing.forest(), now)
+        queued, decisions = len(self.memory.queue), await self.admitting.cycle(now)
+        memory = self.memory
+        self.positions.publish(memory.queue, memory.tracked, memory.sharing.forest(), now)
         self.estimates.cycle(now)  # a round of start estimates, off the loop, when due
         self._flush(now)
         self.last_cycle_at = time.monotonic()
@@ -295,12 +296,12 @@ class Dispatcher:
                                  return_exceptions=True)
 
     def _resolve_owners(self, wait: bool) -> None:
-        if self.m.ownership.unresolved == 0 or (
+        if self.memory.ownership.unresolved == 0 or (
                 self._resolving is not None and not self._resolving.done()):
             return
 
         async def resolve() -> None:
-            decided = await self.m.ownership.resolve(self.items.fetch_owner)
+            decided = await self.memory.ownership.resolve(self.items.fetch_owner)
             if decided:
                 self.intake.proven(decided)
 
@@ -309,33 +310,34 @@ class Dispatcher:
     def _flush(self, now: float) -> None:
         """Writes owed outside a step: statuses set at intake (invalid specs, a failed
         wrapper queued again) and message-only changes whose rate limit has passed."""
-        owed = [t for k in list(self.m.unwritten) if (t := self.m.tracked.get(k)) is not None]
-        self.m.unwritten.clear()
-        ripe = sorted((t for t in self.m.tracked.values()
+        owed = [t for k in list(self.memory.unwritten)
+                if (t := self.memory.tracked.get(k)) is not None]
+        self.memory.unwritten.clear()
+        ripe = sorted((t for t in self.memory.tracked.values()
                        if t.minor_due_at is not None and t.minor_due_at <= now
-                       and t.key not in self.m.unwritten),
+                       and t.key not in self.memory.unwritten),
                       key=lambda t: t.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only
         # to find no token, every cycle.
         ripe = ripe[:self.writer.minor_writes_available(now)]
         for t in owed:
             if not self.tasks.spawn(t, self._write(t, now)):
-                self.m.unwritten.add(t.key)  # busy: next cycle
+                self.memory.unwritten.add(t.key)  # busy: next cycle
         for t in ripe:
             self.tasks.spawn(t, self._write(t, now, force=False))
         warnings, self.intake.warnings = self.intake.warnings, []
         for t, text in warnings:
-            if self.m.current(t):
+            if self.memory.current(t):
                 self.tasks.spawn_side(self.writer.warn(t, SPEC_WARNING, text, now))
 
     async def _write(self, t: Tracked, now: float, force: bool = True) -> None:
         try:
             if not await self.writer.write(t, now, force=force):
-                self.m.forget(t)
+                self.memory.forget(t)
         except ApiError as e:
             if not e.transient:
                 raise
-            self.m.unwritten.add(t.key)  # tried again next cycle
+            self.memory.unwritten.add(t.key)  # tried again next cycle
             log.info("status of %s/%s not written (%s); will retry", *t.key, e)
 
     def _pause_clocks(self, seconds: float) -> None:
@@ -343,7 +345,7 @@ class Dispatcher:
         while the dispatcher could not see the cluster — nor, mostly, could the
         controllers that make the pods: grace periods resume where they stopped. (Not
         the dispatch time: deadlines the user set run on the wall clock.)"""
-        for t in self.m.tracked.values():
+        for t in self.memory.tracked.values():
             if t.phase not in ACTIVE:
                 continue
             if t.items_at is not None:

@@ -48,7 +48,7 @@ from dispatcher.wording import span
 from .items import prepared_items
 from .kube import ApiError, Kube, Resource
 from .status import StatusWriter, event_body
-from .tracked import Tracked
+from .tracked import ACTIVE, Tracked
 
 log = logging.getLogger("dispatcher")
 
@@ -242,7 +242,7 @@ class Scaling:
 
     async def scale(self, t: Tracked, s: Scale, now: float) -> None:
         """Record the new size, then patch the object (see the module docstring)."""
-        if t.phase not in ("dispatched", "running") or t.queued is None:
+        if t.phase not in ACTIVE or t.queued is None:
             return
         before = self.state.holdings(t.key)
         added = [(p.pod_set, PlannedPod(p.node, p.request)) for p in s.placements

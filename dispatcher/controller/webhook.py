@@ -36,7 +36,7 @@ from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 
 from .access import Access
-from .admission_review import AppWrapperReview, Verdict
+from .admission_review import AppWrapperReview, ReviewAnswer
 from .certs import SecretCertificates, service_hosts
 from .kube import Kube
 from .metrics import RequestMetrics, exposition
@@ -272,7 +272,7 @@ class WebhookServer:
         except Exception:
             log.exception("pod AdmissionReview %s failed; the pod keeps its gate", uid)
             patch, result = None, ERROR
-        return _answer(body, uid, Verdict(True, patch=patch)), result
+        return _answer(body, uid, ReviewAnswer(True, patch=patch)), result
 
     async def _answer(self, request: web.Request, mutate: bool) -> tuple[web.Response, str]:
         body, review, uid = await _review_of(request)
@@ -284,7 +284,7 @@ class WebhookServer:
             result = ALLOWED if verdict.allowed else DENIED
         except Exception:
             log.exception("AdmissionReview %s failed", uid)
-            verdict = Verdict(False, code=500, message="the dispatcher's webhook failed "
+            verdict = ReviewAnswer(False, code=500, message="the dispatcher's webhook failed "
                               "on this AppWrapper; its log says why")
             result = ERROR
         return _answer(body, uid, verdict), result
@@ -306,7 +306,7 @@ def _bad_review() -> web.Response:
                         "(admission.k8s.io/v1)\n")
 
 
-def _answer(body: Mapping[str, Any], uid: str, verdict: Verdict) -> web.Response:
+def _answer(body: Mapping[str, Any], uid: str, verdict: ReviewAnswer) -> web.Response:
     return web.json_response({"apiVersion": body.get("apiVersion") or "admission.k8s.io/v1",
                               "kind": "AdmissionReview", "response": verdict.response(uid)})
 

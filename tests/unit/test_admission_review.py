@@ -29,7 +29,7 @@ from dispatcher.controller.admission_review import (
     EDITABLE,
     MAX_MESSAGE,
     AppWrapperReview,
-    Verdict,
+    ReviewAnswer,
 )
 from dispatcher.controller.kube import ApiError, Kube
 from dispatcher.controller.runtime import Dispatcher
@@ -88,7 +88,7 @@ def request(obj: dict[str, Any], user: dict[str, Any], operation: str = "CREATE"
 
 
 def admitted(review: AppWrapperReview, obj: dict[str, Any], user: dict[str, Any]
-             ) -> tuple[dict[str, Any], Verdict]:
+             ) -> tuple[dict[str, Any], ReviewAnswer]:
     """What `kubectl apply` of a new AppWrapper gets: mutation, then validation."""
     mutated = review.mutate(request(obj, user))
     obj = apply_json_patch(obj, mutated.patch or [])

@@ -568,11 +568,11 @@ def test_the_replacement_of_a_lost_pod_keeps_its_capacity_from_a_newer_gang() ->
         # The replacement binds: the hold it had is used, nothing more is held.
         d.on_pod("ADDED", pod("a", "a-2", "n3", "Running", 1, j))
         await d.cycle()
-        assert d.m.state.reserved_for(("team", "a")) == []
+        assert d.memory.state.reserved_for(("team", "a")) == []
         # A pod that succeeded is not replaced: when a finishes, b gets its room.
         d.on_pod("MODIFIED", pod("a", "a-0", "n1", "Succeeded", 1, j))
         await d.cycle()
-        assert d.m.state.reserved_for(("team", "a")) == []
+        assert d.memory.state.reserved_for(("team", "a")) == []
 
     run(scenario)
 
@@ -847,7 +847,7 @@ def test_a_gang_planned_on_a_node_that_goes_keeps_its_hold_elsewhere() -> None:
         d = await started(kube, clock)
         await d.cycle()
         assert types(kube, "a")[-1] == "Dispatched"  # its pod is not bound yet
-        [planned] = d.m.state.reserved_for(("team", "a"))
+        [planned] = d.memory.state.reserved_for(("team", "a"))
         d.on_node("DELETED", node(planned.node, gpus=1))
         for i, name in enumerate(("b", "c")):
             kube.put(appwrapper(name, job(name, 1, 1), created=2 + i))
@@ -856,7 +856,7 @@ def test_a_gang_planned_on_a_node_that_goes_keeps_its_hold_elsewhere() -> None:
         # a's pod will bind on one of the two nodes left: only one newer gang fits.
         assert types(kube, "b")[-1] == "Dispatched"
         assert "Dispatched" not in types(kube, "c")
-        [moved] = d.m.state.reserved_for(("team", "a"))
+        [moved] = d.memory.state.reserved_for(("team", "a"))
         assert moved.node != planned.node
 
     run(scenario)
@@ -870,7 +870,7 @@ def test_a_half_bound_gang_planned_on_a_node_that_goes_still_holds_its_unbound_p
         d = await started(kube, clock)
         await d.cycle()
         assert types(kube, "a")[-1] == "Dispatched"
-        first, second = sorted(p.node for p in d.m.state.reserved_for(("team", "a")))
+        first, second = sorted(p.node for p in d.memory.state.reserved_for(("team", "a")))
         j = created_job(kube, "a")
         d.on_pod("ADDED", pod("a", "a-0", first, "Running", 1, j))
         await d.cycle()
@@ -882,7 +882,7 @@ def test_a_half_bound_gang_planned_on_a_node_that_goes_still_holds_its_unbound_p
             kube.put(appwrapper(name, job(name, 1, 1), created=2 + i))
             d.on_appwrapper("ADDED", get_aw(kube, name))
         await d.cycle()
-        assert len(d.m.state.reserved_for(("team", "a"))) == 1
+        assert len(d.memory.state.reserved_for(("team", "a"))) == 1
         assert types(kube, "b")[-1] == "Dispatched"
         assert "Dispatched" not in types(kube, "c")
 
@@ -929,7 +929,7 @@ def test_room_freed_anywhere_goes_first_to_a_replacement_that_fitted_nowhere() -
         d.on_appwrapper("ADDED", get_aw(kube, "c"))
         await d.cycle()
         assert "Dispatched" not in types(kube, "c")
-        assert [p.node for p in d.m.state.reserved_for(("team", "a"))] == ["n3"]
+        assert [p.node for p in d.memory.state.reserved_for(("team", "a"))] == ["n3"]
 
     run(scenario)
 

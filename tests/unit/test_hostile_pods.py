@@ -139,7 +139,7 @@ def test_room_kept_for_a_preemptor_goes_to_no_other_gangs_pod() -> None:
         a = created_job(kube, "a")
         a0 = await first_pod_running(kube, d, a)
         # n1's room is kept for a preemptor whose victims just left it.
-        d.m.sharing.holds[("team", "big")] = Hold((PlannedPod("n1", {GPU: 8}),))
+        d.memory.sharing.holds[("team", "big")] = Hold((PlannedPod("n1", {GPU: 8}),))
         a0["status"]["phase"] = "Succeeded"
         d.on_pod("MODIFIED", copy.deepcopy(kube.put(a0)))
         arrive(kube, d, gated_pod(a, "a-1"))  # the Job's next pod
@@ -158,7 +158,7 @@ def test_a_pin_whose_pods_watch_event_is_late_is_not_given_to_another_pod() -> N
         made = applied(first, patch)
         assert made["metadata"]["annotations"][PIN_TOKEN_ANNOTATION] == "r0"
         kube.put(made)  # created, but its watch event has not come
-        await d.placement.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
+        await d.pod_placer.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
         second = gated_pod(job_obj, "a-1")
         patch = await hook.review(creating(second, "r1"))
         assert patch is not None

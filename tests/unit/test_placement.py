@@ -92,8 +92,8 @@ def test_each_pod_of_a_gang_is_let_onto_a_node_its_gang_holds() -> None:
         d, pods = await two_pods_let_go(kube, clock)
         assert all("schedulingGates" not in p["spec"] for p in pods)
         assert sorted(n for p in pods for n in pinned_to(p)) == ["n1", "n2"]
-        assert d.m.gated == {}
-        assert d.m.pods_pinned == {"created": 0, "gate": 2}
+        assert d.memory.gated == {}
+        assert d.memory.pods_pinned == {"created": 0, "gate": 2}
 
     run(scenario)
 

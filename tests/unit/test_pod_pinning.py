@@ -98,9 +98,9 @@ def test_each_pod_of_a_gang_is_pinned_as_it_is_created_and_never_patched() -> No
             d.on_pod("ADDED", copy.deepcopy(kube.put(p)))
         await d.cycle()
         assert pod_patches(kube) == 0
-        assert d.m.pin_tokens == {}
+        assert d.memory.pin_tokens == {}
         assert sorted(str(d.state.pinned(("team", f"a-{i}"))) for i in range(2)) == ["n1", "n2"]
-        assert d.m.pods_pinned == {"created": 2, "gate": 0}  # dispatcher_pods_pinned_total
+        assert d.memory.pods_pinned == {"created": 2, "gate": 0}  # dispatcher_pods_pinned_total
 
     run(scenario)
 
@@ -111,7 +111,7 @@ def test_a_pod_its_gang_holds_no_room_for_keeps_its_gate_for_the_loop() -> None:
         first, second = gated_pod(job, "a-0"), gated_pod(job, "a-1")
         assert pinned_to(applied(first, await hook.review(creating(first, "r0"))))
         assert await hook.review(creating(second, "r1")) is None  # created at its gate
-        assert d.m.pods_pinned == {"created": 0, "gate": 0}  # none seen yet
+        assert d.memory.pods_pinned == {"created": 0, "gate": 0}  # none seen yet
 
     run(scenario)
 
@@ -146,7 +146,7 @@ def test_nothing_is_pinned_before_the_loop_runs_while_blind_or_on_a_dry_run() ->
         d.blind = lambda: None
         leading.now = None  # a standby, or the loop not started yet
         assert await hook.review(creating(pod, "r2")) is None
-        assert d.m.pin_tokens == {}
+        assert d.memory.pin_tokens == {}
         leading.now = pins_of(d)
         assert await hook.review(creating(pod, "r3")) is not None
         ungated = copy.deepcopy(pod)
@@ -164,7 +164,7 @@ def test_a_pin_whose_pod_never_came_lapses_and_its_room_goes_to_the_next_pod() -
         # Refused after the webhook (another admission plugin): no pod, the Job retries.
         assert await hook.review(creating(pod, "r1")) is None
         assert d.state.pinned(token_key("team", "r0")) is not None
-        await d.placement.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
+        await d.pod_placer.lapse_tokens(hook.clock() + TOKEN_SECONDS + 1)
         assert d.state.pinned(token_key("team", "r0")) is None
         assert await hook.review(creating(pod, "r2")) is not None
 
@@ -189,7 +189,7 @@ def test_a_pod_copying_another_pods_pin_token_does_not_take_its_pin() -> None:
             assert d.state.pinned(("team", thief["metadata"]["name"])) is None
         d.on_pod("ADDED", copy.deepcopy(kube.put(patched)))
         assert d.state.pinned(("team", "a-0")) == node_name
-        assert d.m.pin_tokens == {}
+        assert d.memory.pin_tokens == {}
 
     run(scenario)
 
@@ -233,7 +233,7 @@ def test_the_patch_keeps_the_pods_own_rules_gates_and_annotations_and_can_be_und
         assert again == undone  # gated again, its own rules and annotations as they were
         assert again["spec"]["schedulingGates"] == [{"name": "example.com/other"},
                                                     {"name": PLACEMENT_GATE}]
-        assert d.m.pin_tokens == {} and d.state.pinned(token_key("team", "r0")) is None
+        assert d.memory.pin_tokens == {} and d.state.pinned(token_key("team", "r0")) is None
 
     run(scenario)
 
@@ -269,11 +269,11 @@ def test_a_pod_created_before_its_jobs_uid_is_recorded_waits_for_it() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
         pod = gated_pod(job, "a-0")
-        d.m.ownership.forget(("team", "a"))
+        d.memory.ownership.forget(("team", "a"))
         asyncio.get_running_loop().call_later(
-            0.2, d.m.ownership.add_item, job["metadata"]["uid"], ("team", "a"))
+            0.2, d.memory.ownership.add_item, job["metadata"]["uid"], ("team", "a"))
         assert await hook.review(creating(pod, "r0")) is not None
-        d.m.ownership.forget(("team", "a"))  # never recorded: after a second, its gate
+        d.memory.ownership.forget(("team", "a"))  # never recorded: after a second, its gate
         assert await hook.review(creating(gated_pod(job, "a-1"), "r1")) is None
 
     run(scenario)
@@ -301,7 +301,7 @@ def test_no_pin_when_the_api_server_stopped_waiting_for_the_answer() -> None:
         d, hook, job = await dispatched(kube, clock, one_pod_job("a"))
         pod = gated_pod(job, "a-0")
         assert await hook.review(creating(pod, "r0"), gone=lambda: True) is None
-        assert d.m.pin_tokens == {}
+        assert d.memory.pin_tokens == {}
         assert await hook.review(creating(pod, "r1")) is not None
 
     run(scenario)

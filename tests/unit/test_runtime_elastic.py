@@ -316,6 +316,6 @@ def test_a_refused_scale_in_does_not_keep_the_preemptor_waiting_for_ever() -> No
                      if c["type"] == "PreemptCandidate"][-1]
         assert "preempted by team/high" in preempted["message"]
         assert types(kube, "high")[-1] == "Dispatched"
-        assert not d.m.sharing.holds
+        assert not d.memory.sharing.holds
 
     run(scenario)

@@ -108,7 +108,7 @@ def test_an_ungranted_quota_node_and_priority_preempt_nobody_and_wait_naming_the
         assert kube.get("batch/v1", "Job", "team", "grab") is None
         assert types(kube, "grab")[-1] == "Backoff"
         assert aw_status(kube, "grab")["message"] == NOT_GRANTED
-        assert not d.m.sharing.holds
+        assert not d.memory.sharing.holds
         # Asked once per claim, not every cycle; carol's again at its dispatch.
         assert sorted(kube.grant_reviews()) == [
             "carol quota_gpu:gold", "carol quota_gpu:gold", "mallory 1000000000",

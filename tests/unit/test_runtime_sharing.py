@@ -169,9 +169,9 @@ def test_deleting_the_preemptor_gives_the_held_room_back() -> None:
         high = kube.put(appwrapper("high", job("high", 1, 8), created=2, priority=9))
         d.on_appwrapper("ADDED", high)
         await d.cycle()
-        assert d.m.sharing.holds
+        assert d.memory.sharing.holds
         d.on_appwrapper("DELETED", high)
-        assert not d.m.sharing.holds
+        assert not d.memory.sharing.holds
 
     run(scenario)
 
@@ -235,7 +235,7 @@ def test_a_preemptor_whose_victims_never_go_gives_up_its_hold_after_the_deadline
         message = aw_status(kube, "high")["message"]
         assert message.startswith("InsufficientResources: gave up the room held for it: "
                                   "what it waited for was not gone after 5m; "), message
-        assert not d.m.sharing.holds
+        assert not d.memory.sharing.holds
         assert kube.get("batch/v1", "Job", "team", "high") is None
 
     run(scenario)
