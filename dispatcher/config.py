@@ -8,6 +8,9 @@ allowedKinds:
   remove: [Secret]
 topology:                        # node labels, outermost first (docs/topology.md)
   levels: [cloud.provider.com/topology-block, cloud.provider.com/topology-rack]
+faultTolerance:                  # v1beta2 wrappers' defaults (docs/guide/v1beta2.md)
+  retryPausePeriod: 90s
+  gracePeriodMaximum: 24h        # no annotation may ask for more
 ```
 
 Kinds are written ``Kind.group`` (``Kind`` alone for the core group). Read once at
@@ -18,6 +21,7 @@ names the file and the field. Without a file, the defaults apply.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from dispatcher import yaml_text
+from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, FaultTolerance, go_duration
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import (
     CLUSTER_SCOPED_KINDS,
@@ -115,11 +120,61 @@ class TopologyLevels(BaseModel):
         return labels
 
 
+# faultTolerance's fields, each a Go duration but retryLimit, and FaultTolerance's.
+_FAULT_TOLERANCE_FIELDS = {
+    "admissionGracePeriod": "admission_grace", "warmupGracePeriod": "warmup_grace",
+    "failureGracePeriod": "failure_grace", "retryPausePeriod": "retry_pause",
+    "deletionOnFailureGracePeriod": "deletion_on_failure_grace",
+    "forcefulDeletionGracePeriod": "forceful_deletion_grace", "successTTL": "success_ttl",
+    "gracePeriodMaximum": "grace_period_maximum",
+}
+
+
+class FaultToleranceConfig(BaseModel):
+    """The defaults of the fault-tolerance annotations of v1beta2 wrappers, and the
+    maximum any grace period may be (codeflare's names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    admissionGracePeriod: str | None = None
+    warmupGracePeriod: str | None = None
+    failureGracePeriod: str | None = None
+    retryPausePeriod: str | None = None
+    deletionOnFailureGracePeriod: str | None = None
+    forcefulDeletionGracePeriod: str | None = None
+    successTTL: str | None = None
+    gracePeriodMaximum: str | None = None
+    retryLimit: int | None = Field(default=None, ge=0)
+
+    @field_validator(*_FAULT_TOLERANCE_FIELDS)
+    @classmethod
+    def _duration(cls, text: str | None) -> str | None:
+        seconds = None if text is None else go_duration(text)
+        if text is not None and (seconds is None or seconds < 0):
+            raise ValueError(f"{text!r} is not a duration ≥ 0 such as 90s, 5m or 1h30m")
+        return text
+
+    def resolve(self) -> FaultTolerance:
+        values: dict[str, Any] = {
+            setting: go_duration(text)
+            for name, setting in _FAULT_TOLERANCE_FIELDS.items()
+            if (text := getattr(self, name)) is not None}
+        if self.retryLimit is not None:
+            values["retry_limit"] = self.retryLimit
+        return dataclasses.replace(DEFAULT_FAULT_TOLERANCE, **values)
+
+
 class DispatcherConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowedKinds: AllowedKinds = Field(default_factory=AllowedKinds)
     topology: TopologyLevels = Field(default_factory=TopologyLevels)
+    faultTolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
+
+    @property
+    def fault_tolerance(self) -> FaultTolerance:
+        """The installation's defaults for v1beta2 wrappers' fault tolerance."""
+        return self.faultTolerance.resolve()
 
     @property
     def topology_levels(self) -> Topology:
@@ -161,8 +216,9 @@ def load_config(path: str | Path | None) -> DispatcherConfig:
 
 def _text(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
-        return ("unknown field (a configuration has allowedKinds: {defaults, add, remove} "
-                "and topology: {levels: [node labels, outermost first]})")
+        return ("unknown field (a configuration has allowedKinds: {defaults, add, remove}, "
+                "topology: {levels: [node labels, outermost first]} and faultTolerance: "
+                f"{{{', '.join([*_FAULT_TOLERANCE_FIELDS, 'retryLimit'])}}})")
     if err["type"] == "value_error" and "ctx" in err:
         return str(err["ctx"]["error"])
     return err["msg"]

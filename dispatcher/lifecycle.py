@@ -26,20 +26,33 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
   them reports failure. When items declare `completionstatus`, those decide (MCAD): once
   they are done while pods of the others still run or wait, it is MCAD's
   `RunningHoldCompletion` ("holding"), and `Completed` when no pod is left.
+
+A wrapper written as v1beta2 follows codeflare's rules instead (:func:`judge_v1beta2`,
+its settings in :mod:`dispatcher.api.fault_tolerance`): an unhealthy gang is *reset* — its
+objects torn down and, after the retry pause, created again, while it keeps its room and
+quota — rather than requeued; after `retryLimit` resets it fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
+from dispatcher.api.conditions import Reason
+from dispatcher.api.conversion import ConversionError, v1beta2_fields
+from dispatcher.api.fault_tolerance import (
+    DEFAULT_FAULT_TOLERANCE,
+    FaultTolerance,
+    annotation_of,
+    fault_tolerance,
+)
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.kinds.completion import Outcome
 from dispatcher.queue.reservation import BACKFILLED
 from dispatcher.wording import all_of, counted, plural, span
 
-Action = Literal["wait", "running", "holding", "completed", "failed", "requeue"]
+Action = Literal["wait", "running", "holding", "completed", "failed", "requeue", "reset"]
 
 # Reasons beyond dispatcher.api.conditions.Reason that only the lifecycle produces.
 WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
@@ -48,6 +61,12 @@ PODS_NOT_CREATED = "PodsNotCreated"
 PODS_LOST = "PodsLost"
 PODS_UNPLACEABLE = "PodsUnplaceable"  # a pod fits neither its gang's hold nor free room
 ITEMS_CHANGED = "ItemsChanged"  # requeued: the items were edited after dispatch
+# v1beta2 (codeflare's reasons): the gang is being reset, and why it was unhealthy.
+RESETTING = Reason.Resetting
+RETRY_LIMIT_REACHED = "RetryLimitReached"
+FAILED_PODS = "FoundFailedPods"
+PODS_NOT_PENDING = "InsufficientPodsPending"
+PODS_NOT_READY = "InsufficientPodsReady"
 
 # Per-AppWrapper overrides of the installation's grace periods, in seconds.
 ADMISSION_GRACE_ANNOTATION = "workload.codeflare.dev/admissionGracePeriodSeconds"
@@ -65,6 +84,8 @@ class Timing:
     # A run dispatched past a reserved head ends (fails) this long after dispatch, unless
     # its own dispatchDuration.limit is shorter (the policy's backfillLimitSeconds).
     backfill_limit: float | None = None
+    # The defaults (and the cap) of the fault-tolerance annotations of v1beta2 wrappers.
+    fault_tolerance: FaultTolerance = DEFAULT_FAULT_TOLERANCE
 
 
 DEFAULT_TIMING = Timing()
@@ -74,7 +95,7 @@ def timing_for(aw: AppWrapper, base: Timing = DEFAULT_TIMING) -> tuple[Timing, l
     """The installation's timing with this AppWrapper's annotations applied, and a
     warning for each annotation that is not a number of seconds (it is ignored)."""
     warnings: list[str] = []
-    overrides: dict[str, float] = {}
+    overrides: dict[str, Any] = {}
     annotations: Mapping[str, str] = aw.metadata.annotations
     for annotation, field_name in ((ADMISSION_GRACE_ANNOTATION, "admission_grace"),
                                    (FAILURE_GRACE_ANNOTATION, "failure_grace")):
@@ -182,20 +203,9 @@ def judge(
     if outcome == "failed":
         return Verdict("failed", WRAPPED_OBJECT_FAILED,
                        "a wrapped object reports failure (see its status)")
-    if outcome == "succeeded":
-        declared = any(i.completionstatus for i in aw.spec.resources.GenericItems)
-        if declared and pods.active:
-            # MCAD's RunningHoldCompletion: done as far as completionstatus says, but
-            # pods of its other items still run (or wait): they hold what they hold.
-            return Verdict("holding", "SomeItemsCompleted",
-                           "the items with completionstatus have completed; "
-                           f"{counted(pods.running, 'pod')} still running, {pods.pending} pending")
-        return Verdict("completed", "PodsCompleted", "every wrapped object has finished")
-    if outcome is None and expected_pods and pods.succeeded >= expected_pods \
-            and not pods.active:
-        return Verdict("completed", "PodsCompleted",
-                       f"{all_of(expected_pods, 'pod')} {plural(expected_pods, 'has', 'have')} "
-                       "succeeded")
+    finished = _finished(aw, pods, expected_pods, outcome)
+    if finished is not None:
+        return finished
 
     limit, source = _limit(aw, timing, status if status is not None else aw.status)
     deadline = dispatched_at + limit if limit else None
@@ -206,10 +216,7 @@ def judge(
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
     if up >= need:
-        return Verdict("running", "PodsRunning",
-                       f"{pods.running} of {counted(expected_pods, 'pod')} running"
-                       + (f", {pods.succeeded} succeeded" if pods.succeeded else ""),
-                       check_at=deadline)
+        return _running(pods, expected_pods, deadline)
     requeues = aw.status.numberOfRequeueings
     if running:
         # Restarting a pod is the wrapped job's business (a Job or a PyTorchJob
@@ -264,3 +271,136 @@ def _requeue_or_fail(aw: AppWrapper, requeues: int, reason: str, short: str,
     next_allowed = pods_allowed_seconds(aw.spec.schedulingSpec.requeuing, requeues + 1, timing)
     return Verdict("requeue", reason,
                    f"{short}; torn down and requeued, {span(next_allowed)} allowed next time")
+
+
+# --- v1beta2: reset instead of requeue ----------------------------------------------
+
+
+def fault_tolerance_for(annotations: Mapping[str, str],
+                        timing: Timing = DEFAULT_TIMING) -> FaultTolerance | None:
+    """The fault-tolerance settings of a wrapper written as v1beta2 with these
+    annotations (None: it was written as v1beta1, MCAD's rules apply)."""
+    try:
+        written_as_v1beta2 = v1beta2_fields(annotations).written_as_v1beta2
+    except ConversionError:
+        return None
+    if not written_as_v1beta2:
+        return None
+    return fault_tolerance(annotations, timing.fault_tolerance)[0]
+
+
+def judge_v1beta2(
+    aw: AppWrapper,
+    pods: PodCounts,
+    expected_pods: int,
+    outcome: Outcome | None,
+    dispatched_at: float,
+    running: bool,
+    now: float,
+    ft: FaultTolerance = DEFAULT_FAULT_TOLERANCE,
+    created_at: float | None = None,
+    failed_since: float | None = None,
+    below_min_since: float | None = None,
+    items: str = "its objects",
+    floor: int | None = None,
+) -> Verdict:
+    """The next step for a dispatched (or running) wrapper written as v1beta2, by
+    codeflare's rules: it is unhealthy when a wrapped object reports failure (reset at
+    once), when a pod of it failed (since `failed_since`), when a running gang has fewer
+    than minAvailable pods up (since `below_min_since`), when its pods are not all
+    created `ft.admission_grace` after its objects were (`created_at`), or not all running
+    `ft.warmup_grace` after its dispatch; unhealthy for `ft.failure_grace`, it is reset —
+    or, reset `ft.retry_limit` times already, failed. `aw.status.numberOfRequeueings`
+    counts its resets."""
+    resets = aw.status.numberOfRequeueings
+    if outcome == "failed":
+        return _reset_or_fail(resets, ft, WRAPPED_OBJECT_FAILED,
+                              "a wrapped object reports failure (see its status)")
+    finished = _finished(aw, pods, expected_pods, outcome)
+    if finished is not None:
+        return finished
+    need = min_available(aw, expected_pods, floor)
+    up = pods.running + pods.succeeded
+    unhealthy: tuple[float, str, str] | None = None
+    if pods.failed:
+        unhealthy = (now if failed_since is None else failed_since, FAILED_PODS,
+                     f"{counted(pods.failed, 'pod')} of it failed")
+    elif up >= need:
+        return _running(pods, expected_pods)
+    elif running:
+        unhealthy = (now if below_min_since is None else below_min_since, PODS_LOST,
+                     f"the running gang has {up} of the {counted(need, 'pod')} it needs "
+                     "(minAvailable) up (a node gone, an eviction?)")
+    else:
+        unhealthy = _late(pods, expected_pods, need, dispatched_at, now, ft, created_at, items)
+    if unhealthy is None:
+        return Verdict("wait", check_at=_next_look(pods, expected_pods, dispatched_at, ft,
+                                                   created_at))
+    since, reason, short = unhealthy
+    due = since + ft.failure_grace
+    if now < due:
+        return Verdict("wait", reason, f"{short}: unhealthy; reset in {span(due - now)} "
+                       "unless it recovers", check_at=due)
+    return _reset_or_fail(resets, ft, reason, f"{short}, unhealthy for {span(now - since)}")
+
+
+def _finished(aw: AppWrapper, pods: PodCounts, expected_pods: int,
+              outcome: Outcome | None) -> Verdict | None:
+    """Completed (or holding) once its objects or every pod of it succeeded."""
+    if outcome == "succeeded":
+        declared = any(i.completionstatus for i in aw.spec.resources.GenericItems)
+        if declared and pods.active:
+            # MCAD's RunningHoldCompletion: done as far as completionstatus says, but
+            # pods of its other items still run (or wait): they hold what they hold.
+            return Verdict("holding", "SomeItemsCompleted",
+                           "the items with completionstatus have completed; "
+                           f"{counted(pods.running, 'pod')} still running, {pods.pending} pending")
+        return Verdict("completed", "PodsCompleted", "every wrapped object has finished")
+    if outcome is None and expected_pods and pods.succeeded >= expected_pods \
+            and not pods.active:
+        return Verdict("completed", "PodsCompleted",
+                       f"{all_of(expected_pods, 'pod')} {plural(expected_pods, 'has', 'have')} "
+                       "succeeded")
+    return None
+
+
+def _running(pods: PodCounts, expected_pods: int, check_at: float | None = None) -> Verdict:
+    return Verdict("running", "PodsRunning",
+                   f"{pods.running} of {counted(expected_pods, 'pod')} running"
+                   + (f", {pods.succeeded} succeeded" if pods.succeeded else ""),
+                   check_at=check_at)
+
+
+def _late(pods: PodCounts, expected_pods: int, need: int, dispatched_at: float, now: float,
+          ft: FaultTolerance, created_at: float | None,
+          items: str) -> tuple[float, str, str] | None:
+    """Since when a gang not running yet has been too slow, and how (None: it is not)."""
+    created = pods.active + pods.succeeded
+    if created_at is not None and created < expected_pods \
+            and now >= created_at + ft.admission_grace:
+        return (created_at + ft.admission_grace, PODS_NOT_PENDING,
+                f"{created} of {counted(expected_pods, 'pod')} created "
+                f"{span(ft.admission_grace)} after {items} (admission grace period)")
+    if now >= dispatched_at + ft.warmup_grace:
+        return (dispatched_at + ft.warmup_grace, PODS_NOT_READY,
+                f"{pods.running + pods.succeeded} of the {counted(need, 'pod')} needed "
+                f"running {span(ft.warmup_grace)} after dispatch (warmup grace period)")
+    return None
+
+
+def _next_look(pods: PodCounts, expected_pods: int, dispatched_at: float,
+               ft: FaultTolerance, created_at: float | None) -> float:
+    due = dispatched_at + ft.warmup_grace
+    if created_at is not None and pods.active + pods.succeeded < expected_pods:
+        due = min(due, created_at + ft.admission_grace)
+    return due
+
+
+def _reset_or_fail(resets: int, ft: FaultTolerance, reason: str, short: str) -> Verdict:
+    if resets >= ft.retry_limit:
+        return Verdict("failed", RETRY_LIMIT_REACHED,
+                       f"{short}; already reset {counted(resets, 'time')} "
+                       f"({annotation_of('retry_limit')}: {ft.retry_limit})")
+    return Verdict("reset", reason,
+                   f"{short}; reset {resets + 1} of {ft.retry_limit}: its objects are torn "
+                   f"down and created again after {span(ft.retry_pause)}")

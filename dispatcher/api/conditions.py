@@ -50,6 +50,7 @@ class Reason(StrEnum):
     Held = "Held"  # Queueing: kept out of dispatch by a user (HELD_BY_ANNOTATION)
     FrontOfQueue = "FrontOfQueue"  # HeadOfLine
     AppWrapperRunnable = "AppWrapperRunnable"  # Dispatched
+    Resetting = "Resetting"  # Dispatched: a v1beta2 gang reset, its objects to come again
     PodsRunning = "PodsRunning"  # Running
     PodsCompleted = "PodsCompleted"  # Completed
     SomeItemsCompleted = "SomeItemsCompleted"  # RunningHoldCompletion

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatcher.api.conditions import Reason
 from dispatcher.api.models import APPWRAPPER_API_VERSION
 from dispatcher.api.v1beta2 import APPWRAPPER_API_VERSION_V1BETA2, Phase, V1beta2Condition
 
@@ -234,13 +235,15 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
         phase = Phase.Running
     elif latest in _REQUEUEING and deployed:
         phase = Phase.Suspending
+    elif latest == "Dispatched" and _reason(status) == Reason.Resetting:
+        phase = Phase.Resetting
     elif latest == "Dispatched":
         phase = Phase.Resuming
     elif state or latest:
         phase = Phase.Suspended
     else:
         phase = Phase.Empty
-    admitted = phase in (Phase.Resuming, Phase.Running, Phase.Suspending)
+    admitted = phase in (Phase.Resuming, Phase.Running, Phase.Suspending, Phase.Resetting)
     since = _last_time(status)
     message = str(status.get("message") or "")
     reason = _reason(status)
@@ -249,8 +252,8 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
         _condition(V1beta2Condition.ResourcesDeployed, deployed, reason, message, since),
         _condition(V1beta2Condition.PodsReady, phase is Phase.Running, reason, message,
                    since),
-        _condition(V1beta2Condition.Unhealthy, latest in _REQUEUEING, reason, message,
-                   since),
+        _condition(V1beta2Condition.Unhealthy,
+                   latest in _REQUEUEING or phase is Phase.Resetting, reason, message, since),
     ]
     if phase is Phase.Terminating:
         conditions.append(_condition(V1beta2Condition.DeletingResources, deployed, reason,

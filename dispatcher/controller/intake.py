@@ -32,6 +32,13 @@ from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
 from dispatcher.kinds.checks import pods_made
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.lifecycle import (
+    DEFAULT_TIMING,
+    RESETTING,
+    RETRY_LIMIT_REACHED,
+    Timing,
+    fault_tolerance_for,
+)
 from dispatcher.resources import GPU, pod_request
 from dispatcher.review import review
 
@@ -48,7 +55,8 @@ log = logging.getLogger("dispatcher")
 
 # Failed for these reasons means the dispatcher tore (or was tearing) the items down.
 TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
-                              "RequeueLimitReached", Reason.Cancelled})
+                              "RequeueLimitReached", RETRY_LIMIT_REACHED,
+                              Reason.Cancelled})
 
 
 def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
@@ -79,8 +87,9 @@ class Intake:
     def __init__(self, memory: Memory, clock: Callable[[], float],
                  on_failed: Callable[[str], None] = lambda reason: None,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
-                 leave_kueue_labelled: bool = False) -> None:
+                 leave_kueue_labelled: bool = False, timing: Timing = DEFAULT_TIMING) -> None:
         self.memory = memory
+        self.timing = timing  # a v1beta2 wrapper's timers are rebuilt after a restart
         self.clock = clock
         self.on_failed = on_failed
         self.allowed_kinds = allowed_kinds
@@ -395,6 +404,7 @@ class Intake:
                     t.aw = parse_appwrapper(obj)
                 except InvalidSpec:
                     t.teardown_due = False
+            self._ended_timers(t, meta.get("annotations") or {})
             return t
         change = Change(t, now, status.model_copy(deep=True))
         verdict = review(obj, now, self.allowed_kinds)
@@ -451,6 +461,11 @@ class Intake:
             t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
             t.needs_items = True
             t.needs_reservation = t.phase == "dispatched"
+            if last is not None and last.reason == RESETTING:
+                # A reset's pause, cut short by a restart: it goes on from when it began.
+                stamp = last.lastUpdateMicroTime or last.lastTransitionMicroTime
+                t.reset_at = stamp.timestamp() if stamp is not None else now
+                t.needs_items = False
             if status.admittedDigest and status.admittedDigest != items_digest(aw):
                 self.edited.add(key)  # edited while this dispatcher was down
         elif kind == ConditionType.PreemptCandidate:
@@ -461,6 +476,20 @@ class Intake:
         else:
             self._enqueue(t, change)
         return t
+
+    def _ended_timers(self, t: Tracked, annotations: Mapping[str, str]) -> None:
+        """A v1beta2 wrapper's timers once it ended, from when it ended: the deletion of
+        a succeeded one (its success TTL), the teardown of a failed one (its
+        deletion-on-failure grace)."""
+        ft = fault_tolerance_for(annotations, self.timing)
+        last = latest(t.status.conditions)
+        stamp = last.lastTransitionMicroTime if last is not None else None
+        if ft is None or stamp is None:
+            return
+        if t.status.state == "Completed":
+            t.delete_at = stamp.timestamp() + ft.success_ttl
+        elif t.teardown_due and ft.deletion_on_failure_grace:
+            t.teardown_at = stamp.timestamp() + ft.deletion_on_failure_grace
 
     def fail_spec(self, t: Tracked, change: Change, message: str,
                   reason: str = Reason.InvalidSpec) -> None:

@@ -109,7 +109,8 @@ class Dispatcher:
         self.tasks = Tasks(clock, self.memory.wake)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
-                             leave_kueue_labelled=leave_kueue_labelled)
+                             leave_kueue_labelled=leave_kueue_labelled,
+                             timing=self.timing)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.memory.ownership, pin=pin_pods)

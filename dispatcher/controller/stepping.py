@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from dispatcher.api.conditions import ConditionType, Reason
+from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.lifecycle import (
     ITEMS_CHANGED,
@@ -17,7 +18,9 @@ from dispatcher.lifecycle import (
     WRAPPED_OBJECT_FAILED,
     Timing,
     Verdict,
+    fault_tolerance_for,
     judge,
+    judge_v1beta2,
     min_available,
     timing_for,
 )
@@ -25,11 +28,11 @@ from dispatcher.lifecycle import (
 from .creation import Items, Made, Refused, Waiting
 from .holds import cancelled_message
 from .intake import Intake
-from .kube import Kube, Resource
+from .kube import ApiError, Kube, Resource
 from .memory import Memory
 from .observer import Observer
 from .scaling import Scaling
-from .status import Change, StatusWriter
+from .status import APPWRAPPERS, Change, StatusWriter
 from .tasks import RETRY_SECONDS, Tasks
 from .tracked import ACTIVE, Tracked, pod_bucket
 from .transitions import Transitions, set_counts
@@ -73,8 +76,11 @@ class Stepping:
         preempting = self.memory.sharing.preempting
         return [t for t in self.memory.tracked.values()
                 if (t.phase in ACTIVE or (t.phase == "done" and t.teardown_due
-                                          and t.aw is not None))
-                and (self._timer_due(t, now)
+                                          and t.aw is not None
+                                          and (t.teardown_at or 0) <= now)
+                    or (t.phase == "done" and t.delete_at is not None
+                        and t.delete_at <= now))
+                and (self._timer_due(t, now) or t.phase == "done"
                      or t.needs_items or (t.completable and t.outcome_stale)
                      or t.key in requeues or t.key in edited or t.key in preempting
                      or t.teardown_due or t.stranded is not None or _counts_changed(t)
@@ -95,7 +101,7 @@ class Stepping:
     async def step(self, t: Tracked, now: float) -> None:
         assert t.aw is not None
         t.stepped_at = now
-        if await self._ended_otherwise(t, now):
+        if await self._ended_otherwise(t, now) or await self._resetting(t, now):
             return
         await self.scaling.catch_up(t, now)
         if t.needs_items and not await self._make_items(t, now):
@@ -113,18 +119,31 @@ class Stepping:
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         await self._tell_unplaced(t, now)
-        verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at, running,
-                        now, timing, t.below_min_since, _items_text(t), t.items_at, t.floor,
-                        None if running else t.unplaced, t.status)
-        await self._apply(t, verdict, now, timing)
+        ft = fault_tolerance_for(t.aw.metadata.annotations, self.timing)
+        if ft is None:
+            verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at,
+                            running, now, timing, t.below_min_since, _items_text(t),
+                            t.items_at, t.floor, None if running else t.unplaced, t.status)
+        else:
+            t.failed_since = (t.failed_since or now) if counts.failed else None
+            verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.outcome,
+                                    t.dispatched_at, running, now, ft, t.items_at,
+                                    t.failed_since, t.below_min_since, _items_text(t),
+                                    t.floor)
+        await self._apply(t, verdict, now, timing, ft)
 
     async def _ended_otherwise(self, t: Tracked, now: float) -> bool:
         """What ends or restarts the gang whatever its pods say: a teardown owed, a
         user's cancel, a requeue under way, a preemption, an edit, lost room."""
         requeue = self.transitions.start_requeue
         if t.phase == "done":
-            await self.items.teardown(t)  # pods of a failed gang (re)appeared
-            t.teardown_due = False
+            if t.delete_at is not None and t.delete_at <= now:
+                await self._delete_succeeded(t)
+            if t.teardown_due and (t.teardown_at or 0) <= now:
+                # pods of a failed gang (re)appeared, or its deletion grace is over
+                await self.items.teardown(t)
+                t.teardown_due = False
+                t.teardown_at = None
         elif t.cancelled_by is not None:  # by a user (holds.py): it ends here
             self.intake.requeues_due.discard(t.key)
             self.intake.edited.discard(t.key)
@@ -154,6 +173,33 @@ class Stepping:
         else:
             return False
         return True
+
+    async def _resetting(self, t: Tracked, now: float) -> bool:
+        """A v1beta2 gang in its retry pause waits for it to pass (holding its room),
+        then has its objects created again; True when the step ends here."""
+        if t.reset_at is None:
+            return False
+        assert t.aw is not None
+        ft = fault_tolerance_for(t.aw.metadata.annotations, self.timing)
+        due = t.reset_at + (ft.retry_pause if ft is not None else 0.0)
+        if now < due:
+            t.check_at = due
+            return True
+        resets = t.status.numberOfRequeueings
+        # Resumed, the step goes on: its objects are created now.
+        return not await self.transitions.resume(
+            t, f"reset {resets} done: its objects are created again", now)
+
+    async def _delete_succeeded(self, t: Tracked) -> None:
+        """A v1beta2 wrapper past its success TTL is deleted (its objects with it)."""
+        t.delete_at = None
+        path = APPWRAPPERS.path(*t.key)
+        log.info("%s/%s: succeeded longer than its success TTL: deleted", *t.key)
+        try:
+            await self.kube.request("DELETE", path, {"preconditions": {"uid": t.uid}})
+        except ApiError as e:
+            if e.status not in (404, 409):
+                raise
 
     async def _make_items(self, t: Tracked, now: float) -> bool:
         """Its items created (or some still to come); False when the step ends here."""
@@ -217,7 +263,8 @@ class Stepping:
         t.unplaced_told = why
         self.tasks.spawn_side(self.writer.warn(t, PODS_UNPLACEABLE, why, now))
 
-    async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing) -> None:
+    async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing,
+                     ft: FaultTolerance | None = None) -> None:
         change = self.writer.begin(t, now)
         set_counts(t)
         t.check_at = v.check_at
@@ -241,9 +288,17 @@ class Stepping:
                 t.check_at = None
                 self.memory.state.release(t.key)
                 self.observer.completed()
+                if ft is not None:
+                    t.delete_at = now + ft.success_ttl
         elif v.action == "failed":
-            await self.transitions.fail(t, v.reason, v.message, now, change,
-                                        teardown=v.reason != WRAPPED_OBJECT_FAILED)
+            await self.transitions.fail(
+                t, v.reason, v.message, now, change,
+                teardown=ft is not None or v.reason != WRAPPED_OBJECT_FAILED,
+                teardown_after=ft.deletion_on_failure_grace if ft is not None else 0.0)
+        elif v.action == "reset":
+            assert ft is not None
+            await self.transitions.start_reset(t, v.reason, v.message, now, change,
+                                               ft.retry_pause)
         elif v.action == "requeue":
             if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
                 change.abandon()

@@ -89,6 +89,14 @@ class Tracked:
     teardown_due: bool = False  # Failed or requeued, but its objects may still exist
     first_attempt: bool = False  # this process dispatched it: a 409 cannot be ours
     below_min_since: float | None = None  # running, but fewer than minAvailable pods up
+    # v1beta2 (lifecycle.judge_v1beta2): since when a pod of the gang has failed; when its
+    # reset began (its objects torn down, their re-creation waits for the retry pause);
+    # when a failed wrapper's objects go (its deletion-on-failure grace) and when a
+    # succeeded one is deleted (its success TTL).
+    failed_since: float | None = None
+    reset_at: float | None = None
+    teardown_at: float | None = None
+    delete_at: float | None = None
     # An elastic gang's pods at its minimum: what must run when minAvailable is not given.
     floor: int | None = None
     # A change of details or of the message alone waits to be written: when it is due

@@ -9,7 +9,7 @@ import logging
 
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.models import Requeuing
-from dispatcher.lifecycle import Timing, pods_allowed_seconds
+from dispatcher.lifecycle import RESETTING, Timing, pods_allowed_seconds
 
 from .creation import Items
 from .intake import Intake
@@ -42,9 +42,12 @@ class Transitions:
         return False
 
     async def fail(self, t: Tracked, reason: str, message: str, now: float,
-                   change: Change | None = None, teardown: bool = True) -> None:
+                   change: Change | None = None, teardown: bool = True,
+                   teardown_after: float = 0.0) -> None:
         """Failed is written first; then the items go (a crash in between leaves a
-        Failed wrapper whose pods, when seen, are torn down — never a recreation)."""
+        Failed wrapper whose pods, when seen, are torn down — never a recreation);
+        `teardown_after` seconds later when given (a v1beta2 wrapper's
+        deletion-on-failure grace, to look at what failed)."""
         change = change or self.writer.begin(t, now)
         t.status.state = "Failed"
         clear_position(t.status)
@@ -59,7 +62,11 @@ class Transitions:
             self.memory.queue.remove(t.key)
         self.memory.state.release(t.key)  # what still runs holds its capacity by its pods
         self.observer.failed(reason)
-        if teardown:
+        t.reset_at = None
+        if teardown and teardown_after > 0:
+            t.teardown_due = True
+            t.teardown_at = now + teardown_after
+        elif teardown:
             t.teardown_due = True
             await self.items.teardown(t)
             t.teardown_due = False
@@ -84,6 +91,50 @@ class Transitions:
         self.intake.requeues_due.add(t.key)
         await self.finish_requeue(t, now)
 
+    async def start_reset(self, t: Tracked, reason: str, message: str, now: float,
+                          change: Change, pause: float) -> None:
+        """A v1beta2 gang reset (codeflare's Resetting): the reset is written first and
+        counted, then its objects go; they are created again `pause` seconds later. It
+        stays dispatched meanwhile, holding its quota and room."""
+        change.condition(ConditionType.Dispatched, RESETTING, message)
+        t.status.state = "Pending"
+        t.status.numberOfRequeueings += 1
+        if not await self.commit(change):
+            return
+        log.info("%s/%s: reset (%s): %s", *t.key, reason, message)
+        self.observer.reset(reason)
+        t.reset_at = now
+        await self._tear_down_held(t)
+        t.check_at = now + pause
+        # What a v1beta2 reader sees as ResourcesDeployed: its objects are gone.
+        await self.commit(self.writer.begin(t, now), force=True)
+
+    async def _tear_down_held(self, t: Tracked) -> None:
+        """Its objects gone; what its pods held is held again for the gang as a whole
+        (held_room.py, before anything new is admitted)."""
+        t.phase = "dispatched"
+        t.needs_items = False
+        await self.items.teardown(t)
+        self.scaling.requeued(t)
+        t.pods.clear()
+        set_counts(t)
+        t.items_at = None
+        t.outcome = None
+        t.below_min_since = t.failed_since = None
+        self.memory.state.release(t.key)
+        t.needs_reservation = True
+
+    async def resume(self, t: Tracked, message: str, now: float) -> bool:
+        """After a reset's pause: its objects are to be created again (False: it is gone)."""
+        change = self.writer.begin(t, now)
+        change.condition(ConditionType.Dispatched, Reason.AppWrapperRunnable, message)
+        if not await self.commit(change):
+            return False
+        t.reset_at = None
+        t.mark_dispatched(now, t.preempted)
+        t.check_at = None
+        return True
+
     async def finish_requeue(self, t: Tracked, now: float) -> None:
         await self.items.teardown(t)
         change = self.writer.begin(t, now)
@@ -107,7 +158,7 @@ class Transitions:
         t.items_at = None
         t.outcome = None
         t.check_at = None
-        t.below_min_since = None
+        t.below_min_since = t.failed_since = t.reset_at = None
         self.intake.queue_again(t)
 
 

@@ -8,15 +8,31 @@ from typing import Any
 from dispatcher.api.conversion import to_v1beta1, to_v1beta2
 
 from .fake_kube import FakeKube
-from .test_runtime import Clock, appwrapper, aw_status, job, node, run, started, types
+from .test_runtime import (
+    Clock,
+    appwrapper,
+    aw_status,
+    created_job,
+    job,
+    node,
+    pod,
+    run,
+    started,
+    types,
+)
+
+FT = "workload.codeflare.dev.appwrapper/"
+STORED = ("workload.codeflare.dev/v1beta1", "AppWrapper", "team")
 
 
 def codeflare(name: str, *templates: dict[str, Any], created: int = 0,
-              labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+              labels: dict[str, str] | None = None,
+              annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
     """A v1beta2 wrapper as the API server stores it: in v1beta1 terms."""
     v1 = appwrapper(name, *templates, created=created)
     v2 = to_v1beta2(v1)
-    del v2["metadata"]["annotations"]  # written as v1beta2, not converted from v1beta1
+    # written as v1beta2, not converted from v1beta1
+    v2["metadata"]["annotations"] = dict(annotations or {})
     v2["metadata"]["labels"] = labels or {}
     v2["spec"].update(spec)
     return to_v1beta1(v2)
@@ -97,3 +113,103 @@ def test_kueue_labelled_wrappers_are_kueues_only_when_the_installation_says_so()
 
     run(scenario)
     run(leave_to_kueue)
+
+
+def _phase(kube: FakeKube, name: str) -> tuple[str, int]:
+    """What a v1beta2 reader sees: the phase and resettingCount."""
+    status = to_v1beta2(kube.get(*STORED, name) or {})["status"]
+    return status["phase"], status["resettingCount"]
+
+
+def test_a_failing_v1beta2_gang_is_reset_keeping_its_room_then_fails_at_its_retry_limit(
+) -> None:
+    """codeflare's rules: a failed pod makes the gang unhealthy; after the failure grace
+    it is reset (torn down, created again after the retry pause) without giving up its
+    room — a waiting wrapper that would fit in it stays queued — and, reset retryLimit
+    times, it fails and its objects go."""
+    annotations = {FT + "failureGracePeriodDuration": "10s",
+                   FT + "retryPausePeriodDuration": "20s", FT + "retryLimit": "2"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("flaky", job("flaky", 1, 4), annotations=annotations))
+        kube.put(appwrapper("big", job("big", 1, 8), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        for attempt in (1, 2, 3):
+            j = created_job(kube, "flaky")
+            d.on_pod("ADDED", pod("flaky", f"p{attempt}", "n1", "Running", 4, j))
+            await d.cycle()
+            assert _phase(kube, "flaky") == ("Running", attempt - 1)
+            d.on_pod("MODIFIED", pod("flaky", f"p{attempt}", "n1", "Failed", 4, j))
+            await d.cycle()
+            clock.now += 9
+            await d.cycle()
+            assert _phase(kube, "flaky")[0] == "Running"  # within its failure grace
+            clock.now += 1
+            await d.cycle()
+            if attempt == 3:
+                break
+            assert _phase(kube, "flaky") == ("Resetting", attempt)
+            assert kube.get("batch/v1", "Job", "team", "flaky") is None
+            d.on_pod("DELETED", pod("flaky", f"p{attempt}", "n1", "Failed", 4, j))
+            await d.cycle()
+            assert types(kube, "big")[-1] == "Backoff"  # the reset gang keeps its room
+            clock.now += 19
+            await d.cycle()
+            assert kube.get("batch/v1", "Job", "team", "flaky") is None  # still pausing
+            clock.now += 1
+            await d.cycle()
+            assert _phase(kube, "flaky") == ("Resuming", attempt)
+        status = aw_status(kube, "flaky")
+        assert status["state"] == "Failed"
+        assert status["conditions"][-1]["reason"] == "RetryLimitReached"
+        assert "already reset 2 times" in status["conditions"][-1]["message"]
+        assert _phase(kube, "flaky") == ("Failed", 2)
+        assert kube.get("batch/v1", "Job", "team", "flaky") is None
+
+    run(scenario)
+
+
+def test_a_v1beta1_wrapper_is_still_requeued_not_reset() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("mcad", job("mcad", 1, 4)))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "mcad")
+        d.on_pod("ADDED", pod("mcad", "p", "n1", "Running", 4, j))
+        await d.cycle()
+        j["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+        d.on_pod("MODIFIED", pod("mcad", "p", "n1", "Failed", 4, j))
+        clock.now += 60
+        await d.cycle()
+        assert aw_status(kube, "mcad")["state"] == "Failed"  # MCAD: the Job failed
+
+    run(scenario)
+
+
+def test_a_succeeded_v1beta2_wrapper_is_deleted_after_its_success_ttl() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("done", job("done", 1, 1),
+                           annotations={FT + "successTTLDuration": "1m"}))
+        kube.put(appwrapper("kept", job("kept", 1, 1), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        for name in ("done", "kept"):
+            j = created_job(kube, name)
+            j["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+            d.on_pod("ADDED", pod(name, f"{name}-0", "n1", "Succeeded", 1, j))
+        clock.now += 60
+        await d.cycle()
+        assert _phase(kube, "done")[0] == "Succeeded"
+        clock.now += 59
+        await d.cycle()
+        assert kube.get(*STORED, "done") is not None
+        clock.now += 1
+        await d.cycle()
+        assert kube.get(*STORED, "done") is None
+        assert aw_status(kube, "kept")["state"] == "Completed"  # v1beta1: no TTL
+
+    run(scenario)

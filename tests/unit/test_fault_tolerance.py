@@ -1,0 +1,160 @@
+"""codeflare's fault-tolerance annotations and the reset rules of v1beta2 wrappers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.api.fault_tolerance import FaultTolerance, fault_tolerance, go_duration
+from dispatcher.api.models import AppWrapper, parse_appwrapper
+from dispatcher.config import ConfigError, DispatcherConfig, load_config
+from dispatcher.kinds.completion import Outcome
+from dispatcher.lifecycle import (
+    FAILED_PODS,
+    PODS_NOT_PENDING,
+    PODS_NOT_READY,
+    RETRY_LIMIT_REACHED,
+    WRAPPED_OBJECT_FAILED,
+    PodCounts,
+    judge_v1beta2,
+)
+
+FT = "workload.codeflare.dev.appwrapper/"
+T0 = 1000.0
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("10s", 10.0), ("1m", 60.0), ("5m", 300.0), ("1h30m", 5400.0), ("168h", 604800.0),
+    ("500ms", 0.5), ("1.5h", 5400.0), ("0", 0.0), ("-2s", -2.0)])
+def test_go_durations_read_as_go_reads_them(text: str, seconds: float) -> None:
+    assert go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "10", "s", "1d", "1m x", "1 m", "--1s"])
+def test_what_is_not_a_go_duration_is_refused(text: str) -> None:
+    assert go_duration(text) is None
+
+
+@given(st.integers(0, 99), st.integers(0, 59), st.integers(0, 59))
+def test_hours_minutes_and_seconds_add_up(h: int, m: int, s: int) -> None:
+    assert go_duration(f"{h}h{m}m{s}s") == h * 3600 + m * 60 + s
+
+
+def test_annotations_override_the_defaults_and_bad_ones_say_why() -> None:
+    ft, warnings = fault_tolerance({
+        FT + "failureGracePeriodDuration": "10s", FT + "retryPausePeriodDuration": "1m",
+        FT + "retryLimit": "1", FT + "successTTLDuration": "soon",
+        FT + "warmupGracePeriodDuration": "-5s"})
+    assert (ft.failure_grace, ft.retry_pause, ft.retry_limit) == (10.0, 60.0, 1)
+    assert ft.success_ttl == 7 * 86400 and ft.warmup_grace == 300
+    assert len(warnings) == 2
+    assert "warmupGracePeriodDuration']: '-5s' is not a duration" in warnings[0]
+    assert "successTTLDuration']: 'soon' is not a duration" in warnings[1]
+    assert "the installation's 168h applies" in warnings[1]
+
+
+def test_no_grace_period_exceeds_the_installations_maximum() -> None:
+    base = FaultTolerance(grace_period_maximum=120.0)
+    ft, warnings = fault_tolerance({FT + "admissionGracePeriodDuration": "1h",
+                                    FT + "successTTLDuration": "200h"}, base)
+    assert ft.admission_grace == 120.0
+    assert "above the installation's maximum 2m" in warnings[0]
+    assert ft.success_ttl == 7 * 86400  # the installation's success TTL is its maximum
+    assert "above the installation's maximum 168h" in warnings[1]
+
+
+def test_the_configuration_file_sets_the_defaults_and_refuses_what_it_cannot_read(
+        tmp_path: Path) -> None:
+    config = DispatcherConfig.model_validate(
+        {"faultTolerance": {"retryPausePeriod": "30s", "retryLimit": 5,
+                            "gracePeriodMaximum": "1h"}})
+    ft = config.fault_tolerance
+    assert (ft.retry_pause, ft.retry_limit, ft.grace_period_maximum) == (30.0, 5, 3600.0)
+    path = tmp_path / "c.yaml"
+    path.write_text("faultTolerance: {retryPausePeriod: 90}\n")
+    with pytest.raises(ConfigError, match="retryPausePeriod"):
+        load_config(path)
+
+
+AW = parse_appwrapper({
+    "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+    "metadata": {"name": "a", "namespace": "n"},
+    "spec": {"resources": {"GenericItems": [{"generictemplate": {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}}]}}})
+
+
+def _aw(resets: int) -> AppWrapper:
+    aw = AW.model_copy(deep=True)
+    aw.status.numberOfRequeueings = resets
+    return aw
+
+
+pods = st.builds(PodCounts, st.integers(0, 4), st.integers(0, 4), st.integers(0, 4),
+                 st.integers(0, 2))
+settings = st.builds(FaultTolerance, admission_grace=st.integers(0, 100),
+                     warmup_grace=st.integers(0, 300), failure_grace=st.integers(0, 100),
+                     retry_pause=st.integers(0, 100), retry_limit=st.integers(0, 4))
+
+
+@given(pods, st.integers(1, 4), st.sampled_from([None, "running", "failed", "succeeded"]),
+       st.booleans(), st.integers(0, 1000), settings, st.integers(0, 5),
+       st.one_of(st.none(), st.integers(0, 1000)), st.one_of(st.none(), st.integers(0, 1000)))
+def test_reset_rules(counts: PodCounts, expected: int, outcome: Outcome | None, running: bool,
+                     elapsed: int, ft: FaultTolerance, resets: int,
+                     created_after: int | None, failed_after: int | None) -> None:
+    now = T0 + elapsed
+    created = None if created_after is None else min(T0 + created_after, now)
+    failed_since = None if failed_after is None or not counts.failed \
+        else min(T0 + failed_after, now)
+    v = judge_v1beta2(_aw(resets), counts, expected, outcome, T0,
+                      running, now, ft, created, failed_since)
+    # A v1beta2 wrapper is never requeued: reset, or failed once its resets are spent.
+    assert v.action != "requeue"
+    if v.action == "reset":
+        assert resets < ft.retry_limit
+    if v.action == "failed":
+        assert resets >= ft.retry_limit and v.reason == RETRY_LIMIT_REACHED
+    if outcome == "failed":
+        # A wrapped object that failed will not recover: no grace period.
+        assert v.action in ("reset", "failed") and (v.action == "failed"
+                                                    or v.reason == WRAPPED_OBJECT_FAILED)
+    if v.action in ("reset", "failed") and outcome != "failed":
+        # Pod-level trouble is reset only once it has lasted the failure grace period.
+        if v.reason == FAILED_PODS or (counts.failed and outcome is None):
+            assert failed_since is None or now >= failed_since + ft.failure_grace
+        if PODS_NOT_READY in v.message or v.reason == PODS_NOT_READY:
+            assert now >= T0 + ft.warmup_grace + ft.failure_grace
+        if v.reason == PODS_NOT_PENDING:
+            assert created is not None and now >= created + ft.admission_grace \
+                + ft.failure_grace
+    if v.action == "wait":
+        assert v.check_at is not None and v.check_at > now  # it is looked at again
+
+
+def test_a_failed_pod_waits_the_failure_grace_then_resets() -> None:
+    ft = FaultTolerance(failure_grace=10, retry_pause=20, retry_limit=1)
+    failed = PodCounts(running=0, failed=1)
+    early = judge_v1beta2(AW, failed, 1, None, T0, True, T0 + 9, ft, T0, T0)
+    assert early.action == "wait" and early.check_at == T0 + 10
+    assert "reset in 1s unless it recovers" in early.message
+    late = judge_v1beta2(AW, failed, 1, None, T0, True, T0 + 10, ft, T0, T0)
+    assert late.action == "reset" and late.reason == FAILED_PODS
+    assert "reset 1 of 1" in late.message and "after 20s" in late.message
+    spent = judge_v1beta2(_aw(1), failed, 1, None, T0,
+                          True, T0 + 10, ft, T0, T0)
+    assert spent.action == "failed" and "already reset 1 time" in spent.message
+
+
+def test_pods_not_created_or_not_running_in_time_are_unhealthy() -> None:
+    ft = FaultTolerance(admission_grace=60, warmup_grace=300, failure_grace=30)
+    none = PodCounts()
+    assert judge_v1beta2(AW, none, 2, None, T0, False, T0 + 59, ft, T0).action == "wait"
+    at = judge_v1beta2(AW, none, 2, None, T0, False, T0 + 90, ft, T0)
+    assert at.action == "reset" and at.reason == PODS_NOT_PENDING
+    pending = PodCounts(pending=2)
+    assert judge_v1beta2(AW, pending, 2, None, T0, False, T0 + 329, ft, T0).action == "wait"
+    slow = judge_v1beta2(AW, pending, 2, None, T0, False, T0 + 330, ft, T0)
+    assert slow.action == "reset" and slow.reason == PODS_NOT_READY
