@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
+from dispatcher.api.conversion import stored_form
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.fit.topology import Topology
@@ -56,7 +57,7 @@ def review(
     admission checks that).
     """
     try:
-        aw = parse_appwrapper(obj)
+        aw = parse_appwrapper(stored_form(obj))
     except InvalidSpec as e:
         return Review(None, None, e.problems)
     found = warnings(aw)

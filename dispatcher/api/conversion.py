@@ -35,8 +35,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.api.conditions import Reason
-from dispatcher.api.models import APPWRAPPER_API_VERSION
-from dispatcher.api.v1beta2 import APPWRAPPER_API_VERSION_V1BETA2, Phase, V1beta2Condition
+from dispatcher.api.models import APPWRAPPER_API_VERSION, InvalidSpec
+from dispatcher.api.v1beta2 import (
+    APPWRAPPER_API_VERSION_V1BETA2,
+    Phase,
+    V1beta2Condition,
+    parse_appwrapper_v1beta2,
+)
 
 V1BETA1_FIELDS_ANNOTATION = "workload.codeflare.dev/v1beta1"
 V1BETA2_FIELDS_ANNOTATION = "workload.codeflare.dev/v1beta2"
@@ -68,6 +73,19 @@ def convert(obj: Mapping[str, Any], desired: str) -> dict[str, Any]:
         return to_v1beta1(obj)
     raise ConversionError(f"cannot convert an AppWrapper of apiVersion {current!r}: this "
                           f"dispatcher serves {' and '.join(VERSIONS)}")
+
+
+def stored_form(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`obj` as the API server stores it, in v1beta1 terms: a v1beta2 wrapper (a file
+    given to ``dispatcher plan`` or ``simulate``) is checked as written — its problems said
+    in v1beta2 terms (InvalidSpec) — and converted; any other object is `obj`."""
+    if not isinstance(obj, Mapping) or obj.get("apiVersion") != APPWRAPPER_API_VERSION_V1BETA2:
+        return obj
+    parse_appwrapper_v1beta2(obj)
+    try:
+        return to_v1beta1(obj)
+    except ConversionError as e:
+        raise InvalidSpec([str(e)]) from e
 
 
 # --- v1beta1 -> v1beta2 -------------------------------------------------------------

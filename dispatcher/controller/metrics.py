@@ -38,10 +38,14 @@ from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.models import State
 from dispatcher.cluster import ClusterState
 from dispatcher.lifecycle import (
+    FAILED_PODS,
     ITEMS_CHANGED,
     PODS_LOST,
     PODS_NOT_CREATED,
+    PODS_NOT_PENDING,
+    PODS_NOT_READY,
     REQUEUE_LIMIT_REACHED,
+    RETRY_LIMIT_REACHED,
     WRAPPED_OBJECT_FAILED,
 )
 from dispatcher.resources import CPU
@@ -61,8 +65,11 @@ STATES = tuple(s.value for s in State)
 CONDITIONS = tuple(c.value for c in ConditionType)
 REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceeded.value,
                    Reason.Preempted.value, PODS_NOT_CREATED, PODS_LOST, ITEMS_CHANGED)
+# Why a v1beta2 gang was reset (lifecycle.judge_v1beta2).
+RESET_REASONS = (WRAPPED_OBJECT_FAILED, FAILED_PODS, PODS_NOT_PENDING, PODS_NOT_READY,
+                 PODS_LOST)
 FAILURE_REASONS = (Reason.InvalidSpec.value, Reason.ItemCreationFailure.value,
-                   WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED,
+                   WRAPPED_OBJECT_FAILED, REQUEUE_LIMIT_REACHED, RETRY_LIMIT_REACHED,
                    Reason.DispatchDeadlineExceeded.value, Reason.Cancelled.value)
 
 PREEMPTION_REASONS = ("priority", "reclaim")
@@ -252,6 +259,10 @@ class PrometheusObserver(Observer):
         self.requeues = Counter(
             f"{PREFIX}_requeues", "Dispatched AppWrappers torn down and queued again, by "
             "reason.", ["reason"], registry=r)
+        self.resets = Counter(
+            f"{PREFIX}_resets", "Gangs of AppWrappers written as v1beta2 reset (torn down "
+            "and created again after their retry pause), by reason.", ["reason"],
+            registry=r)
         self.failures = Counter(
             f"{PREFIX}_failures", "AppWrappers that failed, by reason.", ["reason"],
             registry=r)
@@ -289,6 +300,8 @@ class PrometheusObserver(Observer):
             self.requeues.labels(reason)
         for reason in FAILURE_REASONS:
             self.failures.labels(reason)
+        for reason in RESET_REASONS:
+            self.resets.labels(reason)
         self.requests = RequestMetrics(r)
         self.registry.register(_SnapshotCollector(self))
 
@@ -304,6 +317,9 @@ class PrometheusObserver(Observer):
 
     def requeued(self, reason: str) -> None:
         self.requeues.labels(_bounded(reason, REQUEUE_REASONS, OTHER)).inc()
+
+    def reset(self, reason: str) -> None:
+        self.resets.labels(_bounded(reason, RESET_REASONS, OTHER)).inc()
 
     def failed(self, reason: str) -> None:
         self.failures.labels(_bounded(reason, FAILURE_REASONS, OTHER)).inc()

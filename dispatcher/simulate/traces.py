@@ -44,6 +44,7 @@ import yaml
 
 from dispatcher import yaml_text
 from dispatcher.admission import queued_from_appwrapper
+from dispatcher.api.conversion import stored_form
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit.gang import GangPodSet, demand
 from dispatcher.kinds import InvalidItem
@@ -282,7 +283,7 @@ def _job_of(entry: _Entry, index: int) -> TraceJob:
         raise TraceError(f"{where}: expected an AppWrapper or a mapping with submitTime, "
                          f"duration and appwrapper, got kind {obj.get('kind')!r}")
     try:
-        aw = parse_appwrapper(manifest)
+        aw = parse_appwrapper(stored_form(manifest))
     except InvalidSpec as e:
         raise TraceError(f"{where}: invalid AppWrapper: " + "; ".join(e.problems)) from e
     try:

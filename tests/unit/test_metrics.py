@@ -405,3 +405,23 @@ def test_quota_node_series_are_capped_upper_levels_first(caplog: Any) -> None:
         assert "series for the first 200 only" in caplog.text
 
     run(scenario)
+
+
+def test_a_v1beta2_gang_whose_pods_never_come_counts_a_reset_not_a_requeue() -> None:
+    from .test_runtime_v1beta2 import FT, codeflare
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("slow", job("slow", 2, 4), annotations={
+            FT + "admissionGracePeriodDuration": "10s",
+            FT + "failureGracePeriodDuration": "0s"}))
+        obs = PrometheusObserver()
+        d = await started(kube, clock, obs)
+        await d.cycle()
+        clock.now += 11  # no pod ever appeared
+        await d.cycle()
+        m = scrape(obs)
+        assert value(m, "dispatcher_resets_total", reason="InsufficientPodsPending") == 1
+        assert value(m, "dispatcher_requeues_total", reason="PodsNotCreated") == 0
+
+    run(scenario)
