@@ -36,8 +36,9 @@ from dispatcher.policy_files import load_policy
 from dispatcher.queue import Policy
 from dispatcher.simulate import read_trace, simulate, summarise
 from dispatcher.simulate.accuracy import Mode, Probe, compare
-from dispatcher.simulate.report import Delays, duration_text
+from dispatcher.simulate.report import Delays
 from dispatcher.simulate.reserving import DurationMode, durations_for
+from dispatcher.wording import span
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,10 @@ def main() -> None:
             eta = compare(probe, run.jobs, mode)
             s = summarise(run, trace)
             big = [r.wait for r in run.jobs if r.wait is not None and r.gpus >= 8]
-            p95 = duration_text(Delays.of(big).p95) if big else "-"
+            p95 = span(Delays.of(big).p95) if big else "-"
             print(f"| {path.stem} | {nodes} x {GPUS_PER_NODE} | {v.label} | "
-                  f"{duration_text(s.delays.mean)} | {p95} | {s.utilisation:.1%} | "
-                  f"{duration_text(eta.median_error)} / {duration_text(eta.p90_error)} | "
+                  f"{span(s.delays.mean)} | {p95} | {s.utilisation:.1%} | "
+                  f"{span(eta.median_error)} / {span(eta.p90_error)} | "
                   f"{wall:.1f} s |", flush=True)
 
 
