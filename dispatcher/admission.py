@@ -306,13 +306,18 @@ def admit(
     seen: dict[WrapperKey, QueuedWrapper] = {}
     elastic_pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
     shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who was scaled in)
-    active: list[Reservation] = []  # those of heads that wait in this cycle
+    # The reservations kept from backfill: all of them from the first reserved wrapper on
+    # (those before it dispatch as the reservations were planned), but for those whose
+    # wrapper dispatched.
+    active: list[Reservation] = []
     # Gang shapes that fit nowhere but on reserved nodes, by the nodes left out: capacity
     # only shrinks during a cycle, so that answer holds for the rest of it.
     kept_out: dict[tuple[object, ...], str] = {}
     for w in ordered:
         stats.considered += 1
         seen[w.key] = w
+        if not active and reservations is not None and reservations.of(w.key) is not None:
+            active = list(reservations.held)
         w = at_minimum(w)
         prio = w.effective_priority(now)
         invalid = w.invalid if w.invalid is not None else topology.problem(w.gang)
@@ -408,6 +413,8 @@ def admit(
                 result, note = around
             if not isinstance(result, Shortfall):
                 stats.dispatched += 1
+                if active:
+                    active = [r for r in active if r.key != w.key]
                 quota_text = ""
                 if ledger is not None and in_quota is not None:
                     ledger.add(_consumer(w, prio, now))
@@ -459,7 +466,6 @@ def admit(
                        "pods are gone: " + message)
         mine_reserved = reservations.of(w.key) if reservations is not None else None
         if mine_reserved is not None:
-            active.append(mine_reserved)
             message = f"{mine_reserved.describe(now)}; {message}"
         decisions.append(Decision(w.namespace, w.name, "wait", reason, message,
                                   head_of_line=not head_seen, effective_priority=prio,
