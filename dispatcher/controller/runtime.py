@@ -156,7 +156,8 @@ class Dispatcher:
         self.clock = clock
         # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
         self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
-            timing, backfill_limit=policy.backfill_limit_seconds)
+            timing, backfill_limit=policy.backfill_limit_seconds,
+            backfill_limit_action=policy.backfill_limit_action)
         self.m = Memory(policy)
         self.intake = Intake(self.m, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds)

@@ -315,3 +315,43 @@ def test_backfill_limit_seconds_in_a_policy_file() -> None:
         with pytest.raises(PolicyError, match="backfillLimitSeconds must be a number > 0, "
                                               "with backfill: reserve"):
             policy_from_mapping({"name": "r", **bad})
+
+
+def test_backfill_limit_action_and_reserve_first_in_a_policy_file() -> None:
+    p = policy_from_mapping({"name": "r", "backfill": "reserve", "backfillLimitSeconds": 60,
+                             "backfillLimitAction": "requeue", "reserveFirst": 4})
+    assert (p.backfill_limit_action, p.reserve_first) == ("requeue", 4)
+    assert policy_from_mapping({"name": "r", "backfill": "reserve"}).reserve_first == 1
+    for bad in ({"backfill": "reserve", "backfillLimitAction": "requeue"},
+                {"backfill": "reserve", "backfillLimitSeconds": 60,
+                 "backfillLimitAction": "preempt"}):
+        with pytest.raises(PolicyError, match="backfillLimitAction must be fail or requeue"):
+            policy_from_mapping({"name": "r", **bad})
+    for bad in ({"backfill": True, "reserveFirst": 2}, {"backfill": "reserve", "reserveFirst": 0},
+                {"backfill": "reserve", "reserveFirst": True}):
+        with pytest.raises(PolicyError, match="reserveFirst must be a whole number >= 1"):
+            policy_from_mapping({"name": "r", **bad})
+
+
+def test_reserve_first_reserves_the_next_wrappers_that_do_not_fit_now() -> None:
+    # Two 8-GPU nodes, both busy for 10 min; then a 16-GPU gang, a 1-GPU job that does not
+    # fit now either, and another 16-GPU gang.
+    cap = Capacity.empty(gpu_nodes(2, 8))
+    running = [start(cap, wrapper("running", 16), NOW + 600)]
+    big, small, other = wrapper("big", 16, 1), wrapper("small", 1, 2), wrapper("other", 16, 3)
+    durations = {big.key: 600.0, small.key: 600.0, other.key: 600.0}
+    policy = dataclasses.replace(RESERVE, reserve_first=3)
+    decisions, planned = cycle([big, small, other], running, cap, policy, durations)
+    assert planned is not None
+    assert [(r.key[1], r.at) for r in planned.held] == [
+        ("big", NOW + 600), ("small", NOW + 1200), ("other", NOW + 1800)]
+    assert decisions["other"].message.startswith(
+        f"reserved: starts at {clock_time(NOW + 1800, NOW)} on nodes node-0, node-1; ")
+    _, one = cycle([big, small, other], running, two_busy(), RESERVE, durations)
+    assert one is not None and [r.key[1] for r in one.held] == ["big"]
+
+
+def two_busy() -> Capacity:
+    cap = Capacity.empty(gpu_nodes(2, 8))
+    start(cap, wrapper("running", 16), NOW + 600)
+    return cap
