@@ -355,3 +355,29 @@ def two_busy() -> Capacity:
     cap = Capacity.empty(gpu_nodes(2, 8))
     start(cap, wrapper("running", 16), NOW + 600)
     return cap
+
+
+def test_a_backfill_keeps_off_the_nodes_of_every_reservation() -> None:
+    # Three 8-GPU nodes: node-0 and node-1 busy for 10 min, half of node-2 for 100 s. h1
+    # (16 GPUs) is reserved node-0 and node-1 at 10 min; h2 (8 GPUs) does not fit now
+    # either, and under reserveFirst: 2 gets node-2 at 10 min; c (4 GPUs, 1 h) fits now on
+    # node-2 only.
+    def decide(first: int) -> tuple[Decision, Reservations | None]:
+        cap = Capacity.empty(gpu_nodes(3, 8))
+        running = [start(cap, wrapper(n, g), NOW + left)
+                   for n, g, left in (("r0", 8, 600), ("r1", 8, 600), ("r2", 4, 100))]
+        h1, h2, c = wrapper("h1", 16, 1), wrapper("h2", 8, 2), wrapper("c", 4, 3)
+        durations = {h1.key: 600.0, h2.key: 600.0, c.key: 3600.0}
+        decisions, planned = cycle([h1, h2, c], running, cap,
+                                   dataclasses.replace(RESERVE, reserve_first=first), durations)
+        return decisions["c"], planned
+
+    c, planned = decide(1)
+    assert c.decision == "dispatch" and planned is not None and len(planned.held) == 1
+    c, planned = decide(2)
+    assert planned is not None
+    assert [(r.key[1], sorted(r.nodes)) for r in planned.held] == [
+        ("h1", ["node-0", "node-1"]), ("h2", ["node-2"])]
+    assert c.decision == "wait" and c.reason == WAITS_FOR_RESERVATION
+    assert c.message.startswith(f"fits now only on nodes reserved for team-a/h2, which is to "
+                                f"start at {clock_time(NOW + 600, NOW)} on node-2")
