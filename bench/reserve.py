@@ -8,10 +8,12 @@ keep its offered load at or below --load), per-node fit, under:
 - backfill: greedy, with the shipped age guard (a head waiting over 30 min blocks);
 - backfill, no guard: greedy, nothing ever blocks;
 - reserve, predicted: reservations planned with durations predicted as the controller
-  does (median of completed jobs of the same shape, else 1 h);
+  does (median of completed jobs of the same shape, else 1 h; for a running job, what
+  those that ran longer took beyond its running time);
 - reserve, exact: reservations planned with each job's real duration (the oracle).
 
-Columns: mean queueing delay of all jobs, p95 delay of gangs of 8 GPUs or more, GPU
+Columns: mean queueing delay of all jobs, p95 delay of gangs of 8 GPUs or more, the
+longest delay of a gang of more than 8 GPUs (more than one node), GPU
 utilisation over the makespan, the error of start estimates (median and p90 of |estimated
 start - actual start|, every queued job's estimate at --eta moments spread over the
 submissions, made by the replay the controller runs, with durations predicted as the
@@ -36,8 +38,9 @@ from dispatcher.policy_files import load_policy
 from dispatcher.queue import Policy
 from dispatcher.simulate import read_trace, simulate, summarise
 from dispatcher.simulate.accuracy import Mode, Probe, compare
-from dispatcher.simulate.report import Delays, duration_text
+from dispatcher.simulate.report import Delays
 from dispatcher.simulate.reserving import DurationMode, durations_for
+from dispatcher.wording import span
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,8 @@ def main() -> None:
     ap.add_argument("--eta", type=int, default=20, metavar="N")
     args = ap.parse_args()
     print("| trace | nodes x GPUs | policy | mean wait | p95 wait, gangs >= 8 GPUs | "
-          "utilisation | ETA error, median / p90 | run time |")
-    print("|---|---|---|---|---|---|---|---|")
+          "max wait, gangs > 8 GPUs | utilisation | ETA error, median / p90 | run time |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in trace_paths(args.traces, args.only):
         trace = read_trace(path, GPUS_PER_NODE, args.limit)
         nodes = nodes_for(trace, args.load)
@@ -84,10 +87,12 @@ def main() -> None:
             eta = compare(probe, run.jobs, mode)
             s = summarise(run, trace)
             big = [r.wait for r in run.jobs if r.wait is not None and r.gpus >= 8]
-            p95 = duration_text(Delays.of(big).p95) if big else "-"
+            p95 = span(Delays.of(big).p95) if big else "-"
+            multi = [r.wait for r in run.jobs if r.wait is not None and r.gpus > 8]
+            most = span(max(multi)) if multi else "-"
             print(f"| {path.stem} | {nodes} x {GPUS_PER_NODE} | {v.label} | "
-                  f"{duration_text(s.delays.mean)} | {p95} | {s.utilisation:.1%} | "
-                  f"{duration_text(eta.median_error)} / {duration_text(eta.p90_error)} | "
+                  f"{span(s.delays.mean)} | {p95} | {most} | {s.utilisation:.1%} | "
+                  f"{span(eta.median_error)} / {span(eta.p90_error)} | "
                   f"{wall:.1f} s |", flush=True)
 
 

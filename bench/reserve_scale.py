@@ -14,11 +14,13 @@ arrival order; its head is a 64-GPU gang that does not fit now. Timed, best of
 Prints both times and their ratio; the issue's budget for the pass is 1 s here.
 
 Usage: python bench/reserve_scale.py [--queued 10000] [--nodes 1000] [--repeat 3]
+                                     [--reserve-first K]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import time
 
@@ -69,10 +71,12 @@ def main() -> None:
     ap.add_argument("--queued", type=int, default=10_000)
     ap.add_argument("--nodes", type=int, default=1_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reserve-first", type=int, default=1, metavar="K",
+                    help="reserve the head and the next K-1 that do not fit now")
     args = ap.parse_args()
     cap, running, waiting, durations = world(args.queued, args.nodes)
     greedy = Policy("backfill-unguarded", backfill=True)
-    reserve = load_policy("reserve")
+    reserve = dataclasses.replace(load_policy("reserve"), reserve_first=args.reserve_first)
     queue = AdmissionQueue(reserve)
     for w in waiting:
         queue.put(w)

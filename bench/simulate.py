@@ -25,8 +25,8 @@ from pathlib import Path
 from dispatcher.admission import Fit
 from dispatcher.policy_files import load_policy
 from dispatcher.simulate import Run, Summary, read_trace, simulate, summarise
-from dispatcher.simulate.report import duration_text
 from dispatcher.simulate.traces import Trace
+from dispatcher.wording import span
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "itp"
 POLICIES = ("fifo", "priority", "backfill")
@@ -84,8 +84,8 @@ def row(trace_name: str, jobs: int, nodes: int, run: Run, s: Summary) -> tuple[s
         frag = "-"
         partial = f"{len(s.unplaced)} / {len(s.partial)} / {s.held_gpu_hours:,.0f}"
     return (trace_name, f"{jobs:,}", str(nodes), run.policy.name, run.fit,
-            f"{s.utilisation:.1%}", duration_text(d.mean), duration_text(d.median),
-            duration_text(d.p95), duration_text(d.max), duration_text(s.makespan),
+            f"{s.utilisation:.1%}", span(d.mean), span(d.median),
+            span(d.p95), span(d.max), span(s.makespan),
             frag, partial, str(len(s.never_fit) + len(s.never_started)),
             f"{run.wall_seconds:.1f}")
 

@@ -35,8 +35,9 @@ from simulate import DEFAULT_TRACES, GPUS_PER_NODE, nodes_for
 from dispatcher.policy_files import load_policy
 from dispatcher.quota import QuotaForest
 from dispatcher.simulate import read_trace, simulate, summarise
-from dispatcher.simulate.report import Summary, duration_text
+from dispatcher.simulate.report import Summary
 from dispatcher.simulate.teams import HIGH_PRIORITY, TeamRule, assign
+from dispatcher.wording import span
 
 TREE = "quota_gpu"
 SHARES = (("team-a", 2), ("team-b", 1), ("team-c", 1))
@@ -66,10 +67,10 @@ def quota_forest(gpus: int) -> QuotaForest:
 def row(label: str, s: Summary) -> list[str]:
     high = next((d for p, d in s.by_priority if p == HIGH_PRIORITY), None)
     teams = {t.team: t for t in s.teams}
-    return [label, f"{s.utilisation:.1%}", duration_text(s.delays.mean),
-            duration_text(s.delays.p95),
-            duration_text(high.mean) if high else "-", duration_text(high.p95) if high else "-",
-            *(duration_text(teams[t].delays.mean) for t, _ in SHARES),
+    return [label, f"{s.utilisation:.1%}", span(s.delays.mean),
+            span(s.delays.p95),
+            span(high.mean) if high else "-", span(high.p95) if high else "-",
+            *(span(teams[t].delays.mean) for t, _ in SHARES),
             *("-" if teams[t].quota_use is None else f"{teams[t].quota_use:.0%}"
               for t, _ in SHARES),
             f"{s.preemptions:,}", f"{s.lost_gpu_hours:,.0f}", f"{s.run.wall_seconds:.0f}"]

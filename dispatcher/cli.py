@@ -364,6 +364,30 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
 
 
+LIVE_HELP = ("ask the live cluster (through the kubeconfig, read only) what would happen to "
+             "the AppWrappers of -f if submitted now: when and where they would start, whom "
+             "they would preempt, which quota they would borrow, what they would delay")
+
+
+def add_plan_arguments(p: argparse.ArgumentParser, live: str) -> None:
+    """The arguments of `plan` but --live and the files of a snapshot; `live` begins the
+    help of those that only --live takes ("" where every plan is live)."""
+    p.add_argument("-f", "--filename", action="append", metavar="APPWRAPPER.yaml",
+                   required=not live, help=f"{live}the AppWrappers to try (repeatable)")
+    p.add_argument("--kubeconfig", help=f"{live}default $KUBECONFIG, ~/.kube/config, "
+                   "in-cluster")
+    p.add_argument("--context", help=f"{live}the kubeconfig context (default: current)")
+    p.add_argument("--policy", default="fifo",
+                   help="fifo, priority, backfill, reserve, or a policy YAML file (default "
+                   "fifo)")
+    p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--now", help="the time to plan at (ISO 8601; default: now)")
+    p.add_argument("--config", metavar="CONFIG.yaml",
+                   help="the installation's configuration (allowedKinds); default: the "
+                   "built-in allowed kinds")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher", description="Gang-scheduling queue dispatcher for AppWrappers."
@@ -378,24 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster", action="append", metavar="CLUSTER.yaml",
                    help="Nodes and Pods as YAML documents or Lists (repeatable)")
-    p.add_argument("--live", action="store_true",
-                   help="ask the live cluster (through the kubeconfig, read only) what would "
-                   "happen to the AppWrappers of -f if submitted now: when and where they "
-                   "would start, whom they would preempt, which quota they would borrow, "
-                   "what they would delay")
-    p.add_argument("-f", "--filename", action="append", metavar="APPWRAPPER.yaml",
-                   help="with --live: the AppWrappers to try (repeatable)")
-    p.add_argument("--kubeconfig", help="with --live: default $KUBECONFIG, ~/.kube/config, "
-                   "in-cluster")
-    p.add_argument("--context", help="with --live: the kubeconfig context (default: current)")
-    p.add_argument("--policy", default="fifo",
-                   help="fifo, priority, backfill, or a policy YAML file (default fifo)")
-    p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--now", help="the time to plan at (ISO 8601; default: now)")
-    p.add_argument("--config", metavar="CONFIG.yaml",
-                   help="the installation's configuration (allowedKinds); default: the "
-                   "built-in allowed kinds")
+    p.add_argument("--live", action="store_true", help=LIVE_HELP)
+    add_plan_arguments(p, "with --live: ")
     p.add_argument("appwrappers", nargs="*", metavar="APPWRAPPERS.yaml")
     p.set_defaults(func=_cmd_plan)
 
@@ -540,8 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
-    """`kubectl appwrapper queue ...`: kubectl runs `kubectl-appwrapper` from the PATH
-    with the arguments after `appwrapper`."""
+    """`kubectl appwrapper queue ...` (and plan, hold, ...): kubectl runs
+    `kubectl-appwrapper` from the PATH with the arguments after `appwrapper`."""
     parser = argparse.ArgumentParser(
         prog="kubectl appwrapper", description="AppWrappers and the dispatcher's queue.")
     add_version_argument(parser)
@@ -550,6 +558,11 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
                        description=QUEUE_DESCRIPTION)
     add_queue_arguments(q)
     q.set_defaults(func=_cmd_queue, prog="kubectl appwrapper queue")
+    p = sub.add_parser("plan", help="what if I submit this? (-f wrapper.yaml)",
+                       description=LIVE_HELP[0].upper() + LIVE_HELP[1:] + ". Nothing is "
+                       "created or changed.")
+    add_plan_arguments(p, "")
+    p.set_defaults(func=_cmd_plan, live=True, cluster=None, appwrappers=[])
     from dispatcher import actions
 
     actions.add_commands(sub, "kubectl appwrapper")  # hold, release, cancel, why

@@ -49,6 +49,7 @@ from dispatcher.api.fault_tolerance import (
 )
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.kinds.completion import Outcome
+from dispatcher.queue.policy import BackfillLimitAction
 from dispatcher.queue.reservation import BACKFILLED
 from dispatcher.wording import all_of, counted, plural, span
 
@@ -86,6 +87,8 @@ class Timing:
     backfill_limit: float | None = None
     # The defaults (and the cap) of the fault-tolerance annotations of v1beta2 wrappers.
     fault_tolerance: FaultTolerance = DEFAULT_FAULT_TOLERANCE
+    # Past that: "fail", or "requeue" (torn down and queued again).
+    backfill_limit_action: BackfillLimitAction = "fail"
 
 
 DEFAULT_TIMING = Timing()
@@ -112,7 +115,8 @@ def timing_for(aw: AppWrapper, base: Timing = DEFAULT_TIMING) -> tuple[Timing, l
                             f"{span(getattr(base, field_name))} applies")
             continue
         overrides[field_name] = value
-    return replace(base, **overrides), warnings
+    return replace(base, admission_grace=overrides.get("admission_grace", base.admission_grace),
+                   failure_grace=overrides.get("failure_grace", base.failure_grace)), warnings
 
 
 @dataclass(frozen=True)
@@ -160,13 +164,16 @@ def pods_allowed_seconds(requeuing: Requeuing, requeues: int,
     return max(min(allowed, cap), timing.requeue_floor)
 
 
-def _limit(aw: AppWrapper, timing: Timing, status: AppWrapperStatus) -> tuple[float | None, str]:
-    """How long this run may stay dispatched, and what says so."""
+def _limit(aw: AppWrapper, timing: Timing, status: AppWrapperStatus
+           ) -> tuple[float | None, str, bool]:
+    """How long this run may stay dispatched, what says so, and whether it is the
+    policy's backfill limit."""
     own = float(aw.spec.schedulingSpec.dispatchDuration.limit or 0) or None
     backfill = timing.backfill_limit
     if backfill is not None and (own is None or backfill < own) and _backfilled(status):
-        return backfill, "the policy's backfillLimitSeconds: it was dispatched as a backfill"
-    return own, "spec.schedulingSpec.dispatchDuration.limit"
+        return (backfill, "the policy's backfillLimitSeconds: it was dispatched as a backfill",
+                True)
+    return own, "spec.schedulingSpec.dispatchDuration.limit", False
 
 
 def _backfilled(status: AppWrapperStatus) -> bool:
@@ -207,11 +214,14 @@ def judge(
     if finished is not None:
         return finished
 
-    limit, source = _limit(aw, timing, status if status is not None else aw.status)
+    limit, source, backfill = _limit(aw, timing, status if status is not None else aw.status)
     deadline = dispatched_at + limit if limit else None
     if limit and deadline is not None and now >= deadline:
-        return Verdict("failed", "DispatchDeadlineExceeded",
-                       f"still not finished {span(limit)} after dispatch ({source})")
+        late = f"still not finished {span(limit)} after dispatch ({source})"
+        if backfill and timing.backfill_limit_action == "requeue":
+            return Verdict("requeue", "DispatchDeadlineExceeded",
+                           f"{late}: torn down and queued again")
+        return Verdict("failed", "DispatchDeadlineExceeded", late)
 
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded

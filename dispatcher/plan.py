@@ -153,9 +153,10 @@ def load_appwrappers(paths: Sequence[Path], now: float,
 
 
 def appwrappers_from_documents(docs: Iterable[Document], now: float,
-                               allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
-                               ) -> Loaded:
-    """`load_appwrappers` of documents read (or listed) already."""
+                               allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
+                               warn: bool = True) -> Loaded:
+    """`load_appwrappers` of documents read (or listed) already; without `warn`, none
+    gets warnings."""
     loaded = Loaded()
     wrappers = loaded.queued
     seen: dict[tuple[str, str], str] = {}
@@ -175,7 +176,7 @@ def appwrappers_from_documents(docs: Iterable[Document], now: float,
         meta = doc.obj.get("metadata") or {}
         ns = str(meta.get("namespace") or "default")
         name = str(meta.get("name") or f"<unnamed {index}>")
-        checked = review(doc.obj, default_seen, allowed)
+        checked = review(doc.obj, default_seen, allowed, warn=warn)
         aw = checked.appwrapper
         if aw is not None and _finished(aw):
             continue

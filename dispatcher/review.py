@@ -48,19 +48,21 @@ def review(
     allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
     cluster_scoped: Collection[GroupKind] = CLUSTER_SCOPED_KINDS,
     topology: Topology | None = None,
+    warn: bool = True,
 ) -> Review:
     """Validate `obj` (an AppWrapper from the API server or a file) for this installation.
 
     `default_first_seen` is its queue time when neither its status nor its creation
     timestamp gives one. `allowed` and `cluster_scoped` as for `check_kinds`. With
     `topology`, a topology level it asks for must be one of the installation's (without,
-    admission checks that).
+    admission checks that). Without `warn`, no warnings are looked for (they cost a walk
+    of the whole object, which listing many wrappers for their shapes does not need).
     """
     try:
         aw = parse_appwrapper(stored_form(obj))
     except InvalidSpec as e:
         return Review(None, None, e.problems)
-    found = warnings(aw)
+    found = warnings(aw) if warn else []
     queued = queued_from_appwrapper(aw, first_seen_of(aw, default_first_seen))
     refused = check_kinds(aw, allowed, cluster_scoped)
     # queued.invalid is the items' counting problems, already one bounded message.

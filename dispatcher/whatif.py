@@ -113,8 +113,9 @@ def what_if(live: Live, submitted: Sequence[Document], policy: Policy, fit: Fit,
     state = cluster_from_documents(live.cluster, subtrees)
     new = appwrappers_from_documents(submitted, now, allowed)
     mine = {w.key for w in new.queued}
+    # What the listed ones would be warned about is not asked: the answers are for `new`.
     current = appwrappers_from_documents(
-        [d for d in live.appwrappers if _key(d.obj) not in mine], now, allowed)
+        [d for d in live.appwrappers if _key(d.obj) not in mine], now, allowed, warn=False)
     subtrees += [*current.subtrees, *new.subtrees]
     durations = expected_durations([*current.queued, *new.queued],
                                    {**current.specs, **new.specs}, rule)

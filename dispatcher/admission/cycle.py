@@ -122,7 +122,9 @@ class Cycle:
         self.said: tuple[QueuedWrapper, str] | None = None  # the blocking head, its words
         self.decisions: list[Decision] = []
         self.seen: dict[WrapperKey, QueuedWrapper] = {}
-        self.active: list[Reservation] = []  # those of heads that wait in this cycle
+        # The reservations kept from backfill: all of them from the first reserved wrapper
+        # on, but for those whose wrapper dispatched.
+        self.active: list[Reservation] = []
         # Gang shapes that fit nowhere but on reserved nodes, by the nodes left out: that
         # answer too holds for the rest of the cycle.
         self.kept_out: dict[Key, str] = {}
@@ -132,6 +134,11 @@ class Cycle:
     def decide(self, queued: QueuedWrapper) -> None:
         self.stats.considered += 1
         self.seen[queued.key] = queued
+        if (not self.active and self.reservations is not None
+                and self.reservations.of(queued.key) is not None):
+            # From the first reserved wrapper on, every reservation is kept from backfill
+            # (those before it dispatch as the reservations were planned).
+            self.active = list(self.reservations.held)
         w = at_minimum(queued)
         prio = w.effective_priority(self.now)
         own_hold = self.held.get(w.key)
@@ -281,6 +288,8 @@ class Cycle:
     def _dispatch(self, w: QueuedWrapper, prio: float, placed: list[Placement], note: str,
                   in_quota: QuotaCheck | None) -> Decision:
         self.stats.dispatched += 1
+        if self.active:  # a reserved wrapper that dispatches needs its reservation no more
+            self.active = [r for r in self.active if r.key != w.key]
         quota_text = ""
         if self.ledger is not None and in_quota is not None:
             self.ledger.add(consumer(w, prio, self.now))
@@ -317,7 +326,6 @@ class Cycle:
                        "pods are gone: " + message)
         mine = self.reservations.of(w.key) if self.reservations is not None else None
         if mine is not None:
-            self.active.append(mine)
             message = f"{mine.describe(self.now)}; {message}"
         decision = Decision(w.namespace, w.name, "wait", reason, message,
                             head_of_line=not self.head_seen, effective_priority=prio,

@@ -47,7 +47,8 @@ def around(w: QueuedWrapper, placed: list[Placement], active: Sequence[Reservati
     again = fit_gang(w.gang, capacity)
     for n, free in hidden:
         capacity.give(n, free)
-    first = min(outlasted, key=lambda r: r.at)
+    # The reservation it was placed onto first (under reserveFirst, not always the head's).
+    first = min((r for r in outlasted if r.nodes & nodes), key=lambda r: r.at)
     if isinstance(again, Shortfall):
         refused = (f"fits now only on nodes reserved for {first.name}, which is to start at "
                    f"{clock_time(first.at, now)} on {node_list(first.nodes)}, and is "

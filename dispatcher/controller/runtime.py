@@ -104,7 +104,8 @@ class Dispatcher:
         self.clock = clock
         # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
         self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
-            timing, backfill_limit=policy.backfill_limit_seconds)
+            timing, backfill_limit=policy.backfill_limit_seconds,
+            backfill_limit_action=policy.backfill_limit_action)
         self.memory = Memory(policy)
         self.tasks = Tasks(clock, self.memory.wake)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,

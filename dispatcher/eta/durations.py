@@ -13,14 +13,17 @@ For a wrapper, in order:
 For a running wrapper, the time it has left is the expected duration minus the time it has
 run; when that duration comes from the history, the median of what the wrappers of its kind
 that ran longer than it has took beyond that point (the running time so far says something
-about which of them it is like). A wrapper past all of that is assumed to end within another
-``overdue_fraction`` of the time it has run (at least ``min_remaining``).
+about which of them it is like). A wrapper past that (or past a declared or default duration)
+is expected to run what the recent wrappers of any kind that ran at least as long took
+beyond that point; past all of those, to end within another ``overdue_fraction`` of the
+time it has run (at least ``min_remaining``).
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -44,19 +47,24 @@ class _Completion:
 
 
 class DurationHistory:
-    """How long the last completed wrappers ran, per (namespace, shape).
+    """How long the last completed wrappers ran, per (namespace, shape), and of any kind.
 
     Bounded: the `per_shape` most recent completions (by completion time) of each pair,
-    for the `max_shapes` pairs fed most recently. The same completion (by uid) is counted
-    once, so a listing that offers every completed wrapper again changes nothing.
+    for the `max_shapes` pairs fed most recently, and the `pooled` most recent ones of any
+    pair. The same completion (by uid) is counted once, so a listing that offers every
+    completed wrapper again changes nothing.
     """
 
-    def __init__(self, per_shape: int = 32, max_shapes: int = 4096) -> None:
-        if per_shape < 1 or max_shapes < 1:
+    def __init__(self, per_shape: int = 32, max_shapes: int = 4096,
+                 pooled: int = 1024) -> None:
+        if per_shape < 1 or max_shapes < 1 or pooled < 1:
             raise ValueError("a duration history keeps at least one completion of one shape")
         self.per_shape = per_shape
         self.max_shapes = max_shapes
+        self.pooled = pooled
         self._runs: OrderedDict[tuple[str, Shape], list[_Completion]] = OrderedDict()
+        self._recent: deque[float] = deque()  # the pooled durations, by completion
+        self._sorted: list[float] = []  # the same, by duration
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._runs.values())
@@ -65,6 +73,7 @@ class DurationHistory:
         """One to read in another thread while this one is fed."""
         other = DurationHistory(self.per_shape, self.max_shapes)
         other._runs = OrderedDict((k, list(v)) for k, v in self._runs.items())
+        other._recent, other._sorted = deque(self._recent), list(self._sorted)
         return other
 
     def record(self, namespace: str, shape: Shape, seconds: float, finished_at: float,
@@ -87,6 +96,10 @@ class DurationHistory:
         runs.append(_Completion(uid, seconds, finished_at))
         runs.sort(key=lambda r: r.finished_at)
         del runs[:-self.per_shape]
+        self._recent.append(seconds)
+        bisect.insort(self._sorted, seconds)
+        if len(self._recent) > self.pooled:
+            del self._sorted[bisect.bisect_left(self._sorted, self._recent.popleft())]
         return True
 
     def durations(self, namespace: str, shape: Shape) -> list[float]:
@@ -100,6 +113,11 @@ class DurationHistory:
         """The median of what those that ran longer than `elapsed` took beyond it."""
         longer = [d - elapsed for d in self.durations(namespace, shape) if d > elapsed]
         return statistics.median(longer) if longer else None
+
+    def beyond_any(self, elapsed: float) -> float | None:
+        """The same over the recent completions of every kind."""
+        longer = self._sorted[bisect.bisect_right(self._sorted, elapsed):]
+        return statistics.median(longer) - elapsed if longer else None
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,10 @@ class DurationRule:
             # Those of its kind that ran at least this long: what they took beyond it.
             beyond = history.beyond(namespace, shape, elapsed)
             left = beyond if beyond is not None else 0.0
+        if left <= 0 and history is not None:
+            # Past what its own kind took: what the wrappers of any kind that ran at least
+            # this long took beyond it (long runs tend to go on), not a small constant.
+            left = history.beyond_any(elapsed) or 0.0
         if left <= 0:
             left = max(self.min_remaining, self.overdue_fraction * elapsed)
         if expected.limit is not None:

@@ -1,11 +1,16 @@
-"""Reservations for one admission cycle: where the head of the line is expected to start.
+"""Reservations for one admission cycle: where the head of the line is expected to start,
+and the next wrappers that wait (the policy's `reserve_first`).
 
 The head is the first wrapper, in the policy's order, that would wait for capacity under
 strict head-of-line (the policy without backfill). Its reservation is the moment and the
 nodes at which the replay of expected durations (`forecast`, the same replay and the same
 durations as start estimates) dispatches it when nothing passes it. The wrappers before
 it dispatch now in that replay, as they do in the cycle; those behind it cannot change
-its start under strict head-of-line, so only the line up to the head is replayed.
+its start under strict head-of-line, so only the line up to the head is replayed. Under
+`reserve_first: K` the line goes on to the K-1 next wrappers behind the head that do not
+fit now, and each of those is reserved where the replay of that line starts it
+(conservative backfilling, limited to K): each reservation assumes that the wrappers
+before it in the line start as replayed, those that fit now included.
 
 Not reserved: a head that waits for quota (not capacity), one that never fits, and one
 the replay does not start within its limits.
@@ -16,10 +21,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from dispatcher.admission import NO_TOPOLOGY, CycleStats, EmptyClusterAnswers, Fit, admit
+from dispatcher.admission import (
+    NO_TOPOLOGY,
+    CycleStats,
+    EmptyClusterAnswers,
+    Fit,
+    admit,
+    fit_rules,
+)
 from dispatcher.eta.replay import Limits, Planner, RunningWrapper, forecast
 from dispatcher.fit.capacity import Capacity
-from dispatcher.fit.gang import NEVER_FITS
+from dispatcher.fit.gang import NEVER_FITS, Shortfall
 from dispatcher.fit.topology import Topology
 from dispatcher.preemption import Hold
 from dispatcher.queue.policy import Policy
@@ -37,19 +49,22 @@ def reservations(ordered: Sequence[QueuedWrapper], running: Iterable[RunningWrap
     """The reservations of a cycle over `ordered` (the queue in the policy's order) on
     the free `capacity` now (not changed); `durations` and `topology` as for `forecast`."""
     strict = dataclasses.replace(policy, backfill=False, reserve=False)
-    line = _line_to_head(ordered, capacity.copy(), strict, now, fit, holds, empty_answers,
-                         topology)
+    left = capacity.copy()
+    line = _line_to_head(ordered, left, strict, now, fit, holds, empty_answers, topology)
     if not line:
         return Reservations((), durations)
-    head = line[-1]
-    found = forecast(line, running, capacity.copy(), strict, now, durations, fit=fit,
-                     holds=holds, empty_answers=empty_answers, limits=limits or Limits(),
-                     topology=topology)
-    estimate = found.estimates.get(head.key)
-    if estimate is None or estimate.outcome != "start" or estimate.at is None:
-        return Reservations((), durations)
-    return Reservations((Reservation(head.key, estimate.at, frozenset(estimate.nodes)),),
-                        durations)
+    behind, next_heads = _behind_head(ordered, line[-1], left, policy.reserve_first - 1, fit,
+                                      topology)
+    heads = [line[-1], *next_heads]
+    found = forecast([*line, *behind], running, capacity.copy(), strict, now, durations,
+                     fit=fit, holds=holds, empty_answers=empty_answers,
+                     limits=limits or Limits(), topology=topology)
+    held = []
+    for head in heads:
+        estimate = found.estimates.get(head.key)
+        if estimate is not None and estimate.outcome == "start" and estimate.at is not None:
+            held.append(Reservation(head.key, estimate.at, frozenset(estimate.nodes)))
+    return Reservations(tuple(held), durations)
 
 
 def _line_to_head(ordered: Sequence[QueuedWrapper], capacity: Capacity, strict: Policy,
@@ -57,7 +72,7 @@ def _line_to_head(ordered: Sequence[QueuedWrapper], capacity: Capacity, strict: 
                   answers: EmptyClusterAnswers | None, topology: Topology
                   ) -> list[QueuedWrapper]:
     """The wrappers up to and including the head that waits for capacity; [] if none
-    waits for capacity."""
+    waits for capacity. `capacity` is left with the dispatches before the head taken."""
     stats = CycleStats()
 
     def until_blocked() -> Iterator[QueuedWrapper]:
@@ -77,6 +92,48 @@ def _line_to_head(ordered: Sequence[QueuedWrapper], capacity: Capacity, strict: 
         if d.head_of_line:
             return line if d.decision == "wait" else []
     return []
+
+
+# Under reserve_first > 1, how many wrappers behind the head are replayed at most to find
+# the next ones to reserve: the replay's cost grows with them.
+MAX_BEHIND = 500
+
+
+def _behind_head(ordered: Sequence[QueuedWrapper], head: QueuedWrapper, capacity: Capacity,
+                 wanted: int, fit: Fit, topology: Topology
+                 ) -> tuple[list[QueuedWrapper], list[QueuedWrapper]]:
+    """The wrappers behind `head`, in order, up to the `wanted`-th that does not fit in
+    `capacity` (what the head leaves free now) but would on the empty cluster; and those
+    that do not fit, the next to be reserved. All of them are replayed: a wrapper that fits
+    now but is not let through waits ahead of the next reserved one."""
+    if wanted <= 0:
+        return [], []
+    fit_gang, hopeless = fit_rules(fit, topology)
+    empty = Capacity.empty(capacity.nodes.values())
+    waits: dict[tuple[object, ...], bool | None] = {}  # by gang shape; None: never fits
+    line: list[QueuedWrapper] = []
+    heads: list[QueuedWrapper] = []
+    behind = False
+    for w in ordered:
+        if not behind:
+            behind = w.key == head.key
+            continue
+        if w.invalid is not None or topology.problem(w.gang) is not None:
+            continue
+        key = w.gang_key
+        if key not in waits:
+            waits[key] = (None if hopeless(w.gang, empty) is not None
+                          else isinstance(fit_gang(w.gang, capacity), Shortfall))
+        if waits[key] is None:
+            continue
+        line.append(w)
+        if waits[key]:
+            heads.append(w)
+            if len(heads) == wanted:
+                break
+        if len(line) == MAX_BEHIND:
+            break
+    return line[:line.index(heads[-1]) + 1] if heads else [], heads
 
 
 # Of the budget of a replay with reservations, what each reservation pass inside it may

@@ -14,6 +14,8 @@ from typing import Any, Literal
 Order = Literal["arrival", "priority"]
 Preemption = Literal["never", "reclaim", "lowerPriority"]
 PREEMPTION_MODES: tuple[Preemption, ...] = ("never", "reclaim", "lowerPriority")
+BackfillLimitAction = Literal["fail", "requeue"]
+BACKFILL_LIMIT_ACTIONS: tuple[BackfillLimitAction, ...] = ("fail", "requeue")
 
 
 # Long enough for pods to finish their termination grace period (30 s by default) and
@@ -49,6 +51,13 @@ class Policy:
         may stay dispatched unless its own dispatchDuration.limit is shorter: past it, it
         fails as past that limit, so that a backfill that overruns its expected time does
         not delay the reservation for ever. None: only its own limit.
+    backfill_limit_action: what happens to a backfill past `backfill_limit_seconds`
+        (``backfillLimitAction``): "fail" (the default, as past its own limit), or
+        "requeue": torn down and queued again, as a preempted wrapper is (the requeue
+        counts against its requeuing.maxNumRequeuings).
+    reserve_first: under `reserve`, how many wrappers get a reservation: the head and the
+        next ones, in the policy's order, that do not fit now (``reserveFirst``, 1 by
+        default). A wrapper passing them may delay none of them.
     max_hold_seconds: how long room stays held for a preemptor whose victims have not
         gone (or shrunk) yet; then it gives that plan up and competes again, so that a
         victim that never goes cannot stop the queue for ever.
@@ -64,11 +73,14 @@ class Policy:
     max_hold_seconds: float = DEFAULT_MAX_HOLD_SECONDS
     reserve: bool = False
     backfill_limit_seconds: float | None = None
+    reserve_first: int = 1
+    backfill_limit_action: BackfillLimitAction = "fail"
 
 
 def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Policy:
     known = {"name", "order", "backfill", "starvationGuard", "description", "preemption",
-             "preemptionGuard", "backfillLimitSeconds"}
+             "preemptionGuard", "backfillLimitSeconds", "reserveFirst",
+             "backfillLimitAction"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise PolicyError(f"{source}: unknown field(s) {', '.join(unknown)}; "
@@ -113,6 +125,15 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
     ):
         raise PolicyError(f"{source}: backfillLimitSeconds must be a number > 0, with "
                           "backfill: reserve")
+    action = data.get("backfillLimitAction", "fail")
+    if action not in BACKFILL_LIMIT_ACTIONS or (action != "fail" and backfill_limit is None):
+        raise PolicyError(f"{source}: backfillLimitAction must be fail or requeue, with "
+                          f"backfillLimitSeconds; got {action!r}")
+    first = data.get("reserveFirst", 1)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 1 or (
+            first != 1 and not reserve):
+        raise PolicyError(f"{source}: reserveFirst must be a whole number >= 1, with "
+                          "backfill: reserve")
     return Policy(
         name=name,
         order=order,
@@ -124,4 +145,6 @@ def policy_from_mapping(data: Mapping[str, Any], source: str = "policy") -> Poli
         max_hold_seconds=float(hold),
         reserve=reserve,
         backfill_limit_seconds=None if backfill_limit is None else float(backfill_limit),
+        reserve_first=first,
+        backfill_limit_action=action,
     )

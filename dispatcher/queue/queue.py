@@ -31,8 +31,9 @@ class QueuedWrapper:
     # their declared count.
     elastic: tuple[ElasticSet, ...] = ()
 
-    @property
+    @cached_property
     def key(self) -> WrapperKey:
+        """(namespace, name): asked for many times per wrapper and cycle."""
         return (self.namespace, self.name)
 
     @cached_property

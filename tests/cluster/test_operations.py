@@ -268,14 +268,7 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert small["estimatedStartInSeconds"] - big["estimatedStartInSeconds"] == pytest.approx(3600)
 
     # As a kubectl plugin: kubectl finds kubectl-appwrapper on the PATH.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    plugin = bin_dir / "kubectl-appwrapper"
-    plugin.write_text(f"#!{sys.executable}\nimport sys\nfrom dispatcher.cli import "
-                      "kubectl_plugin\nsys.exit(kubectl_plugin())\n")
-    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "KUBECONFIG": str(local_cluster.kubeconfig), "PYTHONPATH": str(REPO)}
+    env = plugin_on_path(tmp_path, local_cluster)
     table = subprocess.run([kubectl.binary, "appwrapper", "queue", "-n", namespace],
                            capture_output=True, text=True, env=env, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
@@ -289,6 +282,19 @@ def test_queue_command_and_kubectl_plugin_show_the_waiting_gang(
     assert lines[3].split()[:2] == ["2", f"{namespace}/small"]
     eta = lines[3].split()[8:10]
     assert eta[0] == "in" and eta[1].startswith("2h5"), eta
+
+
+def plugin_on_path(tmp_path: Path, local_cluster: Cluster) -> dict[str, str]:
+    """The environment of a kubectl that finds kubectl-appwrapper on its PATH, as installing
+    the package puts it, and reads the local cluster's kubeconfig."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    plugin = bin_dir / "kubectl-appwrapper"
+    plugin.write_text(f"#!{sys.executable}\nimport sys\nfrom dispatcher.cli import "
+                      "kubectl_plugin\nsys.exit(kubectl_plugin())\n")
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "KUBECONFIG": str(local_cluster.kubeconfig), "PYTHONPATH": str(REPO)}
 
 
 def test_plan_live_answers_from_the_cluster_and_creates_nothing(
@@ -329,6 +335,15 @@ def test_plan_live_answers_from_the_cluster_and_creates_nothing(
     (delay,) = first["delays"]
     assert (delay["namespace"], delay["name"]) == (namespace, "waiting")
     assert at(delay["after"]) - at(delay["before"]) == pytest.approx(3600, abs=1)
+    # The same through the kubectl plugin, which kubectl finds on the PATH.
+    env = plugin_on_path(tmp_path, local_cluster)
+    out = subprocess.run([kubectl.binary, "appwrapper", "plan", "-f", str(path), "--policy",
+                          "priority", "-o", "json"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (through_kubectl,) = json.loads(out.stdout)["answers"]
+    assert through_kubectl["startsAt"] == first["startsAt"]
+    assert through_kubectl["delays"] == first["delays"]
     assert sorted(a["metadata"]["name"] for a in k.items("appwrappers")) == ["hog", "waiting"]
 
 

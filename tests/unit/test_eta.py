@@ -374,3 +374,23 @@ def test_an_estimate_in_words() -> None:
     assert describe(replace(e, at=1_800_000_000.0 + 1530), 1_800_000_000.0) == (
         "estimated start in about 26m (at 08:25:30 UTC)")
     assert not math.isnan(f.seconds)
+
+
+def test_an_overdue_wrapper_is_expected_to_run_what_long_runs_of_any_kind_ran_beyond() -> None:
+    rule = DurationRule(default_seconds=3600, overdue_fraction=0.1, min_remaining=60)
+    history = DurationHistory()
+    gpu1 = shape_of({"nvidia.com/gpu": 1})
+    for seconds in (600, 700, 800):
+        history.record("team", gpu1, seconds, 0)
+    for i, seconds in enumerate((100, 20_000, 30_000, 40_000)):
+        history.record("other", shape_of({"nvidia.com/gpu": 8}), seconds, i)
+    expected = rule.expected(DeclaredDuration(), "team", gpu1, history)
+    assert expected.basis == "history"
+    # Past every run of its kind: those of any kind that ran 10,000 s took 20,000 more
+    # (the median of 10,000, 20,000 and 30,000), not 10% of its run time.
+    assert rule.remaining(expected, 10_000, "team", gpu1, history) == 20_000
+    # Past every run of any kind: the fraction of its run time.
+    assert rule.remaining(expected, 50_000, "team", gpu1, history) == 5_000
+    # A wrapper on the default duration past it, too.
+    default = rule.expected(DeclaredDuration(), "new", gpu1, None)
+    assert rule.remaining(default, 25_000, "new", gpu1, history) == 10_000

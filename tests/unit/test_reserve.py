@@ -4,6 +4,7 @@ dispatches only if it keeps off those nodes or is expected to end before then.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -146,10 +147,12 @@ jobs = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 12, 16, 24]),
                           st.integers(min_value=1, max_value=100)), min_size=1, max_size=8)
 
 
-@settings(max_examples=150, deadline=None)
-@given(nodes=st.integers(min_value=1, max_value=4), busy=jobs, queued=jobs)
+@settings(max_examples=300, deadline=None)
+@given(nodes=st.integers(min_value=1, max_value=4), busy=jobs, queued=jobs,
+       first=st.integers(min_value=1, max_value=4))
 def test_a_backfilled_wrapper_never_delays_a_reservation(
-        nodes: int, busy: list[tuple[int, int]], queued: list[tuple[int, int]]) -> None:
+        nodes: int, busy: list[tuple[int, int]], queued: list[tuple[int, int]],
+        first: int) -> None:
     cap = Capacity.empty(gpu_nodes(nodes, 8))
     running: list[RunningWrapper] = []
     for i, (gpus, left) in enumerate(busy):
@@ -160,21 +163,24 @@ def test_a_backfilled_wrapper_never_delays_a_reservation(
                                                        for p in placed if p.node), NOW + left))
     waiting = [wrapper(f"q-{i}", gpus, first_seen=i) for i, (gpus, _) in enumerate(queued)]
     durations = {w.key: float(d) for w, (_, d) in zip(waiting, queued, strict=True)}
-    decisions, planned = cycle(waiting, running, cap, RESERVE, durations)
-    assert planned is not None
+    policy = dataclasses.replace(RESERVE, reserve_first=first)
+    decisions, planned = cycle(waiting, running, cap, policy, durations)
+    assert planned is not None and len(planned.held) <= first
+    # Everything dispatched now runs exactly its expected duration.
+    after = running + [
+        RunningWrapper(w.key, tuple(PlannedPod(p.node, p.request)
+                                    for p in decisions[w.name].placements if p.node),
+                       NOW + durations[w.key])
+        for w in waiting if decisions[w.name].decision == "dispatch"]
+    left = [w for w in waiting if decisions[w.name].decision != "dispatch"]
+    strict = Policy("strict", order=RESERVE.order)
+    # Each reserved wrapper still waiting starts no later than reserved when nothing
+    # passes it any more.
+    again = forecast(left, after, cap.copy(), strict, NOW, durations)
     for r in planned.held:
-        # Everything dispatched now runs exactly its expected duration.
-        after = running + [
-            RunningWrapper(w.key, tuple(PlannedPod(p.node, p.request)
-                                        for p in decisions[w.name].placements if p.node),
-                           NOW + durations[w.key])
-            for w in waiting if decisions[w.name].decision == "dispatch"]
-        left = [w for w in waiting if decisions[w.name].decision != "dispatch"]
-        strict = Policy("strict", order=RESERVE.order)
-        # The head starts no later than reserved when nothing passes it any more.
-        again = forecast(left, after, cap.copy(), strict, NOW, durations)
-        started = again.start_of(r.key)
-        assert started is not None and started <= r.at
+        if decisions[r.key[1]].decision != "dispatch":
+            started = again.start_of(r.key)
+            assert started is not None and started <= r.at
 
 
 # --- in the simulator --------------------------------------------------------------------
@@ -309,3 +315,69 @@ def test_backfill_limit_seconds_in_a_policy_file() -> None:
         with pytest.raises(PolicyError, match="backfillLimitSeconds must be a number > 0, "
                                               "with backfill: reserve"):
             policy_from_mapping({"name": "r", **bad})
+
+
+def test_backfill_limit_action_and_reserve_first_in_a_policy_file() -> None:
+    p = policy_from_mapping({"name": "r", "backfill": "reserve", "backfillLimitSeconds": 60,
+                             "backfillLimitAction": "requeue", "reserveFirst": 4})
+    assert (p.backfill_limit_action, p.reserve_first) == ("requeue", 4)
+    assert policy_from_mapping({"name": "r", "backfill": "reserve"}).reserve_first == 1
+    for bad in ({"backfill": "reserve", "backfillLimitAction": "requeue"},
+                {"backfill": "reserve", "backfillLimitSeconds": 60,
+                 "backfillLimitAction": "preempt"}):
+        with pytest.raises(PolicyError, match="backfillLimitAction must be fail or requeue"):
+            policy_from_mapping({"name": "r", **bad})
+    for bad in ({"backfill": True, "reserveFirst": 2}, {"backfill": "reserve", "reserveFirst": 0},
+                {"backfill": "reserve", "reserveFirst": True}):
+        with pytest.raises(PolicyError, match="reserveFirst must be a whole number >= 1"):
+            policy_from_mapping({"name": "r", **bad})
+
+
+def test_reserve_first_reserves_the_next_wrappers_that_do_not_fit_now() -> None:
+    # Two 8-GPU nodes, both busy for 10 min; then a 16-GPU gang, a 1-GPU job that does not
+    # fit now either, and another 16-GPU gang.
+    cap = Capacity.empty(gpu_nodes(2, 8))
+    running = [start(cap, wrapper("running", 16), NOW + 600)]
+    big, small, other = wrapper("big", 16, 1), wrapper("small", 1, 2), wrapper("other", 16, 3)
+    durations = {big.key: 600.0, small.key: 600.0, other.key: 600.0}
+    policy = dataclasses.replace(RESERVE, reserve_first=3)
+    decisions, planned = cycle([big, small, other], running, cap, policy, durations)
+    assert planned is not None
+    assert [(r.key[1], r.at) for r in planned.held] == [
+        ("big", NOW + 600), ("small", NOW + 1200), ("other", NOW + 1800)]
+    assert decisions["other"].message.startswith(
+        f"reserved: starts at {clock_time(NOW + 1800, NOW)} on nodes node-0, node-1; ")
+    _, one = cycle([big, small, other], running, two_busy(), RESERVE, durations)
+    assert one is not None and [r.key[1] for r in one.held] == ["big"]
+
+
+def two_busy() -> Capacity:
+    cap = Capacity.empty(gpu_nodes(2, 8))
+    start(cap, wrapper("running", 16), NOW + 600)
+    return cap
+
+
+def test_a_backfill_keeps_off_the_nodes_of_every_reservation() -> None:
+    # Three 8-GPU nodes: node-0 and node-1 busy for 10 min, half of node-2 for 100 s. h1
+    # (16 GPUs) is reserved node-0 and node-1 at 10 min; h2 (8 GPUs) does not fit now
+    # either, and under reserveFirst: 2 gets node-2 at 10 min; c (4 GPUs, 1 h) fits now on
+    # node-2 only.
+    def decide(first: int) -> tuple[Decision, Reservations | None]:
+        cap = Capacity.empty(gpu_nodes(3, 8))
+        running = [start(cap, wrapper(n, g), NOW + left)
+                   for n, g, left in (("r0", 8, 600), ("r1", 8, 600), ("r2", 4, 100))]
+        h1, h2, c = wrapper("h1", 16, 1), wrapper("h2", 8, 2), wrapper("c", 4, 3)
+        durations = {h1.key: 600.0, h2.key: 600.0, c.key: 3600.0}
+        decisions, planned = cycle([h1, h2, c], running, cap,
+                                   dataclasses.replace(RESERVE, reserve_first=first), durations)
+        return decisions["c"], planned
+
+    c, planned = decide(1)
+    assert c.decision == "dispatch" and planned is not None and len(planned.held) == 1
+    c, planned = decide(2)
+    assert planned is not None
+    assert [(r.key[1], sorted(r.nodes)) for r in planned.held] == [
+        ("h1", ["node-0", "node-1"]), ("h2", ["node-2"])]
+    assert c.decision == "wait" and c.reason == WAITS_FOR_RESERVATION
+    assert c.message.startswith(f"fits now only on nodes reserved for team-a/h2, which is to "
+                                f"start at {clock_time(NOW + 600, NOW)} on node-2")

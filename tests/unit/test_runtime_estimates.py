@@ -340,3 +340,29 @@ def test_a_backfill_that_overruns_the_policys_backfill_limit_fails() -> None:
         assert first["state"] == "Running"  # not a backfill: no such limit
 
     run(scenario)
+
+
+def test_a_backfill_past_the_limit_is_requeued_when_the_policy_says_so() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        policy = dataclasses.replace(load_policy("reserve"), backfill_limit_seconds=120,
+                                     backfill_limit_action="requeue")
+        d = await behind_a_reserved_gang(
+            kube, clock, policy,
+            annotated(appwrapper("short", job("short", 2, 4), created=4), "60"))
+        j = created_job(kube, "short")
+        for i in range(2):
+            d.on_pod("ADDED", kube.put(pod("short", f"short-{i}", "n2", "Running", 4, j)))
+        await d.cycle()
+        clock.now += 200
+        for _ in range(3):
+            await d.cycle()
+            await asyncio.sleep(0)
+        short = aw_status(kube, "short")
+        ended = next(c for c in short["conditions"] if c["reason"] == "DispatchDeadlineExceeded")
+        assert ended["type"] == "PreemptCandidate"
+        assert ended["message"].endswith("(the policy's backfillLimitSeconds: it was dispatched "
+                                         "as a backfill): torn down and queued again")
+        assert short["numberOfRequeueings"] == 1
+        assert short["state"] != "Failed"
+
+    run(scenario)

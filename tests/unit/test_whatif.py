@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.cli import main
+from dispatcher.cli import kubectl_plugin, main
 
 from .stand_in_api import JsonHandler, stand_in
 
@@ -230,3 +230,18 @@ def test_plan_of_files_under_reserve_reserves_for_the_head(
     assert decisions["short"]["decision"] == "dispatch"
     assert decisions["short"]["message"].startswith(
         "backfilled: expected to end before the reservation of team/big at 10:20:00 UTC")
+
+
+def test_the_kubectl_plugin_plans_on_the_live_cluster(
+        kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = urgent_behind_a_busy_node(tmp_path)
+    assert kubectl_plugin(["plan", "-f", str(path), "--kubeconfig", str(kubeconfig),
+                           "--now", NOW, "--policy", "priority", "-o", "json"]) == 0
+    (answer,) = json.loads(capsys.readouterr().out)["answers"]
+    assert answer["decision"] == "wait"
+    assert answer["startsAt"] == "2026-11-01T10:20:00+00:00" and answer["nodes"] == ["n1"]
+    assert answer["delays"][0]["name"] == "waiting"
+    assert set(Api.methods) == {"GET"}
+    with pytest.raises(SystemExit):
+        kubectl_plugin(["plan", "--kubeconfig", str(kubeconfig)])
+    assert "-f/--filename" in capsys.readouterr().err
