@@ -249,14 +249,15 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
         phase = Phase.Succeeded
     elif state == "Failed":
         phase = Phase.Failed
-    elif state in ("Running", "RunningHoldCompletion"):
-        phase = Phase.Running
     elif latest in _REQUEUEING and deployed:
         phase = Phase.Suspending
     elif latest == "Dispatched" and _reason(status) == Reason.Resetting:
         phase = Phase.Resetting
     elif latest == "Dispatched":
+        # MCAD's state is Running from the dispatch on, before anything is created.
         phase = Phase.Resuming
+    elif state in ("Running", "RunningHoldCompletion"):
+        phase = Phase.Running
     elif state or latest:
         phase = Phase.Suspended
     else:
