@@ -162,6 +162,7 @@ class Cluster:
                 info["operators"] = self._start_operators(self.kubectl(), timeout)
                 (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
             users.ensure(self.dir, self.kubectl())  # a cluster from before users existed
+            self._apply_stages(self.kubectl())  # pod outcomes added since it started
             _say(f"cluster {self.name!r} is already running")
             self.print_usage()
             return

@@ -53,6 +53,9 @@ _TEMPLATE_V1 = "generictemplate"
 _TEMPLATE_V2 = "template"
 # Set in a stash when the object had no annotations at all before the stash was added.
 _BARE = "bare"
+# Set in the v1beta1 stash of a wrapper written as v1beta2 that has v1beta1 fields all the
+# same (the API server defaults spec.priority), so that the way back still marks it so.
+_WRITTEN_AS_V1BETA2 = "writtenAsV1beta2"
 
 
 class ConversionError(ValueError):
@@ -121,6 +124,8 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash,
                  lambda status: v1beta2_status(status, metadata, new_spec), v1beta1_status)
+    if stash and stashed is not None:
+        stash[_WRITTEN_AS_V1BETA2] = True
     _put_stash(result, V1BETA1_FIELDS_ANNOTATION, stash, stashed)
     return result
 
@@ -150,7 +155,9 @@ def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash, v1beta1_status,
                  lambda status: v1beta2_status(status, metadata, spec))
-    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash, stashed)
+    written_as_v1beta2 = stashed is None or back.get(_WRITTEN_AS_V1BETA2) is True
+    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash,
+               None if written_as_v1beta2 else stashed)
     return result
 
 
@@ -249,14 +256,15 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
         phase = Phase.Succeeded
     elif state == "Failed":
         phase = Phase.Failed
-    elif state in ("Running", "RunningHoldCompletion"):
-        phase = Phase.Running
     elif latest in _REQUEUEING and deployed:
         phase = Phase.Suspending
     elif latest == "Dispatched" and _reason(status) == Reason.Resetting:
         phase = Phase.Resetting
     elif latest == "Dispatched":
+        # MCAD's state is Running from the dispatch on, before anything is created.
         phase = Phase.Resuming
+    elif state in ("Running", "RunningHoldCompletion"):
+        phase = Phase.Running
     elif state or latest:
         phase = Phase.Suspended
     else:

@@ -236,6 +236,28 @@ def test_pods_that_only_sleep_finish_after_their_sleep(k: Kubectl) -> None:
         assert phase(k.json("pod", name)) == "Running"
 
 
+def test_pods_that_sleep_then_exit_fail_with_that_code(k: Kubectl) -> None:
+    """codeflare's failing samples: `sh -c "sleep 15; exit 1"` fails after its sleep."""
+    def container_of(name: str, command: list[str]) -> dict[str, Any]:
+        return {"name": name, "image": "busybox:1.36", "command": command}
+
+    failing = pod("sleep-exit")
+    failing["spec"]["containers"] = [container_of("fails", ["sh", "-c", "sleep 2; exit 3"]),
+                                     container_of("sleeps", ["sh", "-c", "sleep 1"])]
+    done = pod("sleep-exit-0")
+    done["spec"]["containers"] = [container_of("main", ["sh", "-c", "sleep 1; exit 0"])]
+    k.apply([failing, done])
+    failed = wait_phase(k, "sleep-exit", "Failed")
+    codes = {c["name"]: c["state"]["terminated"]["exitCode"]
+             for c in failed["status"]["containerStatuses"]}
+    assert codes == {"fails": 3, "sleeps": 0}
+    started = datetime.fromisoformat(failed["status"]["startTime"].replace("Z", "+00:00"))
+    finished = datetime.fromisoformat(failed["status"]["containerStatuses"][0]["state"][
+        "terminated"]["finishedAt"].replace("Z", "+00:00"))
+    assert (finished - started).total_seconds() >= 2
+    wait_phase(k, "sleep-exit-0", "Succeeded")  # exiting 0 is no failure
+
+
 def test_node_profiles(k: Kubectl, kubectl: Kubectl, node_profile: Any) -> None:
     names = node_profile("mixed")
     assert sum(1 for n in names if "gpu8" in n) == 2

@@ -144,6 +144,20 @@ def test_a_v1beta2_form_of_a_v1beta1_wrapper_round_trips_too(aw: dict[str, Any])
     assert to_v1beta2(to_v1beta1(shown)) == shown
 
 
+@settings(max_examples=100)
+@given(v2_wrappers)
+def test_a_v1beta2_wrapper_stays_one_through_the_api_servers_defaults(
+        aw: dict[str, Any]) -> None:
+    # The API server defaults the stored form's spec.priority and priorityslope; read as
+    # v1beta2 and written back, the wrapper is still one written as v1beta2 (reset, not
+    # requeued), and stored as it was.
+    stored = to_v1beta1(aw)
+    stored["spec"].update(priority=0, priorityslope=0)
+    again = to_v1beta1(to_v1beta2(stored))
+    assert again == stored
+    assert v1beta2_fields(again["metadata"]["annotations"]).written_as_v1beta2
+
+
 def mcad_wrapper(**status: Any) -> dict[str, Any]:
     return {
         "apiVersion": V1, "kind": "AppWrapper",
@@ -192,6 +206,8 @@ def test_a_running_mcad_wrapper_shows_v1beta2_phase_and_conditions() -> None:
 @pytest.mark.parametrize(("state", "latest", "created", "phase"), [
     ("Pending", "Queueing", False, "Suspended"),
     ("Pending", "Dispatched", True, "Resuming"),
+    ("Running", "Dispatched", False, "Resuming"),  # MCAD's state from the dispatch on
+    ("Running", "Running", True, "Running"),
     ("Pending", "PreemptCandidate", True, "Suspending"),
     ("Completed", "Completed", True, "Succeeded"),
     ("Failed", "Failed", False, "Failed"),
