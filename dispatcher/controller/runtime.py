@@ -248,7 +248,7 @@ class Dispatcher:
                 if now < again < soonest:
                     soonest = again
             due = t.minor_due_at
-            if due is not None and max(due, token_at) < soonest:
+            if due is not None and max(due, token_at) < soonest and _may_write(t):
                 soonest = max(due, token_at)
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
@@ -315,7 +315,7 @@ class Dispatcher:
         self.memory.unwritten.clear()
         ripe = sorted((t for t in self.memory.tracked.values()
                        if t.minor_due_at is not None and t.minor_due_at <= now
-                       and t.key not in self.memory.unwritten),
+                       and t.key not in self.memory.unwritten and _may_write(t)),
                       key=lambda t: t.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only
         # to find no token, every cycle.
@@ -357,3 +357,9 @@ class Dispatcher:
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 
+
+
+def _may_write(t: Tracked) -> bool:
+    """Whether a minor write of `t` (its queue position, say) may go: not that of a newly
+    arrived wrapper before it may say why it waits (admitting.py)."""
+    return t.phase != "queued" or t.may_say_it_waits()

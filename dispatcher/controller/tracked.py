@@ -96,6 +96,7 @@ class Tracked:
     # waiting wrapper at every turn, and working it out means serialising the status.
     minor_due_at: float | None = None
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
+    decided_to_wait: bool = False  # an admission cycle decided that it waits
     # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
     # to dispatch it may cancel the task (the Dispatched write says more).
     waiting_write: bool = False
@@ -132,6 +133,14 @@ class Tracked:
         self.outcome_pods_done = self.outcome_settles = 0
         self.outcome_soon = False
         self.unsettled.clear()
+
+    def may_say_it_waits(self) -> bool:
+        """A newly arrived wrapper says it waits once a cycle decided so: one that arrived
+        while a cycle ran has a place in the queue, but the next cycle will most likely
+        dispatch it, and a first status write before that (its place alone) would cost a
+        PATCH that tells nothing by the time it is read."""
+        return self.decided_to_wait or bool(self.written.get("conditions"))
+
     @property
     def nothing_to_follow(self) -> bool:
         """No pod to wait for and no outcome to read: it runs once dispatched, and its
