@@ -251,11 +251,11 @@ class Intake:
             t.pods.pop(pod, None)
         else:
             t.pods[pod] = bucket
-        was_held = pod in t.unsettled
+        was_held = pod in t.reading.unsettled
         if held and bucket in ("succeeded", "failed"):
-            t.unsettled.add(pod)
+            t.reading.unsettled.add(pod)
         else:
-            t.unsettled.discard(pod)
+            t.reading.unsettled.discard(pod)
         if bucket != before:
             # What a wrapped object reports changes when a pod of it ends or goes, not
             # when one starts (a read per start would be a GET per pod). A success while
@@ -264,14 +264,14 @@ class Intake:
             # is read): one read per gang, not one per pod. Nor while a Job controller
             # still holds an ended pod: read when it lets go.
             if bucket == "failed" or bucket is None or (
-                    bucket == "succeeded" and not t.counts().active and not t.unsettled):
-                t.outcome_stale = True
+                    bucket == "succeeded" and not t.counts().active and not t.reading.unsettled):
+                t.reading.stale = True
             return True
-        if was_held and not t.unsettled and not t.counts().active:
+        if was_held and not t.reading.unsettled and not t.counts().active:
             # The Job controller let go of the last ended pod (it counted it, removed its
             # finalizer, and writes the Job's status next): read it now; if that status
-            # is not there yet, the quick re-read (outcome_soon) finds it.
-            t.outcome_stale = True
+            # is not there yet, the quick re-read (reading.soon) finds it.
+            t.reading.stale = True
             return True
         return False
 

@@ -240,11 +240,11 @@ class Dispatcher:
         for t in self.memory.tracked.values():
             if t.check_at is not None and t.check_at < soonest:
                 soonest = t.check_at
-            if t.outcome_soon and t.phase in ACTIVE:
+            if t.reading.soon and t.phase in ACTIVE:
                 # A quick read of its object after pods ended (the regular refresh waits
                 # for the tick); one due already is read by the cycle this wakes for, or
                 # waits for a busy step.
-                again = t.outcome_read_at + OUTCOME_REFRESH_SECONDS
+                again = t.reading.read_at + OUTCOME_REFRESH_SECONDS
                 if now < again < soonest:
                     soonest = again
             due = t.minor_due_at

@@ -105,7 +105,7 @@ class Transitions:
         t.needs_items = False
         t.needs_reservation = False
         t.items_at = None
-        t.outcome = None
+        t.reading.outcome = None
         t.check_at = None
         t.below_min_since = None
         self.intake.queue_again(t)
