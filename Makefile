@@ -22,6 +22,7 @@ lint: setup
 	$(VENV)/bin/ruff check dispatcher localcluster tests bench
 	$(VENV)/bin/mypy dispatcher
 	$(VENV)/bin/lint-imports
+	$(PY) -m tests.function_length
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -29,7 +29,7 @@ from .memory import Memory
 from .observer import Observer
 from .positions import clear_position
 from .scaling import Scaling
-from .status import Change, StatusWriter, says
+from .status import Change, StatusWriter, says, told_by_status_alone
 from .stepping import Stepping
 from .tasks import Tasks
 from .tracked import ACTIVE, Key, Tracked, items_digest
@@ -163,6 +163,7 @@ class Admitting:
 
     def waiting(self, t: Tracked, d: Decision, now: float) -> None:
         """Why it waits, written when that changed."""
+        t.decided_to_wait = True
         if d.reason == BEHIND_HEAD:
             # Not the head's name: it changes whenever the head does, and would rewrite
             # every queued wrapper's status (`dispatcher queue` shows the order).
@@ -254,6 +255,7 @@ class Admitting:
             # items exist would tell nothing new; their refusal fails it).
             self.stepping.say_running(
                 t, judge(t.aw, t.counts(), 0, None, now, False, now).message, change)
+            change.event = not told_by_status_alone(t)
         t.status.systempriority = d.effective_priority
         t.status.admittedDigest = items_digest(t.aw)
         # Durable with the dispatch: its victims may not preempt it back after a failover.

@@ -25,7 +25,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.management import managed_elsewhere
-from dispatcher.api.models import AppWrapperStatus, InvalidSpec, parse_appwrapper
+from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
 from dispatcher.cluster.model import is_terminal
 from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
@@ -39,6 +39,7 @@ from dispatcher.lifecycle import (
     Timing,
     fault_tolerance_for,
 )
+from dispatcher.queue import QueuedWrapper
 from dispatcher.resources import GPU, pod_request
 from dispatcher.review import review
 
@@ -141,7 +142,23 @@ class Intake:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         claim = labels.get(APPWRAPPER_LABEL)
         claimed: Key | None = (key[0], str(claim)) if claim else None
-        owner: Key | None = None
+        self._take_pin(key, obj, claimed)
+        self._gate_or_lift(key, obj, claimed, gone)
+        if gone or is_terminal(obj):
+            self.memory.state.unpin(key)  # ended without binding: its room is not its any more
+        owner = self._remember(key, obj, claimed, gone)
+        changed = self._bind(key, obj, owner, gone)
+        if claimed is not None:
+            t = self.memory.tracked.get(claimed)
+            if t is not None:
+                bucket = pod_bucket(dict(obj)) if owner is not None else None
+                changed |= self._count(t, key[1], bucket, held_by_job(obj))
+                if owner is not None and t.phase == "done" and t.teardown_due:
+                    changed = True  # pods of a failed gang appeared: tear it down again
+        if changed:
+            self.memory.wake.set()
+
+    def _take_pin(self, key: Key, obj: Mapping[str, Any], claimed: Key | None) -> None:
         token = token_of(obj)
         pinned = None if token is None else token_key(key[0], token)
         if (pinned is not None and claimed is not None and pinned in self.memory.pin_tokens
@@ -152,6 +169,10 @@ class Intake:
             del self.memory.pin_tokens[pinned]
             self.memory.lifted.pop(pinned, None)
             self.memory.pods_pinned["created"] += 1
+
+    def _gate_or_lift(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
+                      gone: bool) -> None:
+        """A gang's pod still gated (placement.py), or let onto a node and not bound."""
         gated = None if gone or claimed is None else gated_pod(obj, claimed)
         if gated is not None:
             self.memory.gated[key] = gated
@@ -161,51 +182,50 @@ class Intake:
         if (lifted is not None and claimed is not None and self.memory.state.pinned(key) is None
                 and self.memory.ownership.disproves(obj, claimed)):
             lifted = None  # its label is all it has: it holds no room of the gang's
-        if lifted is not None:
-            assert claimed is not None
-            self.memory.lifted[key] = (claimed, *lifted)
-            t = self.memory.tracked.get(claimed)
-            if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
-                t.needs_reservation = True  # let go by an earlier run: hold its room again
-            self._strand(claimed, lifted[0])
-        else:
+        if lifted is None:
             self.memory.lifted.pop(key, None)
-        if gone or is_terminal(obj):
-            self.memory.state.unpin(key)  # ended without binding: its room is not its any more
+            return
+        assert claimed is not None
+        self.memory.lifted[key] = (claimed, *lifted)
+        t = self.memory.tracked.get(claimed)
+        if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
+            t.needs_reservation = True  # let go by an earlier run: hold its room again
+        self._strand(claimed, lifted[0])
+
+    def _remember(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
+                  gone: bool) -> Key | None:
+        """The pod in memory (or out of it); the wrapper it is proven to belong to."""
         if gone:
             self.memory.pods.pop(key, None)
             self.memory.ownership.drop_pod(key)
             self._pending_buckets.pop(key, None)
+            return None
+        self.memory.pods[key] = claimed
+        if claimed is None or not self._counts_pods(claimed):
+            return None
+        proven = self.memory.ownership.owner_of(obj, claimed)
+        owner = proven if isinstance(proven, tuple) and proven == claimed else None
+        if owner is None:
+            # Not proven yet, or not by what is known now: an item adopted later
+            # (after a restart) may prove it; keep its phase for then.
+            self._pending_buckets[key] = (pod_bucket(dict(obj)), held_by_job(obj))
         else:
-            self.memory.pods[key] = claimed
-            if claimed is not None and self._counts_pods(claimed):
-                proven = self.memory.ownership.owner_of(obj, claimed)
-                owner = proven if isinstance(proven, tuple) and proven == claimed else None
-                if owner is None:
-                    # Not proven yet, or not by what is known now: an item adopted later
-                    # (after a restart) may prove it; keep its phase for then.
-                    self._pending_buckets[key] = (pod_bucket(dict(obj)), held_by_job(obj))
-                else:
-                    self._pending_buckets.pop(key, None)
+            self._pending_buckets.pop(key, None)
+        return owner
+
+    def _bind(self, key: Key, obj: Mapping[str, Any], owner: Key | None, gone: bool) -> bool:
+        """The pod's place in the cluster state; whether it changed."""
         bound = None if gone else bound_pod_from_object(obj)
         if bound is not None:
             # Only a proven member takes a planned pod off its gang's reservation.
             bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
         before = self.memory.state.pod(key)
-        changed = before != bound
-        if changed:
-            self.memory.state.upsert_pod(key, bound)
-            if bound is None and before is not None:
-                self._lost(before, (obj.get("status") or {}).get("phase"))
-        if claimed is not None:
-            t = self.memory.tracked.get(claimed)
-            if t is not None:
-                bucket = pod_bucket(dict(obj)) if owner is not None else None
-                changed |= self._count(t, key[1], bucket, held_by_job(obj))
-                if owner is not None and t.phase == "done" and t.teardown_due:
-                    changed = True  # pods of a failed gang appeared: tear it down again
-        if changed:
-            self.memory.wake.set()
+        if before == bound:
+            return False
+        self.memory.state.upsert_pod(key, bound)
+        if bound is None and before is not None:
+            self._lost(before, (obj.get("status") or {}).get("phase"))
+        return True
 
     def _strand(self, claimed: Key, node: str) -> None:
         """A pod let onto `node` that is gone can never bind: a gang not running yet is
@@ -240,11 +260,11 @@ class Intake:
             t.pods.pop(pod, None)
         else:
             t.pods[pod] = bucket
-        was_held = pod in t.unsettled
+        was_held = pod in t.reading.unsettled
         if held and bucket in ("succeeded", "failed"):
-            t.unsettled.add(pod)
+            t.reading.unsettled.add(pod)
         else:
-            t.unsettled.discard(pod)
+            t.reading.unsettled.discard(pod)
         if bucket != before:
             # What a wrapped object reports changes when a pod of it ends or goes, not
             # when one starts (a read per start would be a GET per pod). A success while
@@ -253,14 +273,14 @@ class Intake:
             # is read): one read per gang, not one per pod. Nor while a Job controller
             # still holds an ended pod: read when it lets go.
             if bucket == "failed" or bucket is None or (
-                    bucket == "succeeded" and not t.counts().active and not t.unsettled):
-                t.outcome_stale = True
+                    bucket == "succeeded" and not t.counts().active and not t.reading.unsettled):
+                t.reading.stale = True
             return True
-        if was_held and not t.unsettled and not t.counts().active:
+        if was_held and not t.reading.unsettled and not t.counts().active:
             # The Job controller let go of the last ended pod (it counted it, removed its
             # finalizer, and writes the Job's status next): read it now; if that status
-            # is not there yet, the quick re-read (outcome_soon) finds it.
-            t.outcome_stale = True
+            # is not there yet, the quick re-read (reading.soon) finds it.
+            t.reading.stale = True
             return True
         return False
 
@@ -370,41 +390,13 @@ class Intake:
 
     def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
                 requeue_failed: bool = False) -> Tracked | None:
-        meta = obj.get("metadata") or {}
         now = self.clock()
-        if keep is not None:
-            status = keep.status
-            written = keep.written
-        else:
-            status = _status_of(obj)
-            written = status_body(status)
-        t = Tracked(key=key, uid=str(meta.get("uid", "")),
-                    generation=int(meta.get("generation") or 0), aw=None,
-                    status=status, written=written, first_seen=now)
-        t.held_by, t.cancelled_by = asked(obj)
-        # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
-        t.preempted = tuple((ns, name) for ns, _, name in
-                            (k.partition("/") for k in status.preempted) if name)
-        if keep is not None:
-            t.written_version = keep.written_version
-            t.last_write_at = keep.last_write_at
-        else:
-            last = latest(status.conditions)
-            stamp = last.lastUpdateMicroTime if last is not None else None
-            t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
+        t = self._tracked(key, obj, keep, now)
+        status = t.status
         self.memory.tracked[key] = t
         self.memory.elastic.discard(key)
         if status.state in ("Completed", "Failed") and not requeue_failed:
-            t.phase = "done"
-            last = latest(status.conditions)
-            t.teardown_due = status.state == "Failed" and last is not None \
-                and last.reason in TEARDOWN_REASONS
-            if t.teardown_due:
-                try:
-                    t.aw = parse_appwrapper(obj)
-                except InvalidSpec:
-                    t.teardown_due = False
-            self._ended_timers(t, meta.get("annotations") or {})
+            self._ended(t, obj)
             return t
         change = Change(t, now, status.model_copy(deep=True))
         verdict = review(obj, now, self.allowed_kinds)
@@ -421,15 +413,7 @@ class Intake:
             # A new spec: say once what it asks that the dispatcher will not do as
             # written (a restart, finding conditions, does not say it again).
             self.warnings.extend((t, w) for w in verdict.warnings)
-        t.queued = queued
-        if queued.elastic:
-            self.memory.elastic.add(key)
-        t.expected_pods = sum(g.pod_set.count for g in queued.gang)
-        t.made_pods = pods_made(aw)
-        follow_size(t)  # an elastic gang's pods follow its size
-        t.completable = deciding_items(
-            [(item.generictemplate, item.completionstatus)
-             for item in aw.spec.resources.GenericItems])
+        self._gang(t, aw, queued)
         if requeue_failed:
             status.state = "Pending"
             status.numberOfRequeueings = 0
@@ -451,6 +435,65 @@ class Intake:
                                    for g in queued.gang)
         for uid in (i.uid for i in status.wrappedItems if i.uid):
             self.memory.ownership.add_item(uid, key)
+        self._resume(t, aw, change, now)
+        return t
+
+    def _tracked(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None,
+                 now: float) -> Tracked:
+        """A new record of the wrapper: its status as the API has it (or as `keep`, the
+        record it replaces, knew it)."""
+        meta = obj.get("metadata") or {}
+        if keep is not None:
+            status = keep.status
+            written = keep.written
+        else:
+            status = _status_of(obj)
+            written = status_body(status)
+        t = Tracked(key=key, uid=str(meta.get("uid", "")),
+                    generation=int(meta.get("generation") or 0), aw=None,
+                    status=status, written=written, first_seen=now)
+        t.held_by, t.cancelled_by = asked(obj)
+        # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
+        t.preempted = tuple((ns, name) for ns, _, name in
+                            (k.partition("/") for k in status.preempted) if name)
+        if keep is not None:
+            t.written_version = keep.written_version
+            t.last_write_at = keep.last_write_at
+        else:
+            last = latest(status.conditions)
+            stamp = last.lastUpdateMicroTime if last is not None else None
+            t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
+        return t
+
+    def _ended(self, t: Tracked, obj: Mapping[str, Any]) -> None:
+        """Completed or Failed: nothing to do, unless a failure left objects behind."""
+        t.phase = "done"
+        last = latest(t.status.conditions)
+        t.teardown_due = t.status.state == "Failed" and last is not None \
+            and last.reason in TEARDOWN_REASONS
+        if t.teardown_due:
+            try:
+                t.aw = parse_appwrapper(obj)
+            except InvalidSpec:
+                t.teardown_due = False
+        self._ended_timers(t, (obj.get("metadata") or {}).get("annotations") or {})
+
+    def _gang(self, t: Tracked, aw: AppWrapper, queued: QueuedWrapper) -> None:
+        """What the dispatcher follows of it: its queue entry, pods, items with an outcome."""
+        t.queued = queued
+        if queued.elastic:
+            self.memory.elastic.add(t.key)
+        t.expected_pods = sum(g.pod_set.count for g in queued.gang)
+        t.made_pods = pods_made(aw)
+        follow_size(t)  # an elastic gang's pods follow its size
+        t.completable = deciding_items(
+            [(item.generictemplate, item.completionstatus)
+             for item in aw.spec.resources.GenericItems])
+
+    def _resume(self, t: Tracked, aw: AppWrapper, change: Change, now: float) -> None:
+        """Where its conditions say it is: dispatched or running (after a restart), a
+        requeue cut short, or queued."""
+        status = t.status
         last = latest(status.conditions)
         kind = last.type if last is not None else ""
         if kind in (ConditionType.Dispatched, ConditionType.Running,
@@ -467,15 +510,14 @@ class Intake:
                 t.reset_at = stamp.timestamp() if stamp is not None else now
                 t.needs_items = False
             if status.admittedDigest and status.admittedDigest != items_digest(aw):
-                self.edited.add(key)  # edited while this dispatcher was down
+                self.edited.add(t.key)  # edited while this dispatcher was down
         elif kind == ConditionType.PreemptCandidate:
             # A requeue was cut short by a restart: finish the teardown first.
             t.phase = "dispatched"
             t.teardown_due = True
-            self.requeues_due.add(key)
+            self.requeues_due.add(t.key)
         else:
             self._enqueue(t, change)
-        return t
 
     def _ended_timers(self, t: Tracked, annotations: Mapping[str, str]) -> None:
         """A v1beta2 wrapper's timers once it ended, from when it ended: the deletion of

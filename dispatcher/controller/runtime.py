@@ -242,15 +242,15 @@ class Dispatcher:
         for t in self.memory.tracked.values():
             if t.check_at is not None and t.check_at < soonest:
                 soonest = t.check_at
-            if t.outcome_soon and t.phase in ACTIVE:
+            if t.reading.soon and t.phase in ACTIVE:
                 # A quick read of its object after pods ended (the regular refresh waits
                 # for the tick); one due already is read by the cycle this wakes for, or
                 # waits for a busy step.
-                again = t.outcome_read_at + OUTCOME_REFRESH_SECONDS
+                again = t.reading.read_at + OUTCOME_REFRESH_SECONDS
                 if now < again < soonest:
                     soonest = again
             due = t.minor_due_at
-            if due is not None and max(due, token_at) < soonest:
+            if due is not None and max(due, token_at) < soonest and _may_write(t):
                 soonest = max(due, token_at)
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
@@ -317,7 +317,7 @@ class Dispatcher:
         self.memory.unwritten.clear()
         ripe = sorted((t for t in self.memory.tracked.values()
                        if t.minor_due_at is not None and t.minor_due_at <= now
-                       and t.key not in self.memory.unwritten),
+                       and t.key not in self.memory.unwritten and _may_write(t)),
                       key=lambda t: t.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only
         # to find no token, every cycle.
@@ -359,3 +359,9 @@ class Dispatcher:
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 
+
+
+def _may_write(t: Tracked) -> bool:
+    """Whether a minor write of `t` (its queue position, say) may go: not that of a newly
+    arrived wrapper before it may say why it waits (admitting.py)."""
+    return t.phase != "queued" or t.may_say_it_waits()

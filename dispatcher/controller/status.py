@@ -19,7 +19,8 @@
   are not looked at again; after a restart they are found by name and adopted by their
   owner reference and creation time, as any item whose uid was not recorded.
 - Every condition reached in one step goes into the same PATCH, and one Event names
-  them all (``Queueing → HeadOfLine → Dispatched: …``).
+  them all (``Queueing → HeadOfLine → Dispatched: …``) — except for a wrapper with nothing
+  to follow dispatched by its very first status write (`told_by_status_alone`).
 """
 
 from __future__ import annotations
@@ -137,6 +138,16 @@ def says(t: Tracked, type_: str, reason: str, message: str) -> bool:
                         generation=t.generation)
 
 
+def told_by_status_alone(t: Tracked) -> bool:
+    """A wrapper with nothing to follow (no pod, no outcome: a ConfigMap) whose first
+    status write dispatches it: that write says ``Init → … → Dispatched → Running`` with
+    its times, and nothing happens to it afterwards; an Event would repeat the same words
+    at the same time (MCAD posts none there either), and cost the API server a third more
+    requests per wrapper. A wrapper told to wait before, whose Events said so, gets one
+    saying it went; so does every wrapper with pods, and every Warning."""
+    return t.nothing_to_follow and not t.written.get("conditions")
+
+
 @dataclass
 class Change:
     """A status change being prepared for one AppWrapper."""
@@ -147,6 +158,8 @@ class Change:
     types: list[str] = field(default_factory=list)  # condition types entered, in order
     reason: str = ""
     message: str = ""
+    # Whether an Event tells of the conditions entered (see `told_by_status_alone`).
+    event: bool = True
 
     def condition(self, type_: str, reason: str, message: str) -> bool:
         message = _cap(message)
@@ -216,7 +229,7 @@ class StatusWriter:
         except ApiError:
             change.abandon()
             raise
-        if written and change.types:
+        if written and change.types and change.event:
             task = asyncio.create_task(self._post_event(change))
             self.events.add(task)
             task.add_done_callback(self.events.discard)

@@ -81,13 +81,13 @@ class Stepping:
                     or (t.phase == "done" and t.delete_at is not None
                         and t.delete_at <= now))
                 and (self._timer_due(t, now) or t.phase == "done"
-                     or t.needs_items or (t.completable and t.outcome_stale)
+                     or t.needs_items or (t.completable and t.reading.stale)
                      or t.key in requeues or t.key in edited or t.key in preempting
                      or t.teardown_due or t.stranded is not None or _counts_changed(t)
                      or t.cancelled_by is not None
                      or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
                      or (t.completable
-                         and now - t.outcome_read_at >= OUTCOME_REFRESH_SECONDS))]
+                         and now - t.reading.read_at >= OUTCOME_REFRESH_SECONDS))]
 
     def _timer_due(self, t: Tracked, now: float) -> bool:
         """Its timer has run out; with none set, an elastic patch is owed or it has not
@@ -106,7 +106,7 @@ class Stepping:
         await self.scaling.catch_up(t, now)
         if t.needs_items and not await self._make_items(t, now):
             return
-        if t.completable and (t.outcome_stale or now - t.outcome_read_at
+        if t.completable and (t.reading.stale or now - t.reading.read_at
                               >= OUTCOME_REFRESH_SECONDS):
             await self._read_outcome(t, now)
         counts = t.counts()
@@ -121,12 +121,12 @@ class Stepping:
         await self._tell_unplaced(t, now)
         ft = fault_tolerance_for(t.aw.metadata.annotations, self.timing)
         if ft is None:
-            verdict = judge(t.aw, counts, t.expected_pods, t.outcome, t.dispatched_at,
+            verdict = judge(t.aw, counts, t.expected_pods, t.reading.outcome, t.dispatched_at,
                             running, now, timing, t.below_min_since, _items_text(t),
                             t.items_at, t.floor, None if running else t.unplaced, t.status)
         else:
             t.failed_since = (t.failed_since or now) if counts.failed else None
-            verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.outcome,
+            verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.reading.outcome,
                                     t.dispatched_at, running, now, ft, t.items_at,
                                     t.failed_since, t.below_min_since, _items_text(t),
                                     t.floor)
@@ -204,20 +204,20 @@ class Stepping:
     async def _make_items(self, t: Tracked, now: float) -> bool:
         """Its items created (or some still to come); False when the step ends here."""
         # Pod news during the creation marks the outcome stale again.
-        stale, t.outcome_stale = t.outcome_stale, False
+        stale, t.reading.stale = t.reading.stale, False
         try:
             result = await self.items.create(t)
         except BaseException:
-            t.outcome_stale = True
+            t.reading.stale = True
             raise
         if isinstance(result, Made) and result.fresh:
             # Objects made just now have not finished: the first read of their outcome
             # comes with pod news or the refresh.
-            t.outcome_read_at = now
-            if t.completable and t.outcome is None:
-                t.outcome = "running"
+            t.reading.read_at = now
+            if t.completable and t.reading.outcome is None:
+                t.reading.outcome = "running"
         else:
-            t.outcome_stale |= stale
+            t.reading.stale |= stale
         if isinstance(result, Refused):
             await self.transitions.fail(t, Reason.ItemCreationFailure, result.message, now)
             return False
@@ -230,23 +230,23 @@ class Stepping:
         return True
 
     async def _read_outcome(self, t: Tracked, now: float) -> None:
-        t.outcome_stale = False
-        t.outcome_read_at = now
-        t.outcome = await self.items.outcome(t)
+        t.reading.stale = False
+        t.reading.read_at = now
+        t.reading.outcome = await self.items.outcome(t)
         counts = t.counts()
         done = counts.succeeded + counts.failed
         ended = not counts.active and done > 0
-        t.outcome_settles = t.outcome_settles + 1 if ended else 0
-        t.outcome_soon = t.outcome not in ("succeeded", "failed") and (
-                done > t.outcome_pods_done
-                or (ended and t.outcome_settles <= OUTCOME_SETTLES))
-        if t.outcome_soon:
+        t.reading.settles = t.reading.settles + 1 if ended else 0
+        t.reading.soon = t.reading.outcome not in ("succeeded", "failed") and (
+                done > t.reading.pods_done
+                or (ended and t.reading.settles <= OUTCOME_SETTLES))
+        if t.reading.soon:
             # A pod just ended and its object has not said so yet (an operator writes its
             # status after the pod's last change; a busy Job controller seconds later):
             # read it again shortly rather than at the next refresh, once per pod ending,
             # and while every pod has ended, a few times.
-            t.outcome_read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
-        t.outcome_pods_done = done
+            t.reading.read_at = now - OUTCOME_REFRESH_SECONDS + OUTCOME_SETTLE_SECONDS
+        t.reading.pods_done = done
 
     async def _tell_unplaced(self, t: Tracked, now: float) -> None:
         """A pod of the gang that cannot be let go is said at once, in status and in a

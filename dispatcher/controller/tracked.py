@@ -44,6 +44,31 @@ def items_digest(aw: AppWrapper) -> str:
 
 
 @dataclass
+class OutcomeReading:
+    """What its wrapped objects say of themselves (the outcome their kinds report), and
+    when to read them again."""
+
+    outcome: Outcome | None = None
+    stale: bool = True
+    read_at: float = 0.0
+    pods_done: int = 0  # pods ended when the outcome was last read
+    settles: int = 0  # quick reads since every pod ended and no outcome came
+    soon: bool = False  # a quick read is due (the loop wakes for it)
+    # Ended pods a Job controller has not let go of yet (its tracking finalizer): it counts
+    # a pod, removes the finalizer, then writes its status; before, the Job cannot say
+    # Complete.
+    unsettled: set[str] = field(default_factory=set)
+
+    def again(self) -> None:
+        """A new dispatch: the last one's quick re-reads were spent (Completed would wait
+        for the refresh)."""
+        self.stale = True
+        self.pods_done = self.settles = 0
+        self.soon = False
+        self.unsettled.clear()
+
+
+@dataclass
 class Tracked:
     key: Key
     uid: str
@@ -61,17 +86,8 @@ class Tracked:
     dispatched_at: float = 0.0
     # Pods proven to belong to the gang (owner chain to one of its items): name -> bucket.
     pods: dict[str, Bucket] = field(default_factory=dict)
-    outcome: Outcome | None = None
     completable: tuple[int, ...] = ()  # items whose kind reports an outcome
-    outcome_stale: bool = True
-    outcome_read_at: float = 0.0
-    outcome_pods_done: int = 0  # pods ended when the outcome was last read
-    outcome_settles: int = 0  # quick reads since every pod ended and no outcome came
-    outcome_soon: bool = False  # a quick read is due (the loop wakes for it)
-    # Ended pods a Job controller has not let go of yet (its tracking finalizer): it counts
-    # a pod, removes the finalizer, then writes its status; before, the Job cannot say
-    # Complete.
-    unsettled: set[str] = field(default_factory=set)
+    reading: OutcomeReading = field(default_factory=OutcomeReading)
     check_at: float | None = None
     stepped_at: float = 0.0  # when its lifecycle was last judged
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
@@ -104,6 +120,7 @@ class Tracked:
     # waiting wrapper at every turn, and working it out means serialising the status.
     minor_due_at: float | None = None
     wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
+    decided_to_wait: bool = False  # an admission cycle decided that it waits
     # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
     # to dispatch it may cancel the task (the Dispatched write says more).
     waiting_write: bool = False
@@ -134,12 +151,16 @@ class Tracked:
         self.first_attempt = True
         self.needs_items = True
         self.items_at = None
-        # The last dispatch's quick re-reads were spent: Completed would wait for the
-        # refresh.
-        self.outcome_stale = True
-        self.outcome_pods_done = self.outcome_settles = 0
-        self.outcome_soon = False
-        self.unsettled.clear()
+        self.reading.again()
+
+
+    def may_say_it_waits(self) -> bool:
+        """A newly arrived wrapper says it waits once a cycle decided so: one that arrived
+        while a cycle ran has a place in the queue, but the next cycle will most likely
+        dispatch it, and a first status write before that (its place alone) would cost a
+        PATCH that tells nothing by the time it is read."""
+        return self.decided_to_wait or bool(self.written.get("conditions"))
+
     @property
     def nothing_to_follow(self) -> bool:
         """No pod to wait for and no outcome to read: it runs once dispatched, and its

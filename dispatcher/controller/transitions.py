@@ -119,7 +119,7 @@ class Transitions:
         t.pods.clear()
         set_counts(t)
         t.items_at = None
-        t.outcome = None
+        t.reading.outcome = None
         t.below_min_since = t.failed_since = None
         self.memory.state.release(t.key)
         t.needs_reservation = True
@@ -156,7 +156,7 @@ class Transitions:
         t.needs_items = False
         t.needs_reservation = False
         t.items_at = None
-        t.outcome = None
+        t.reading.outcome = None
         t.check_at = None
         t.below_min_since = t.failed_since = t.reset_at = None
         self.intake.queue_again(t)
