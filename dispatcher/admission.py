@@ -277,7 +277,8 @@ def admit(
     holds, expired = _live_holds(holds or {}, admitted, policy, now, quota)
     held = apply_holds(capacity, holds)
     ledger = quota if quota is not None and quota.active else None
-    search = (PreemptionSearch(policy, now, admitted, ledger, fit_gang)
+    search = (PreemptionSearch(policy, now, admitted, ledger, fit_gang,
+                               topology if fit == "per-node" and topology.levels else None)
               if policy.preemption != "never" and admitted else None)
     # Capacity only shrinks during a cycle, so a gang shape that did not fit once will
     # not fit later in the same cycle: remember the answer. Quota may free up when a

@@ -11,14 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.admission import INVALID, admit, queued_from_appwrapper
+from dispatcher.admission import INVALID, admit, fit_rules, queued_from_appwrapper
 from dispatcher.api.models import AppWrapper
+from dispatcher.cluster import PlannedPod
 from dispatcher.config import ConfigError, load_config
 from dispatcher.fit import Capacity, Placement, Shortfall
 from dispatcher.fit.topology import NO_DOMAIN, Topology, place_in_topology
 from dispatcher.kinds import InvalidItem, item_pod_sets
 from dispatcher.kinds.podset import PodSet, TopologyRequest
-from dispatcher.queue import Policy
+from dispatcher.preemption import AdmittedWrapper, Preemption, PreemptionSearch
+from dispatcher.queue import Policy, QueuedWrapper
 
 from .builders import GPU, capacity, gang, node, pod_set, wrapper
 
@@ -436,3 +438,107 @@ def test_an_elastic_gang_is_not_scaled_in_for_a_gang_its_freed_room_cannot_hold_
     assert len({world.state.nodes[p.node].labels[RACK] for p in placed.placements
                 if p.node}) == 1
     assert not world.scales or all(s.after[0] == 3 for s in world.scales)
+
+
+# --- preemption inside one domain ----------------------------------------------------------
+
+PREEMPT = Policy("preempt", order="priority", preemption="lowerPriority")
+
+
+def running(cap: Capacity, name: str, pods: list[tuple[str, int]], priority: int = 0
+            ) -> AdmittedWrapper:
+    """An admitted wrapper with a pod of `gpu` GPUs on each named node, taken from `cap`."""
+    holdings = tuple(PlannedPod(n, {GPU: g}) for n, g in pods)
+    for p in holdings:
+        cap.take(p.node, p.request)
+    return AdmittedWrapper("default", name, f"uid-{name}", float(priority),
+                           {GPU: sum(g for _, g in pods)}, holdings)
+
+
+def preempt_for(w: QueuedWrapper, cap: Capacity,
+                admitted: list[AdmittedWrapper]) -> Preemption | None:
+    placer, _ = fit_rules("per-node", LEVELS)
+    return PreemptionSearch(PREEMPT, 1000.0, admitted, None, placer, LEVELS).search(w, cap)
+
+
+def test_preemption_frees_the_rack_that_needs_the_fewest_victims() -> None:
+    # Three racks of two 8-GPU nodes. `spread` (priority 1) has a pod in each rack; `a` and
+    # `b` (priority 0, cheaper) fill a rack each with it; rack C's other node is free. A gang
+    # of two whole nodes in one rack must tear `spread` down anyway: in rack C that is all.
+    cap = nodes_in({("b1", "A"): [8, 8], ("b1", "B"): [8, 8], ("b1", "C"): [8, 8]})
+    victims = [running(cap, "a", [("b1-A-n0", 8)]), running(cap, "b", [("b1-B-n0", 8)]),
+               running(cap, "spread", [("b1-A-n1", 8), ("b1-B-n1", 8), ("b1-C-n0", 8)], 1)]
+    found = preempt_for(wrapper("big", required(pod_set(2, gpu=8)), priority=5), cap, victims)
+    assert found is not None
+    assert found.keys == (("default", "spread"),)
+    assert domains_of(list(found.placements), cap, RACK) == {"C"}
+
+
+def test_victims_of_a_gang_without_topology_are_found_as_before() -> None:
+    cap = nodes_in({("b1", "A"): [8, 8], ("b1", "B"): [8, 8], ("b1", "C"): [8, 8]})
+    victims = [running(cap, "a", [("b1-A-n0", 8)]), running(cap, "b", [("b1-B-n0", 8)]),
+               running(cap, "spread", [("b1-A-n1", 8), ("b1-B-n1", 8), ("b1-C-n0", 8)], 1)]
+    found = preempt_for(wrapper("big", pod_set(2, gpu=8), priority=5), cap, victims)
+    # Anywhere: the cheapest victim, whose node and rack C's free one hold the two pods.
+    assert found is not None and found.keys == (("default", "a"),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(racks=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+       victims=st.lists(st.tuples(st.integers(0, 3), st.lists(
+           st.tuples(st.integers(0, 19), st.integers(1, 8)), min_size=1, max_size=3)),
+           min_size=1, max_size=8),
+       count=st.integers(1, 4), gpu=st.integers(1, 8))
+def test_preemption_for_a_required_rack_frees_one_rack_at_the_cheapest_dearest_victim(
+        racks: list[int], victims: list[tuple[int, list[tuple[int, int]]]], count: int,
+        gpu: int) -> None:
+    cap = nodes_in({("b1", f"r{i}"): [8] * n for i, n in enumerate(racks)})
+    admitted: list[AdmittedWrapper] = []
+    for k, (prio, pods) in enumerate(victims):
+        placed = []
+        for row, g in pods:
+            name = cap.names[row % len(cap.names)]
+            if cap.free_of(name)[GPU] >= g:
+                placed.append((name, g))
+                cap.take(name, {GPU: g})
+        for name, g in placed:
+            cap.give(name, {GPU: g})
+        if placed:
+            admitted.append(running(cap, f"v{k}", placed, prio))
+    free = {n: cap.free_of(n)[GPU] for n in cap.names}
+    # The search's order: lowest priority, then the least work lost (all ran as long).
+    order = sorted(admitted, key=lambda a: (a.priority, a.demand[GPU], a.key))
+
+    def rack(n: str) -> str:
+        return cap.nodes[n].labels[RACK]
+
+    def fits_rack(r: str, gone: list[AdmittedWrapper]) -> bool:
+        room = dict(free)
+        for a in gone:
+            for p in a.holdings:
+                room[p.node] += p.request[GPU]
+        return sum(v // gpu for n, v in room.items() if rack(n) == r) >= count
+
+    # Brute force: per rack, the shortest prefix of its victims that frees it; the
+    # cheapest rack is the one whose dearest victim comes first in the order.
+    best: int | None = None
+    for r in {rack(n) for n in cap.names}:
+        mine = [a for a in order if any(rack(p.node) == r for p in a.holdings)]
+        for m in range(len(mine) + 1):
+            if fits_rack(r, mine[:m]):
+                dearest = order.index(mine[m - 1]) if m else -1
+                best = dearest if best is None else min(best, dearest)
+                break
+    w = wrapper("w", required(pod_set(count, gpu=gpu, cpu=0, mem_gi=0)), priority=10)
+    if not isinstance(place_in_topology(w.gang, cap.copy(), LEVELS), Shortfall):
+        return  # it fits without preemption: no search is made for it
+    found = preempt_for(w, cap, admitted)
+    if best is None:
+        assert found is None
+        return
+    assert found is not None
+    [chosen] = {rack(p.node) for p in found.placements if p.node}
+    # Every victim has pods in that rack: none is torn down for room the gang cannot use.
+    assert all(any(rack(p.node) == chosen for p in v.holdings) for v in found.victims)
+    assert fits_rack(chosen, list(found.victims))
+    assert max(order.index(v) for v in found.victims) == best
