@@ -86,6 +86,23 @@ class Topology:
         """`place`, with the pinned pod sets (``pinned``) in `domain` of their level."""
         return place_in_topology(gang, cap, self, domain)
 
+    def shared_domain(self, cap: Capacity, asks: Sequence[tuple[str, Sequence[str]]]
+                      ) -> IndexArray:
+        """The rows (ascending) in the domain of each (level, nodes) of `asks` that holds
+        all those nodes, together; none when some nodes are not all in one domain of
+        their level (or are not nodes of `cap`)."""
+        levels = _levels(cap, self)
+        rows: IndexArray = cap.all_rows
+        for level, nodes in asks:
+            domains = levels[self.levels.index(level)]
+            found = {int(domains.ids[cap.row(n)]) if n in cap.nodes else -1 for n in nodes}
+            if len(found) != 1 or -1 in found:
+                return np.zeros(0, dtype=np.intp)
+            inside: IndexArray = np.intersect1d(rows, domains.rows(found.pop()),
+                                                assume_unique=True)
+            rows = inside
+        return rows
+
 
 @dataclass(frozen=True)
 class Pinned:

@@ -398,7 +398,7 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     assert "6 racks for 4 nodes" in capsys.readouterr().err
 
 
-def test_an_elastic_gang_requiring_a_rack_is_admitted_in_one_and_not_grown_out_of_it(
+def test_an_elastic_gang_requiring_a_rack_grows_inside_the_rack_it_was_admitted_in(
 ) -> None:
     from dispatcher.api.models import parse_appwrapper
 
@@ -407,11 +407,34 @@ def test_an_elastic_gang_requiring_a_rack_is_admitted_in_one_and_not_grown_out_o
     manifest = pytorchjob("elastic", low=2, high=6)
     manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
     w = queued_from_appwrapper(parse_appwrapper(manifest), 0.0)
-    # r1 holds the minimum (master + 2 workers); r2's nodes would take the growth.
-    cap = nodes_in({("b1", "r1"): [8, 8, 8], ("b1", "r2"): [8] * 5})
+    # r1, the smaller rack, holds the minimum (master + 2 workers) and one more worker;
+    # r2's free nodes would take three more.
+    cap = nodes_in({("b1", "r1"): [8] * 4, ("b1", "r2"): [8] * 5})
     [d] = admit([w], cap, FIFO, 0.0, topology=LEVELS)
-    assert d.decision == "dispatch" and d.elastic == (2,)
+    assert d.decision == "dispatch" and d.elastic == (3,)
     assert domains_of(list(d.placements), cap, RACK) == {"r1"}
+
+
+def test_an_admitted_elastic_gang_requiring_a_rack_grows_only_inside_its_rack() -> None:
+    from .elastic_world import ElasticWorld, pytorchjob
+    from .quota_world import appwrapper as quota_wrapper
+
+    # Racks r0 (n0-n2) and r1 (n3-n5). `other` takes n0; the elastic gang's minimum
+    # (master + 1 worker) fills r0, the fuller rack. When `other` ends it grows onto n0,
+    # and never into r1, whose three nodes stay free.
+    racks = [node(f"n{i}", labels={BLOCK: "b1", RACK: f"r{i // 3}"}) for i in range(6)]
+    world = ElasticWorld(racks, FIFO, topology=LEVELS)
+    world.submit(quota_wrapper("other", gpu=8, pods=1))
+    world.settle()
+    manifest = pytorchjob("elastic", low=1, high=4)
+    manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    world.submit(manifest)
+    world.settle()
+    assert world.workers("elastic") == 1
+    world.complete("other")
+    world.settle()
+    assert world.workers("elastic") == 2
+    assert {p.node for p in world.state.holdings(("test", "elastic"))} == {"n0", "n1", "n2"}
 
 
 def test_an_elastic_gang_is_not_scaled_in_for_a_gang_its_freed_room_cannot_hold_in_a_rack(
