@@ -135,6 +135,10 @@ class Observer:
     def start_estimate_error(self, estimate: str, seconds: float) -> None:
         """A wrapper started `seconds` away from its estimate ("initial" or "shown")."""
 
+    def placed_in_topology(self, level: str, one_domain: bool) -> None:
+        """A dispatched gang's pod sets that asked for a domain of `level` (a configured
+        level) landed in one domain of it, or were spread (a preferred level)."""
+
     def snapshot(self, dispatcher: Dispatcher) -> None:
         """After each cycle: gauges (states, queue, capacity) read from the dispatcher."""
 
@@ -988,6 +992,12 @@ class Dispatcher:
         if t.phase != "dispatched":
             return
         self.observer.dispatched(now - t.first_seen)
+        if self.topology.levels and t.queued is not None:
+            nodes = self.m.state.nodes
+            for level, one in self.topology.landed(t.queued.gang, d.placements, {
+                    p.node: nodes[p.node].labels for p in d.placements
+                    if p.node is not None and p.node in nodes}):
+                self.observer.placed_in_topology(level, one)
         self.estimates.started(t, now)
         await self._step_safely(t, now)
 

@@ -19,7 +19,7 @@ domains.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,22 @@ class Topology:
                  domain: int) -> list[Placement] | Shortfall:
         """`place`, with the pinned pod sets (``pinned``) in `domain` of their level."""
         return place_in_topology(gang, cap, self, domain)
+
+    def landed(self, gang: Sequence[GangPodSet], placements: Sequence[Placement],
+               labels: Mapping[str, Mapping[str, str]]) -> list[tuple[str, bool]]:
+        """Per group of the gang that asks for a domain (Topology.pinned's groups, and the
+        preferred ones): the level it asks for, and whether its placed pods are all in one
+        domain of that level. `labels`: the nodes' labels, by node name."""
+        out: list[tuple[str, bool]] = []
+        for request, sets in _steps(gang):
+            if request is None:
+                continue
+            mine = {(g.item, g.pod_set.name) for g in sets}
+            outer = self.levels[:self.levels.index(request.level) + 1]
+            paths = {tuple(labels.get(p.node, {}).get(level) for level in outer)
+                     for p in placements if p.node is not None and (p.item, p.pod_set) in mine}
+            out.append((request.level, len(paths) == 1 and None not in next(iter(paths))))
+        return out
 
     def shared_domain(self, cap: Capacity, asks: Sequence[tuple[str, Sequence[str]]]
                       ) -> IndexArray:
