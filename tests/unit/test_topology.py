@@ -251,20 +251,19 @@ def test_admit_waits_for_a_rack_while_the_cluster_total_fits() -> None:
     assert d.message.startswith(f"needs 16 nvidia.com/gpu in one {RACK}: best rack")
 
 
+def kueue_topology(*levels: str) -> str:
+    """A `topology:` section holding Kueue's Topology object with these levels."""
+    return ("topology:\n  apiVersion: kueue.x-k8s.io/v1beta1\n  kind: Topology\n"
+            "  metadata: {name: default}\n  spec:\n    levels:\n"
+            + "".join(f"    - nodeLabel: {level}\n" for level in levels))
+
+
 def test_config_takes_levels_or_a_kueue_topology(tmp_path: Path) -> None:
     plain = tmp_path / "plain.yaml"
     plain.write_text(f"topology:\n  levels: [{BLOCK}, {RACK}]\n")
     assert load_config(plain).topology_levels == LEVELS
     kueue = tmp_path / "kueue.yaml"
-    kueue.write_text(f"""topology:
-  apiVersion: kueue.x-k8s.io/v1beta1
-  kind: Topology
-  metadata: {{name: default}}
-  spec:
-    levels:
-    - nodeLabel: {BLOCK}
-    - nodeLabel: {RACK}
-""")
+    kueue.write_text(kueue_topology(BLOCK, RACK))
     assert load_config(kueue).topology_levels == LEVELS
     twice = tmp_path / "twice.yaml"
     twice.write_text(f"topology:\n  levels: [{RACK}, {RACK}]\n")
@@ -385,10 +384,13 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     args = ["simulate", "-o", "json", "--trace", path, "--nodes", "4", "--topology", "1x2"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
-        "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0}
+        "level": RACK, "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0,
+        "withoutRequiring": None}
     assert main([*args, "--require-rack", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
-        "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1}
+        "level": RACK, "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1,
+        "withoutRequiring": {"startedGangs": 1, "inOneRack": 0, "meanWaitSeconds": 0.0,
+                             "gpuUtilisation": 0.742574}}
     assert main([a for a in args if a not in ("-o", "json")] + ["--require-rack", "1"]) == 0
     assert ("topology         1 of 1 started gangs of 2+ pods in one rack; 1 job required one"
             in capsys.readouterr().out)
@@ -396,6 +398,47 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     assert "--require-rack needs --topology" in capsys.readouterr().err
     assert main(["simulate", "--trace", path, "--nodes", "4", "--topology", "2x3"]) == 2
     assert "6 racks for 4 nodes" in capsys.readouterr().err
+
+
+def test_simulate_takes_a_topology_file_and_shows_what_requiring_a_rack_costs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import main
+
+    from .test_simulate import trace
+
+    # Rack r1 holds n-0 and n-1, racks r2 and r3 a node each. `one` takes n-0; `pair` (two
+    # pods) then fits n-1 and p anywhere, but no rack holds it until `one` ends at 100 s.
+    layout = tmp_path / "racks.yaml"
+    layout.write_text(kueue_topology(BLOCK, RACK, "kubernetes.io/hostname") + f"""nodes:
+- {{name: n, count: 2, labels: {{{BLOCK}: b1, {RACK}: r1}}}}
+- {{name: p, labels: {{{BLOCK}: b1, {RACK}: r2}}}}
+- {{name: q, labels: {{{BLOCK}: b2, {RACK}: r3}}}}
+""")
+    path = trace(tmp_path, ("one", 0, 100, 8), ("pair", 1, 100, 16))
+    args = ["simulate", "--trace", path, "--topology", str(layout)]
+    assert main([*args, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cluster"]["nodes"] == 4
+    assert out["topology"]["inOneRack"] == 0
+    assert out["queueingDelay"]["meanSeconds"] == 0.0
+    assert main([*args, "-o", "json", "--require-rack", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queueingDelay"]["meanSeconds"] == 49.5  # `pair` waited 99 s for rack r1
+    assert out["topology"]["inOneRack"] == 1
+    assert out["topology"]["withoutRequiring"]["meanWaitSeconds"] == 0.0
+    assert out["topology"]["withoutRequiring"]["inOneRack"] == 0
+    assert main([*args, "--require-rack", "1"]) == 0
+    assert (" " * 17 + "requiring one rack costs: mean wait 50s (0s without), GPU utilisation "
+            "37.5% (74.3% without), gangs in one rack 1 of 1 (0 of 1 without)"
+            in capsys.readouterr().out)
+    # What to fix, said plainly.
+    assert main([*args, "--nodes", "5"]) == 2
+    assert "--nodes 5, but the topology file" in capsys.readouterr().err
+    assert main(["simulate", "--trace", path, "--topology", "racks.yml"]) == 2
+    assert "or the name of a topology file (there is no such file)" in capsys.readouterr().err
+    layout.write_text("nodes: [{name: a}]\n")
+    assert main(args) == 2
+    assert "topology: Field required" in capsys.readouterr().err
 
 
 def test_an_elastic_gang_requiring_a_rack_grows_inside_the_rack_it_was_admitted_in(
