@@ -299,12 +299,14 @@ def admit(
         seen[w.key] = w
         w = at_minimum(w)
         prio = w.effective_priority(now)
-        invalid = w.invalid if w.invalid is not None else topology.problem(w.gang)
+        invalid = w.invalid
+        if invalid is None and w.topology_asks:
+            invalid = topology.problem(w.topology_asks)
         if invalid is not None:
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, invalid,
                                       effective_priority=prio))
             continue
-        own_hold = held.get(w.key)
+        own_hold = held.get(w.key) if held else None
         # A wrapper holding room passes any head: the room was given to it already.
         if blocking is not None and own_hold is None:
             # The head's own decision says why it waits; repeating that here would

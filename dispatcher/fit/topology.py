@@ -47,17 +47,17 @@ class Topology:
 
     levels: tuple[str, ...] = ()
 
-    def problem(self, gang: Sequence[GangPodSet]) -> str | None:
-        """Why the gang's topology requests cannot be honoured here (a level the
-        installation does not have), or None."""
-        for g in gang:
-            t = g.pod_set.topology
-            if t is not None and t.level not in self.levels:
+    def problem(self, asks: Sequence[tuple[str, TopologyRequest]]) -> str | None:
+        """Why a gang's topology requests (its pod sets' names and requests, as
+        QueuedWrapper.topology_asks) cannot be honoured here (a level the installation
+        does not have), or None."""
+        for name, t in asks:
+            if t.level not in self.levels:
                 known = (f"the configured levels are {', '.join(self.levels)}" if self.levels
                          else "the installation configures no topology levels "
                               "(topology.levels in the dispatcher's configuration)")
                 kind = "required" if t.required else "preferred"
-                return (f"pod set {g.pod_set.name} asks for {kind} topology level {t.level!r}, "
+                return (f"pod set {name} asks for {kind} topology level {t.level!r}, "
                         f"which is not a topology level here: {known}")
         return None
 
@@ -155,6 +155,10 @@ class Domains:
         labelled = np.flatnonzero(ids >= 0)
         # Rows grouped by domain (each group ascending): a sum per domain is one reduceat.
         self.order: IndexArray = labelled[np.argsort(ids[labelled], kind="stable")]
+        # Every node labelled and the domains in row order (nodes named by rack, say):
+        # a column is then summed per domain as it is, without gathering it first.
+        self._in_order = len(self.order) == len(ids) and bool(
+            (self.order == np.arange(len(ids))).all())
         sizes = np.bincount(ids[labelled], minlength=len(self.names))
         ends = np.cumsum(sizes)
         self.starts: IndexArray = (ends - sizes).astype(np.intp)
@@ -174,7 +178,8 @@ class Domains:
         """The sum of a per-row column over each domain."""
         if not len(self.order):
             return np.zeros(0, dtype=np.int64)
-        summed: IntArray = np.add.reduceat(values[self.order], self.starts)
+        summed: IntArray = np.add.reduceat(values if self._in_order else values[self.order],
+                                           self.starts)
         return summed
 
     def allocatable(self, resource: str) -> IntArray:

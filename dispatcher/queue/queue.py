@@ -10,6 +10,7 @@ from sortedcontainers import SortedKeyList
 
 from dispatcher.fit.gang import GangPodSet, demand
 from dispatcher.kinds.elastic import ElasticSet
+from dispatcher.kinds.podset import TopologyRequest
 from dispatcher.queue.policy import Policy
 
 WrapperKey = tuple[str, str]  # (namespace, name)
@@ -40,6 +41,13 @@ class QueuedWrapper:
         """Identity of the demand: equal keys fit or not alike on the same capacity
         (asked for by every cycle: worked out once)."""
         return tuple(g.pod_set.key for g in self.gang)
+
+    @cached_property
+    def topology_asks(self) -> tuple[tuple[str, TopologyRequest], ...]:
+        """The pod sets that ask for a topology domain, by name, with their requests
+        (read by every cycle: worked out once)."""
+        return tuple((g.pod_set.name, g.pod_set.topology) for g in self.gang
+                     if g.pod_set.topology is not None)
 
     @cached_property
     def demand(self) -> dict[str, int]:
