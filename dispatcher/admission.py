@@ -493,8 +493,10 @@ def _grow(decisions: list[Decision], seen: Mapping[WrapperKey, QueuedWrapper],
     candidates: list[Candidate] = []
     new: dict[WrapperKey, int] = {}
     for i, d in enumerate(decisions):
+        if not d.elastic:
+            continue  # most of them: only an elastic gang's dispatch has sizes
         w = seen.get(d.key)
-        if w is not None and d.decision == "dispatch" and d.elastic:
+        if w is not None and d.decision == "dispatch":
             new[d.key] = i
             now = newly_admitted(w)
             sets = [now.gang[s.position] for s in now.sets]
