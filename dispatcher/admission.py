@@ -300,8 +300,8 @@ def admit(
         w = at_minimum(w)
         prio = w.effective_priority(now)
         invalid = w.invalid
-        if invalid is None and w.topology_asks:
-            invalid = topology.problem(w.topology_asks)
+        if invalid is None and w.asks_topology:
+            invalid = topology.problem(w.gang)
         if invalid is not None:
             decisions.append(Decision(w.namespace, w.name, "invalid", INVALID, invalid,
                                       effective_priority=prio))

@@ -64,8 +64,7 @@ def review(
     refused = check_kinds(aw, allowed, cluster_scoped)
     # queued.invalid is the items' counting problems, already one bounded message.
     counting = [queued.invalid] if queued.invalid is not None else []
-    level = (topology.problem(queued.topology_asks) if topology is not None and not counting
-             else None)
+    level = topology.problem(queued.gang) if topology is not None and not counting else None
     if level is not None:
         counting.append(level)
     if refused:

@@ -47,17 +47,17 @@ class Topology:
 
     levels: tuple[str, ...] = ()
 
-    def problem(self, asks: Sequence[tuple[str, TopologyRequest]]) -> str | None:
-        """Why a gang's topology requests (its pod sets' names and requests, as
-        QueuedWrapper.topology_asks) cannot be honoured here (a level the installation
-        does not have), or None."""
-        for name, t in asks:
-            if t.level not in self.levels:
+    def problem(self, gang: Sequence[GangPodSet]) -> str | None:
+        """Why the gang's topology requests cannot be honoured here (a level the
+        installation does not have), or None."""
+        for g in gang:
+            t = g.pod_set.topology
+            if t is not None and t.level not in self.levels:
                 known = (f"the configured levels are {', '.join(self.levels)}" if self.levels
                          else "the installation configures no topology levels "
                               "(topology.levels in the dispatcher's configuration)")
                 kind = "required" if t.required else "preferred"
-                return (f"pod set {name} asks for {kind} topology level {t.level!r}, "
+                return (f"pod set {g.pod_set.name} asks for {kind} topology level {t.level!r}, "
                         f"which is not a topology level here: {known}")
         return None
 

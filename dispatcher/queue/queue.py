@@ -10,7 +10,6 @@ from sortedcontainers import SortedKeyList
 
 from dispatcher.fit.gang import GangPodSet, demand
 from dispatcher.kinds.elastic import ElasticSet
-from dispatcher.kinds.podset import TopologyRequest
 from dispatcher.queue.policy import Policy
 
 WrapperKey = tuple[str, str]  # (namespace, name)
@@ -43,11 +42,10 @@ class QueuedWrapper:
         return tuple(g.pod_set.key for g in self.gang)
 
     @cached_property
-    def topology_asks(self) -> tuple[tuple[str, TopologyRequest], ...]:
-        """The pod sets that ask for a topology domain, by name, with their requests
-        (read by every cycle: worked out once)."""
-        return tuple((g.pod_set.name, g.pod_set.topology) for g in self.gang
-                     if g.pod_set.topology is not None)
+    def asks_topology(self) -> bool:
+        """Whether a pod set asks for a topology domain (read by every cycle: worked out
+        once)."""
+        return any(g.pod_set.topology is not None for g in self.gang)
 
     @cached_property
     def demand(self) -> dict[str, int]:
