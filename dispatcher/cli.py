@@ -138,7 +138,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
 
-        settings.observer = PrometheusObserver()  # the webhook's requests are measured too
+        # The webhook's requests are measured too.
+        settings.observer = PrometheusObserver(topology_levels=config.topology.levels)
     logging.getLogger("dispatcher").info("kinds AppWrappers may wrap: %s",
                                          config.describe())
     if config.topology.levels:

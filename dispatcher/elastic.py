@@ -16,7 +16,9 @@ tolerates it) takes part in ``admission.admit`` as three rules:
   for room, could run its pods on: capacity another wrapper ahead could use is never
   taken from it (waits that capacity does not help -- a gang no node could ever hold,
   an unknown quota, a preemptor whose room is held -- do not count). Wrappers behind
-  it dispatched first in the queue pass, so growth takes only what is left over.
+  it dispatched first in the queue pass, so growth takes only what is left over. A
+  wrapper that requires a topology domain grows only on the nodes of the one it occupies
+  (``Candidate.within``).
 - Shrink instead of preemption. When a wrapper W does not fit, before whole gangs are
   preempted, elastic wrappers above their minimum give back pods: those of lower
   priority than W (under a policy ordered by priority, or one that preempts by
@@ -37,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.fit.capacity import Capacity
+from dispatcher.fit.capacity import Capacity, IndexArray
 from dispatcher.fit.elastic import (
     Counts,
     ElasticNow,
@@ -138,6 +140,9 @@ class Candidate:
     rank: Rank
     labels: Labels
     now: ElasticNow
+    # The nodes its growth may use (rows, ascending): those of the topology domain it
+    # requires and occupies. None: any node.
+    within: IndexArray | None = field(default=None, compare=False)
 
 
 def rank(policy: Policy, priority: float, first_seen: float) -> Rank:
@@ -173,7 +178,7 @@ def grow(candidates: Iterable[Candidate], blockers: Sequence[tuple[Rank, Sequenc
     for c in sorted(candidates, key=lambda c: (c.rank, c.key)):
         e = c.now
         room = room_to_grow(e.sets, e.counts)
-        if not room:
+        if not room or (c.within is not None and not len(c.within)):
             continue
         new: set[int] = set()
         while used < len(ahead) and ahead[used][0] < c.rank:
@@ -218,7 +223,7 @@ def _largest_growth(c: Candidate, e: ElasticNow, room: int, view: Capacity,
         after = grown(e.sets, e.counts, n)
         if ledger is not None and not _quota_fits(ledger, c, sized(e.gang, e.sets, after)):
             return None
-        result = place(added(e.gang, e.sets, e.counts, after), view)
+        result = place(added(e.gang, e.sets, e.counts, after), view, within=c.within)
         if isinstance(result, Shortfall):
             return None
         for p in result:

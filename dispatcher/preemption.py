@@ -29,6 +29,17 @@ planned, is given back, and nothing is ever taken from part of a gang. The place
 then asked of ``place`` again on exactly that capacity; if its heuristic misses, the
 checked placement from the search stands.
 
+A gang that requires one topology domain (``fit.topology``) has its victims sought inside
+one domain of the level its largest such group requires: per domain, the victims with
+pods there, in the same order, and the shortest prefix of them that lets it fit with
+that group pinned to the domain. Of the domains tried, the one whose dearest victim is
+the cheapest wins, then the one with the fewest victims: a gang that must tear down a
+wrapper spread over three racks does so in the rack where nothing else need go. Only the
+most promising ``MAX_DOMAINS`` domains are tried (by a lower bound of their dearest
+victim from the totals they could free), and none whose bound is dearer than the best
+found. When no domain can be freed alone (the quota needs victims elsewhere), the search
+spans the cluster as for any gang.
+
 The work is bounded: at most ``MAX_CANDIDATES`` eligible victims are considered (the
 cheapest), the prefix is found by doubling then bisection (a handful of placements), and
 ``admit`` searches for at most ``MAX_SEARCHES`` waiting wrappers per cycle.
@@ -46,13 +57,15 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.capacity import Capacity, IndexArray, IntArray
 from dispatcher.fit.elastic import ElasticNow
-from dispatcher.fit.gang import GangPodSet, Placement, Shortfall
+from dispatcher.fit.gang import GangPodSet, Placement, Shortfall, demand
+from dispatcher.fit.topology import Domains, Pinned, Topology, main_resource
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
 from dispatcher.quota import QuotaConsumer, QuotaForest, QuotaLedger
@@ -63,6 +76,7 @@ FitGang = Callable[[Sequence[GangPodSet], Capacity], "list[Placement] | Shortfal
 MAX_CANDIDATES = 512
 _PRIORITY = operator.attrgetter("priority")
 MAX_SEARCHES = 8
+MAX_DOMAINS = 8  # domains searched for the victims of a gang that requires one
 
 
 @dataclass(frozen=True)
@@ -250,8 +264,12 @@ class PreemptionSearch:
     """One cycle's preemption searches over the admitted wrappers (see module docstring)."""
 
     def __init__(self, policy: Policy, now: float, admitted: Sequence[AdmittedWrapper],
-                 ledger: QuotaLedger | None, fit_gang: FitGang) -> None:
+                 ledger: QuotaLedger | None, fit_gang: FitGang,
+                 topology: Topology | None = None) -> None:
+        """`topology`: the levels `fit_gang` honours, if any: the victims of a gang that
+        requires a domain are then sought inside one domain first."""
         self.policy = policy
+        self.topology = topology
         self.now = now
         self.ledger = ledger
         self.fit_gang = fit_gang
@@ -345,44 +363,89 @@ class PreemptionSearch:
         gone = [*self.gone, *(v.wrapper.key for v in victims)]
         return self.ledger.check(w.labels, w.demand, without=gone).fits
 
-    def _trial(self, w: QueuedWrapper, cap: Capacity,
-               victims: Sequence[_Victim]) -> list[Placement] | None:
+    def _trial(self, w: QueuedWrapper, cap: Capacity, victims: Sequence[_Victim],
+               placer: FitGang | None = None) -> list[Placement] | None:
         if not self._fits_quota(w, victims):
             return None
         trial = cap.copy()
         if victims:
             trial.give_back(np.concatenate([v.rows for v in victims]),
                             np.concatenate([v.amounts for v in victims]))
-        result = self.fit_gang(w.gang, trial)
+        result = (placer or self.fit_gang)(w.gang, trial)
         return None if isinstance(result, Shortfall) else result
 
     def _search(self, w: QueuedWrapper, prio: float, cap: Capacity) -> Preemption | None:
         pool = self._eligible(w, prio, cap)
         if not pool:
             return None
-        # Shortest feasible prefix: double, then bisect (feasibility grows with the prefix),
-        # starting from the shortest one that gives back enough in total.
-        hi = _enough_in_total(w, cap, pool)
+        pinned = self.topology.pinned(w.gang) if self.topology is not None else None
+        if pinned is not None:
+            found = self._in_one_domain(w, cap, pool, pinned)
+            if found is not None:
+                return found
+        shortest = self._shortest(w, cap, pool, _enough_in_total(w, cap, pool))
+        if shortest is None:
+            return None
+        hi, planned = shortest
+        chosen = self._minimal(w, cap, pool[:hi], planned)
+        return self._preemption(w, cap, chosen, planned)
+
+    def _shortest(self, w: QueuedWrapper, cap: Capacity, pool: Sequence[_Victim], start: int,
+                  placer: FitGang | None = None) -> tuple[int, list[Placement]] | None:
+        """The shortest prefix of `pool` (at least `start` long) whose removal lets W fit,
+        and W's placement then: double, then bisect (feasibility grows with the prefix)."""
+        hi = max(min(start, len(pool)), 1)
         lo = hi - 1  # the longest prefix known not to be enough
-        planned = self._trial(w, cap, pool[:hi])
+        planned = self._trial(w, cap, pool[:hi], placer)
         while planned is None:
             if hi == len(pool):
                 return None  # even every eligible victim gone would not make room
             lo, hi = hi, min(hi * 2, len(pool))
-            planned = self._trial(w, cap, pool[:hi])
+            planned = self._trial(w, cap, pool[:hi], placer)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            found = self._trial(w, cap, pool[:mid])
+            found = self._trial(w, cap, pool[:mid], placer)
             if found is None:
                 lo = mid
             else:
                 hi, planned = mid, found
-        chosen = self._minimal(w, cap, pool[:hi], planned)
-        final = self._trial(w, cap, chosen)
-        placements = final if final is not None else planned
+        return hi, planned
+
+    def _preemption(self, w: QueuedWrapper, cap: Capacity, chosen: Sequence[_Victim],
+                    planned: Sequence[Placement], placer: FitGang | None = None) -> Preemption:
+        """The decision: W placed again with exactly `chosen` gone (if the placement's
+        heuristic misses there, the checked `planned` stands)."""
+        final = self._trial(w, cap, chosen, placer)
         return Preemption(tuple(v.wrapper for v in chosen),
                           frozenset(v.wrapper.key for v in chosen if v.reclaim),
-                          tuple(placements))
+                          tuple(final if final is not None else planned))
+
+    def _in_one_domain(self, w: QueuedWrapper, cap: Capacity, pool: Sequence[_Victim],
+                       pinned: Pinned) -> Preemption | None:
+        """Victims inside one domain of the level W's pinned pod sets require: of the
+        domains tried (the most promising MAX_DOMAINS), the one whose dearest victim is
+        the cheapest, then the one with the fewest victims. None when none of them can be
+        freed alone (the quota may need victims elsewhere): the search then spans them."""
+        assert self.topology is not None
+        domains = self.topology.domains(cap, pinned.depth)
+        best: tuple[tuple[int, int], list[_Victim], list[Placement], FitGang] | None = None
+        at = {id(v): i for i, v in enumerate(pool)}
+        for bound, start, domain, members in _domain_bounds(pinned, cap, domains, pool):
+            if best is not None and bound > best[0][0]:
+                break  # every victim set there has a dearer victim than the best found
+            placer: FitGang = partial(self.topology.place_in, domain=domain)
+            shortest = self._shortest(w, cap, [pool[i] for i in members], start, placer)
+            if shortest is None:
+                continue
+            hi, planned = shortest
+            chosen = self._minimal(w, cap, [pool[i] for i in members[:hi]], planned)
+            cost = (max(at[id(v)] for v in chosen), len(chosen))
+            if best is None or cost < best[0]:
+                best = (cost, chosen, planned, placer)
+        if best is None:
+            return None
+        _, chosen, planned, placer = best
+        return self._preemption(w, cap, chosen, planned, placer)
 
     def _minimal(self, w: QueuedWrapper, cap: Capacity, chosen: list[_Victim],
                  planned: Sequence[Placement]) -> list[_Victim]:
@@ -439,6 +502,53 @@ def _work(a: AdmittedWrapper, now: float) -> float:
     (GPUs) if it has any, else its pods."""
     size = sum(v for r, v in a.demand.items() if "/" in r) or a.demand.get("pods", 0) or 1
     return max(now - a.dispatched_at, 0.0) * size
+
+
+def _domain_bounds(pinned: Pinned, cap: Capacity, domains: Domains,
+                   pool: Sequence[_Victim]) -> list[tuple[int, int, int, list[int]]]:
+    """The domains worth a search, the most promising first, at most MAX_DOMAINS: per
+    domain, a lower bound of its dearest victim (an index into `pool`; -1: none needed),
+    the fewest victims that give it, with its free room, enough of the pinned sets' main
+    resource in total (at least 1), the domain, and the victims with pods there (indices
+    into `pool`, in order). Linear in the victims' pods and the nodes."""
+    need = demand(pinned.sets)
+    main = main_resource(need)
+    wanted = need.get(main, 0)
+    j = cap.resources.index(main) if main in cap.resources else -1
+    victim: list[IntArray] = []
+    amount: list[IntArray] = []
+    for i, v in enumerate(pool):
+        victim.append(np.full(len(v.rows), i, dtype=np.int64))
+        amount.append(v.amounts[:, j] if 0 <= j < v.amounts.shape[1]
+                      else np.zeros(len(v.rows), dtype=np.int64))
+    ids = domains.ids[np.concatenate([v.rows for v in pool])]
+    inside = ids >= 0
+    if not inside.any():
+        return []
+    # One entry per (domain, victim) with what the victim frees there, grouped by domain
+    # and in the pool's order inside each group.
+    keys, where = np.unique(ids[inside] * len(pool) + np.concatenate(victim)[inside],
+                            return_inverse=True)
+    freed = np.bincount(where, weights=np.concatenate(amount)[inside],
+                        minlength=len(keys)).astype(np.int64)
+    domain_of, victim_of = np.divmod(keys, len(pool))
+    starts = np.flatnonzero(np.r_[True, domain_of[1:] != domain_of[:-1]])
+    sizes = np.diff(np.r_[starts, len(keys)])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    column = np.maximum(cap.column(main, cap.all_rows), 0) if j >= 0 else np.zeros(
+        len(cap.names), dtype=np.int64)
+    room = domains.per_domain(column)[domain_of] + np.cumsum(freed) - np.repeat(
+        np.cumsum(freed)[starts] - freed[starts], sizes)
+    enough = np.flatnonzero(room >= wanted)
+    groups, first = np.unique(group[enough], return_index=True)
+    at = enough[first]
+    counts = at - starts[groups] + 1
+    zero = domains.per_domain(column)[domain_of[at]] >= wanted  # no victim needed in total
+    bounds = np.where(zero, -1, victim_of[at])
+    order = np.lexsort((domain_of[at], counts, bounds))[:MAX_DOMAINS]
+    return [(int(bounds[k]), 1 if zero[k] else int(counts[k]), int(domain_of[at[k]]),
+             victim_of[starts[groups[k]]:starts[groups[k]] + sizes[groups[k]]].tolist())
+            for k in order.tolist()]
 
 
 def _enough_in_total(w: QueuedWrapper, cap: Capacity, pool: Sequence[_Victim]) -> int:

@@ -109,7 +109,8 @@ class Cycle:
         self.held = apply_holds(capacity, live)
         self.ledger = quota if quota is not None and quota.active else None
         self.room = MakingRoom(capacity, policy, now, fit, self.ledger, admitted,
-                               self.fit_gang, stats)
+                               self.fit_gang, stats,
+                               topology if fit == "per-node" and topology.levels else None)
         # Capacity only shrinks during a cycle, so a gang shape that did not fit once will
         # not fit later in the same cycle: remember the answer. Quota may free up when room
         # is made, so its answers are remembered only until then.
@@ -141,7 +142,7 @@ class Cycle:
             self.active = list(self.reservations.held)
         w = at_minimum(queued)
         prio = w.effective_priority(self.now)
-        own_hold = self.held.get(w.key)
+        own_hold = self.held.get(w.key) if self.held else None
         decision = (self._invalid(w, prio)
                     or (None if own_hold is not None else self._behind(w, prio)))
         if decision is None:
@@ -153,7 +154,9 @@ class Cycle:
         self.decisions.append(decision)
 
     def _invalid(self, w: QueuedWrapper, prio: float) -> Decision | None:
-        invalid = w.invalid if w.invalid is not None else self.topology.problem(w.gang)
+        invalid = w.invalid
+        if invalid is None and w.asks_topology:
+            invalid = self.topology.problem(w.gang)
         if invalid is None:
             return None
         return Decision(w.namespace, w.name, "invalid", INVALID, invalid,
@@ -347,7 +350,8 @@ class Cycle:
         decisions = self.decisions
         if self.fit == "per-node":
             grow_elastic(decisions, self.seen, self.room.pool if scaling is not None else [],
-                         self.room.gone, self.capacity, self.policy, self.ledger, scaling)
+                         self.room.gone, self.capacity, self.policy, self.ledger, scaling,
+                         self.topology)
         if self.expired:
             expired = self.expired
             decisions = [dataclasses.replace(d, message=f"gave up the room held for it: "

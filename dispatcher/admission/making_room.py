@@ -12,6 +12,7 @@ from dispatcher.elastic import Shrink, ShrinkRound, demand_at, shrink_search
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import Placer
 from dispatcher.fit.rules import Fit
+from dispatcher.fit.topology import Topology
 from dispatcher.preemption import AdmittedWrapper, Preemption, PreemptionSearch, take_hold
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
@@ -23,7 +24,9 @@ from .decision import PREEMPTING, CycleStats, Decision, placed_message
 class MakingRoom:
     def __init__(self, capacity: Capacity, policy: Policy, now: float, fit: Fit,
                  ledger: QuotaLedger | None, admitted: Sequence[AdmittedWrapper],
-                 placer: Placer, stats: CycleStats) -> None:
+                 placer: Placer, stats: CycleStats, topology: Topology | None = None) -> None:
+        """`topology`: victims of a gang that requires a domain are found in one domain
+        (per-node fit with topology levels only)."""
         self.capacity = capacity
         self.policy = policy
         self.now = now
@@ -34,7 +37,7 @@ class MakingRoom:
         # Elastic gangs that may shrink (per-node fit only: scale-ins place pods).
         self.pool = [a for a in admitted if a.elastic is not None] if fit == "per-node" else []
         self.shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who shrank)
-        self.search = (PreemptionSearch(policy, now, admitted, ledger, placer)
+        self.search = (PreemptionSearch(policy, now, admitted, ledger, placer, topology)
                        if policy.preemption != "never" and admitted else None)
 
     @property

@@ -216,8 +216,19 @@ class Admitting:
         if t.phase != "dispatched":
             return
         self.observer.dispatched(now - t.first_seen)
+        self._count_topology(t, d)
         self.estimates.started(t, now)
         await self.stepping.step(t, now)
+
+    def _count_topology(self, t: Tracked, d: Decision) -> None:
+        """Whether the pod sets that asked for a domain landed in one (metrics)."""
+        if not self.topology.levels or t.queued is None:
+            return
+        nodes = self.memory.state.nodes
+        for level, one in self.topology.landed(t.queued.gang, d.placements, {
+                p.node: nodes[p.node].labels for p in d.placements
+                if p.node is not None and p.node in nodes}):
+            self.observer.placed_in_topology(level, one)
 
     async def _record_dispatch(self, t: Tracked, d: Decision, now: float) -> None:
         assert t.aw is not None and t.queued is not None

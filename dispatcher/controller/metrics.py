@@ -24,7 +24,7 @@ import logging
 import platform
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +61,7 @@ PREFIX = "dispatcher"
 OTHER = "Other"
 NONE = "None"  # an AppWrapper with no state or no condition yet
 
+TOPOLOGY_OUTCOMES = ("one_domain", "spread")
 STATES = tuple(s.value for s in State)
 CONDITIONS = tuple(c.value for c in ConditionType)
 REQUEUE_REASONS = (Reason.MinPodsNotRunning.value, Reason.DispatchDeadlineExceeded.value,
@@ -243,7 +244,10 @@ class PrometheusObserver(Observer):
     """The dispatcher's metrics, in a registry of their own (`self.registry`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None,
-                 min_interval: float = SNAPSHOT_MIN_INTERVAL_SECONDS) -> None:
+                 min_interval: float = SNAPSHOT_MIN_INTERVAL_SECONDS,
+                 topology_levels: Sequence[str] = ()) -> None:
+        """`topology_levels`: the configured levels, the only values of the `level`
+        label of the topology placements."""
         self.registry = registry if registry is not None else CollectorRegistry()
         self.min_interval = min_interval
         self.snapshot_data = Snapshot()
@@ -254,6 +258,15 @@ class PrometheusObserver(Observer):
         self._quota_capped = False
         self._outcome_counters(self.registry)
         r = self.registry
+        self.topology_levels = tuple(topology_levels)
+        self.topology_placements = Counter(
+            f"{PREFIX}_topology_placements", "Pod sets of dispatched AppWrappers that asked "
+            "for one domain of a topology level, by level and outcome: one_domain (all their "
+            "pods in one domain of it), spread (a preferred level that no domain held).",
+            ["level", "outcome"], registry=r)
+        for level in self.topology_levels:
+            for outcome in TOPOLOGY_OUTCOMES:
+                self.topology_placements.labels(level, outcome)
         self.wait_time = Histogram(
             f"{PREFIX}_admission_wait_time_seconds", "Time from when an AppWrapper was "
             "first seen to its dispatch (a requeued one counts from its first arrival).",
@@ -333,6 +346,10 @@ class PrometheusObserver(Observer):
 
     def preempted(self, reason: str) -> None:
         self.preemptions.labels(_bounded(reason, PREEMPTION_REASONS, OTHER)).inc()
+
+    def placed_in_topology(self, level: str, one_domain: bool) -> None:
+        self.topology_placements.labels(_bounded(level, self.topology_levels, OTHER),
+                                        TOPOLOGY_OUTCOMES[0 if one_domain else 1]).inc()
 
     def start_estimate_error(self, estimate: str, seconds: float) -> None:
         self.estimate_error.labels(_bounded(estimate, ESTIMATES, OTHER)).observe(

@@ -23,6 +23,10 @@ class Observer:
     def start_estimate_error(self, estimate: str, seconds: float) -> None:
         """A wrapper started `seconds` away from its estimate ("initial" or "shown")."""
 
+    def placed_in_topology(self, level: str, one_domain: bool) -> None:
+        """A dispatched gang's pod sets that asked for a domain of `level` (a configured
+        level) landed in one domain of it, or were spread (a preferred level)."""
+
     # The dispatcher (runtime.Dispatcher) is read, not typed here: this module is below
     # it, and each observer reads what it shows.
     def snapshot(self, dispatcher: Any) -> None:

@@ -123,7 +123,7 @@ class Operator:
             return None
         from .metrics import PrometheusObserver
 
-        return s.observer or PrometheusObserver()
+        return s.observer or PrometheusObserver(topology_levels=s.topology.levels)
 
     async def _serve_metrics(self, metrics: PrometheusObserver | None) -> Observer | None:
         s = self.settings

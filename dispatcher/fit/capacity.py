@@ -158,6 +158,10 @@ class Capacity:
         """A snapshot of the free amounts per node (for explanations and tests)."""
         return {name: self.free_of(name) for name in self.names}
 
+    def row(self, node: str) -> int:
+        """The node's row in the free matrix (`names` order)."""
+        return self._row[node]
+
     def free_of(self, node: str) -> dict[str, int]:
         row = self._free[self._row[node]]
         return {r: int(row[j]) for r, j in self._col.items()}

@@ -162,15 +162,18 @@ def place(gang: Sequence[GangPodSet], cap: Capacity,
     pods on those nodes: one topology domain, whose caller explains a failure itself
     (the Shortfall is then NOT_WITHIN, not worked out).
     """
-    total = total_shortfall(gang, cap)
-    if total is not None:
-        return total
     ordered = _order(gang)
-    for g in ordered:  # cheap early answer: some pod larger than any node's free amount
-        for r, v in g.pod_set.request.items():
-            if g.pod_set.count and v > cap.max_free(r):
-                return NOT_WITHIN if within is not None else _pod_set_shortfall(
-                    gang, g.pod_set, cap)
+    # Cheap early answers over the whole cluster: too little free in total, some pod
+    # larger than any node's free amount. Inside a domain the caller has screened it,
+    # and the fill below finds a miss on its few nodes.
+    if within is None:
+        total = total_shortfall(gang, cap)
+        if total is not None:
+            return total
+        for g in ordered:
+            for r, v in g.pod_set.request.items():
+                if g.pod_set.count and v > cap.max_free(r):
+                    return _pod_set_shortfall(gang, g.pod_set, cap)
     placements: list[Placement] = []
     for g in ordered:
         ps = g.pod_set

@@ -19,7 +19,7 @@ domains.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,9 +69,68 @@ class Topology:
         """fit.gang.never_fits, with the topology requests honoured."""
         return never_fits(gang, empty, placer=self.place)
 
+    def pinned(self, gang: Sequence[GangPodSet]) -> Pinned | None:
+        """The pod sets whose domain is chosen first when the gang is placed (its largest
+        group that requires a domain), or None: the gang requires no domain."""
+        for request, sets in _steps(gang):
+            if request is not None and request.required:
+                return Pinned(self.levels.index(request.level), tuple(sets))
+        return None
 
-class _Level:
-    """The domains of one level over a node layout (rows in `Capacity.names` order)."""
+    def domains(self, cap: Capacity, depth: int) -> Domains:
+        """The domains of the level `depth` (an index into `levels`) over `cap`'s nodes."""
+        return _levels(cap, self)[depth]
+
+    def place_in(self, gang: Sequence[GangPodSet], cap: Capacity,
+                 domain: int) -> list[Placement] | Shortfall:
+        """`place`, with the pinned pod sets (``pinned``) in `domain` of their level."""
+        return place_in_topology(gang, cap, self, domain)
+
+    def landed(self, gang: Sequence[GangPodSet], placements: Sequence[Placement],
+               labels: Mapping[str, Mapping[str, str]]) -> list[tuple[str, bool]]:
+        """Per group of the gang that asks for a domain (Topology.pinned's groups, and the
+        preferred ones): the level it asks for, and whether its placed pods are all in one
+        domain of that level. `labels`: the nodes' labels, by node name."""
+        out: list[tuple[str, bool]] = []
+        for request, sets in _steps(gang):
+            if request is None:
+                continue
+            mine = {(g.item, g.pod_set.name) for g in sets}
+            outer = self.levels[:self.levels.index(request.level) + 1]
+            paths = {tuple(labels.get(p.node, {}).get(level) for level in outer)
+                     for p in placements if p.node is not None and (p.item, p.pod_set) in mine}
+            out.append((request.level, len(paths) == 1 and None not in next(iter(paths))))
+        return out
+
+    def shared_domain(self, cap: Capacity, asks: Sequence[tuple[str, Sequence[str]]]
+                      ) -> IndexArray:
+        """The rows (ascending) in the domain of each (level, nodes) of `asks` that holds
+        all those nodes, together; none when some nodes are not all in one domain of
+        their level (or are not nodes of `cap`)."""
+        levels = _levels(cap, self)
+        rows: IndexArray = cap.all_rows
+        for level, nodes in asks:
+            domains = levels[self.levels.index(level)]
+            found = {int(domains.ids[cap.row(n)]) if n in cap.nodes else -1 for n in nodes}
+            if len(found) != 1 or -1 in found:
+                return np.zeros(0, dtype=np.intp)
+            inside: IndexArray = np.intersect1d(rows, domains.rows(found.pop()),
+                                                assume_unique=True)
+            rows = inside
+        return rows
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A gang's pod sets kept in one domain of the level `depth`, placed first."""
+
+    depth: int
+    sets: tuple[GangPodSet, ...]
+
+
+class Domains:
+    """The domains of one level over a node layout (rows in `Capacity.names` order):
+    `ids` numbers each row's domain (-1: the node carries no label of the level)."""
 
     def __init__(self, cap: Capacity, label: str, outer: list[int]) -> None:
         """`outer`: per row, the path of label values above this level (a number); it
@@ -92,9 +151,14 @@ class _Level:
                 self.names.append(value)
             ids[row] = domain
         self.label = label
+        self.ids: IndexArray = ids
         labelled = np.flatnonzero(ids >= 0)
         # Rows grouped by domain (each group ascending): a sum per domain is one reduceat.
         self.order: IndexArray = labelled[np.argsort(ids[labelled], kind="stable")]
+        # Every node labelled and the domains in row order (nodes named by rack, say):
+        # a column is then summed per domain as it is, without gathering it first.
+        self._in_order = len(self.order) == len(ids) and bool(
+            (self.order == np.arange(len(ids))).all())
         sizes = np.bincount(ids[labelled], minlength=len(self.names))
         ends = np.cumsum(sizes)
         self.starts: IndexArray = (ends - sizes).astype(np.intp)
@@ -114,7 +178,8 @@ class _Level:
         """The sum of a per-row column over each domain."""
         if not len(self.order):
             return np.zeros(0, dtype=np.int64)
-        summed: IntArray = np.add.reduceat(values[self.order], self.starts)
+        summed: IntArray = np.add.reduceat(values if self._in_order else values[self.order],
+                                           self.starts)
         return summed
 
     def allocatable(self, resource: str) -> IntArray:
@@ -126,12 +191,12 @@ class _Level:
         return known
 
 
-def _levels(cap: Capacity, topology: Topology) -> list[_Level]:
+def _levels(cap: Capacity, topology: Topology) -> list[Domains]:
     key = ("topology", topology.levels)
     known = cap.derived.get(key)
     if not isinstance(known, list):
         outer = [0] * len(cap.names)
-        known = [_Level(cap, label, outer) for label in topology.levels]
+        known = [Domains(cap, label, outer) for label in topology.levels]
         cap.derived[key] = known
     return known
 
@@ -142,7 +207,7 @@ def noun(level: str) -> str:
     return short.removeprefix("topology-") or level
 
 
-def _main_resource(need: dict[str, int]) -> str:
+def main_resource(need: dict[str, int]) -> str:
     """The resource a user counts a gang in: its largest extended resource, else cpu."""
     extended = [(v, r) for r, v in need.items() if "/" in r and v > 0]
     if extended:
@@ -165,9 +230,9 @@ class _Missed:
 
 
 def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
-                   level: _Level) -> list[Placement] | _Missed:
+                   level: Domains) -> list[Placement] | _Missed:
     need = demand(sets)
-    main = _main_resource(need)
+    main = main_resource(need)
     ruled = [cap.eligible_rows(c) for c in {g.pod_set.constraints for g in sets}]
     eligible: npt.NDArray[np.bool_] | None = None  # None: every node
     if not any(rows is cap.all_rows for rows in ruled):
@@ -224,9 +289,14 @@ def _missed_message(m: _Missed) -> str:
 
 
 def _place_group(sets: Sequence[GangPodSet], request: TopologyRequest, cap: Capacity,
-                 topology: Topology) -> list[Placement] | Shortfall:
+                 topology: Topology, domain: int | None = None) -> list[Placement] | Shortfall:
     levels = _levels(cap, topology)
     depth = topology.levels.index(request.level)
+    if domain is not None:  # chosen by the caller (a preemption's): that one or none
+        placed = place(sets, cap, within=levels[depth].rows(domain))
+        return placed if not isinstance(placed, Shortfall) else Shortfall(
+            NO_DOMAIN, f"{noun(request.level)} {levels[depth].names[domain]} cannot hold "
+                       f"pod sets {', '.join(g.pod_set.name for g in sets)}")
     missed: _Missed | None = None
     for d in ([depth] if request.required else range(depth, -1, -1)):
         found = _in_one_domain(sets, cap, levels[d])
@@ -257,25 +327,35 @@ def _groups(gang: Sequence[GangPodSet]
     return [*groups.items(), *own], free
 
 
-def place_in_topology(gang: Sequence[GangPodSet], cap: Capacity,
-                      topology: Topology) -> list[Placement] | Shortfall:
-    """Place the gang with its topology requests honoured, taking the capacity; or take
-    nothing and say why. The levels must be the topology's (Topology.problem)."""
+def _steps(gang: Sequence[GangPodSet]
+           ) -> list[tuple[TopologyRequest | None, list[GangPodSet]]]:
+    """The gang's pod sets in the order they are placed: the groups kept together, the
+    largest first (they have the fewest domains to choose from), then the free ones."""
     together, free = _groups(gang)
-    if not together:
+    together.sort(key=lambda tg: sum(g.pod_set.count for g in tg[1]), reverse=True)
+    steps: list[tuple[TopologyRequest | None, list[GangPodSet]]] = [*together]
+    if free:
+        steps.append((None, free))
+    return steps
+
+
+def place_in_topology(gang: Sequence[GangPodSet], cap: Capacity, topology: Topology,
+                      pinned_domain: int | None = None) -> list[Placement] | Shortfall:
+    """Place the gang with its topology requests honoured, taking the capacity; or take
+    nothing and say why. The levels must be the topology's (Topology.problem).
+    `pinned_domain`: the domain of the pinned pod sets (Topology.pinned), if chosen."""
+    steps = _steps(gang)
+    if steps[0][0] is None:
         return place(gang, cap)
     short = total_shortfall(gang, cap)
     if short is not None:
         return short
-    # The largest groups first: they have the fewest domains to choose from.
-    together.sort(key=lambda tg: sum(g.pod_set.count for g in tg[1]), reverse=True)
     placed: list[Placement] = []
-    steps: list[tuple[TopologyRequest | None, list[GangPodSet]]] = [*together]
-    if free:
-        steps.append((None, free))
-    for request, sets in steps:
+    pin = next((i for i, (r, _) in enumerate(steps) if r is not None and r.required), None)
+    for i, (request, sets) in enumerate(steps):
         result = (place(sets, cap) if request is None
-                  else _place_group(sets, request, cap, topology))
+                  else _place_group(sets, request, cap, topology,
+                                    pinned_domain if i == pin else None))
         if isinstance(result, Shortfall):
             for p in placed:
                 assert p.node is not None

@@ -43,6 +43,12 @@ class QueuedWrapper:
         return tuple(g.pod_set.key for g in self.gang)
 
     @cached_property
+    def asks_topology(self) -> bool:
+        """Whether a pod set asks for a topology domain (read by every cycle: worked out
+        once)."""
+        return any(g.pod_set.topology is not None for g in self.gang)
+
+    @cached_property
     def demand(self) -> dict[str, int]:
         """The whole gang's requests: what it counts against its quota."""
         return demand(self.gang)

@@ -26,7 +26,8 @@ from dispatcher.simulate.accuracy import (
     compare,
     render,
 )
-from dispatcher.simulate.engine import requiring_rack, simulate
+from dispatcher.simulate.engine import Layout, racked_nodes, requiring_rack, simulate
+from dispatcher.simulate.layout import read_layout
 from dispatcher.simulate.plot import PlotError, check_available, plot
 from dispatcher.simulate.progress import ProgressBar
 from dispatcher.simulate.report import summarise, to_dict, to_table
@@ -63,6 +64,13 @@ Elastic gangs:
                      and print waits and utilisation side by side (per-node fit). YAML
                      traces' elastic AppWrappers are elastic in every run.
 
+Topology:
+  --topology 8x40    the nodes in 8 blocks x 40 racks; or --topology FILE: the nodes and
+                     levels of a topology file (a `topology:` section as in the
+                     configuration file, and `nodes:` with their labels)
+  --require-rack F   the fraction F of the gangs of 2+ pods require one rack; the trace is
+                     replayed without too, and the report says what requiring it costs
+
 Start estimates:
   --eta N            at N moments spread over the submissions, estimate every queued
                      job's start as the controller does (durations known exactly, and
@@ -74,7 +82,8 @@ Start estimates:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, metavar="FILE",
                    help="a CSV trace or a YAML list of AppWrappers (see above)")
-    p.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the cluster")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="nodes in the cluster (required, unless a --topology file lists them)")
     p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
                    help="GPUs per node (default 8)")
     p.add_argument("--policy", default="fifo",
@@ -97,12 +106,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CSV traces: the fraction of jobs (0-1) given priority 10")
     p.add_argument("--eta", type=int, metavar="N",
                    help="measure start estimates at N moments (see above)")
-    p.add_argument("--topology", metavar="BLOCKSxRACKS",
+    p.add_argument("--topology", metavar="BLOCKSxRACKS|FILE",
                    help="spread the nodes over BLOCKS x RACKS racks (e.g. 8x40), labelled "
-                        "with their block and rack: the report counts the gangs in one rack")
+                        "with their block and rack, or take the nodes and levels of a "
+                        "topology file (see docs/topology.md): the report counts the gangs "
+                        "in one rack")
     p.add_argument("--require-rack", type=float, default=0.0, metavar="FRACTION",
                    help="with --topology: this fraction of the jobs of 2 pods or more "
-                        "require one rack (Kueue's podset-required-topology)")
+                        "require one rack (Kueue's podset-required-topology); the trace is "
+                        "also replayed without, to show what requiring it costs")
     p.add_argument("--elastic", action="store_true",
                    help="compare the trace rigid and elastic (see above)")
     p.add_argument("--durations", choices=DURATION_MODES, default="predicted",
@@ -116,7 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> str | None:
-    if args.nodes < 1:
+    if args.nodes is None and (args.topology is None or _racks(args.topology) is not None):
+        return "--nodes is required (or a --topology file, whose nodes are the cluster)"
+    if args.nodes is not None and args.nodes < 1:
         return f"--nodes must be at least 1, got {args.nodes}"
     if args.gpus_per_node < 1:
         return f"--gpus-per-node must be at least 1, got {args.gpus_per_node}"
@@ -139,27 +153,42 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def _racks(text: str | None) -> tuple[int, int] | None:
+    """BLOCKSxRACKS as numbers; None for anything else (a file's name)."""
     if text is None:
         return None
-    blocks, _, racks = text.lower().partition("x")
-    if not (blocks.isdigit() and racks.isdigit() and int(blocks) and int(racks)):
-        raise ValueError(f"--topology {text}: write BLOCKSxRACKS, e.g. 8x40")
+    blocks, x, racks = text.lower().partition("x")
+    if not (x and blocks.isdigit() and racks.isdigit()):
+        return None
     return int(blocks), int(racks)
 
 
 def _check_topology(args: argparse.Namespace) -> str | None:
-    try:
-        racks = _racks(args.topology)
-    except ValueError as e:
-        return str(e)
+    if args.topology is None:
+        racks = None
+    elif (racks := _racks(args.topology)) is None:
+        if not Path(args.topology).is_file():
+            return (f"--topology {args.topology}: write BLOCKSxRACKS, e.g. 8x40, or the name "
+                    "of a topology file (there is no such file)")
+    elif not (racks[0] and racks[1]):
+        return f"--topology {args.topology}: write BLOCKSxRACKS, e.g. 8x40 (both above 0)"
     if racks is not None and racks[0] * racks[1] > args.nodes:
         return (f"--topology {args.topology}: {racks[0] * racks[1]} racks for {args.nodes} "
                 "nodes; every rack needs a node")
     if not 0 <= args.require_rack <= 1:
         return f"--require-rack must be a fraction between 0 and 1, got {args.require_rack}"
-    if args.require_rack and (racks is None or args.fit != "per-node" or args.elastic):
+    if args.require_rack and (args.topology is None or args.fit != "per-node" or args.elastic):
         return "--require-rack needs --topology and --fit per-node, without --elastic"
     return None
+
+
+def _layout(args: argparse.Namespace) -> Layout | None:
+    """The nodes in topology domains that --topology asks for, if any."""
+    if args.topology is None:
+        return None
+    racks = _racks(args.topology)
+    if racks is None:
+        return read_layout(Path(args.topology), args.gpus_per_node)
+    return racked_nodes(args.nodes, args.gpus_per_node, *racks)
 
 
 def load_forest(path: Path) -> QuotaForest:
@@ -228,16 +257,21 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             trace = assign(trace, rule, tuple(forest.trees) if forest else ())
         if args.plot:
             check_available()
+        layout = _layout(args)
     except (PolicyError, TraceError, PlotError) as e:
         return fail(str(e))
     if args.clusters is not None:
         return _compare_clusters(trace, args, out)
+    nodes = len(layout.nodes) if layout is not None else args.nodes
+    if args.nodes is not None and nodes != args.nodes:
+        return fail(f"--nodes {args.nodes}, but the topology file {args.topology} lists "
+                    f"{nodes}: leave --nodes out, or give the file's count")
     if args.elastic:
-        c = elastic.compare(trace, args.nodes, args.gpus_per_node, policy, forest)
+        c = elastic.compare(trace, nodes, args.gpus_per_node, policy, forest)
         if args.output == "json":
             print(json.dumps(elastic.to_dict(c), indent=2), file=out)
         else:
-            print(elastic.table(c, f"{Path(trace.source).name}: {args.nodes} x "
+            print(elastic.table(c, f"{Path(trace.source).name}: {nodes} x "
                                    f"{args.gpus_per_node} GPUs, {policy.name}"), file=out)
         return 0
     show = err.isatty() if args.progress is None else args.progress
@@ -246,24 +280,29 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.eta is not None:
         submits = [j.submit for j in trace.jobs]
         probe = Probe(min(submits), max(submits), samples=args.eta)
-    if args.require_rack:
-        trace = replace(trace, jobs=tuple(requiring_rack(trace.jobs, args.require_rack)))
+    without = None
+    if args.require_rack and layout is not None:
+        # The same trace without the requirement: what requiring the domain costs.
+        without = summarise(simulate(trace.jobs, nodes, args.gpus_per_node, policy, args.fit,
+                                     args.cycle_interval, forest=forest, layout=layout), trace)
+        trace = replace(trace, jobs=tuple(requiring_rack(trace.jobs, args.require_rack,
+                                                         layout.level)))
     try:
-        result = simulate(trace.jobs, args.nodes, args.gpus_per_node, policy, args.fit,
-                          args.cycle_interval, bar, forest, observe=probe,
-                          racks=_racks(args.topology), durations=durations_for(args.durations))
+        result = simulate(trace.jobs, nodes, args.gpus_per_node, policy, args.fit,
+                          args.cycle_interval, bar, forest, observe=probe, layout=layout,
+                          durations=durations_for(args.durations))
     finally:
         if bar is not None:
             bar.close()
     summary = summarise(result, trace)
     accuracy = [compare(probe, result.jobs, mode) for mode in MODES] if probe else []
     if args.output == "json":
-        data = to_dict(summary)
+        data = to_dict(summary, without)
         if probe is not None:
             data["startEstimates"] = [accuracy_dict(a) for a in accuracy]
         print(json.dumps(data, indent=2), file=out)
     else:
-        print(to_table(summary), file=out)
+        print(to_table(summary, without), file=out)
         if probe is not None:
             print(f"\nstart estimates: every queued job's, at {counted(args.eta, 'moment')} "
                   "spread over "
@@ -271,7 +310,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                   "in this run:", file=out)
             print(render(ACCURACY_HEADER, [accuracy_cells(a) for a in accuracy]), file=out)
     if args.plot:
-        title = (f"{Path(trace.source).name}: {args.nodes} x {args.gpus_per_node} GPUs, "
+        title = (f"{Path(trace.source).name}: {nodes} x {args.gpus_per_node} GPUs, "
                  f"{policy.name}, {args.fit} fit")
         try:
             plot(result, Path(args.plot), title)

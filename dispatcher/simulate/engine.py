@@ -116,25 +116,35 @@ def gpu_nodes(count: int, gpus_per_node: int) -> list[Node]:
 
 BLOCK = "cloud.provider.com/topology-block"
 RACK = "cloud.provider.com/topology-rack"
-#: The levels of a generated topology (`racked_nodes`).
-RACKED = Topology((BLOCK, RACK))
 
 
-def racked_nodes(count: int, gpus_per_node: int, blocks: int, racks: int) -> list[Node]:
+@dataclass(frozen=True)
+class Layout:
+    """Simulated nodes in topology domains: the levels their labels name, and `level`,
+    the one whose domains the report counts (and ``requiring_rack`` asks for)."""
+
+    nodes: tuple[Node, ...]
+    topology: Topology
+    level: str
+
+
+def racked_nodes(count: int, gpus_per_node: int, blocks: int, racks: int) -> Layout:
     """`gpu_nodes` spread evenly over `blocks` x `racks` (racks per block) racks, in order:
     node i is in rack i * blocks * racks // count (the racks differ by a node at most)."""
     domains = blocks * racks
-    return [replace(n, labels={BLOCK: f"b{r // racks}", RACK: f"r{r}"})
-            for i, n in enumerate(gpu_nodes(count, gpus_per_node))
-            for r in (i * domains // count,)]
+    return Layout(tuple(replace(n, labels={BLOCK: f"b{r // racks}", RACK: f"r{r}"})
+                        for i, n in enumerate(gpu_nodes(count, gpus_per_node))
+                        for r in (i * domains // count,)), Topology((BLOCK, RACK)), RACK)
 
 
-def requiring_rack(jobs: Sequence[TraceJob], fraction: float) -> list[TraceJob]:
+def requiring_rack(jobs: Sequence[TraceJob], fraction: float,
+                   level: str = RACK) -> list[TraceJob]:
     """`jobs` with `fraction` of those of 2 pods or more (spread evenly over the trace)
-    requiring one rack for the whole gang, as Kueue's annotation on the AppWrapper asks."""
+    requiring one domain of `level` for the whole gang, as Kueue's annotation on the
+    AppWrapper asks."""
     out: list[TraceJob] = []
     k = 0
-    ask = TopologyRequest(RACK, True, whole_gang=True)
+    ask = TopologyRequest(level, True, whole_gang=True)
     for j in jobs:
         if j.pods >= 2:
             if int((k + 1) * fraction) > int(k * fraction):
@@ -222,7 +232,8 @@ class Run:
     trees: tuple[str, ...] = ()  # quota trees, by name
     team_quota: dict[str, int] = field(default_factory=dict)  # leaf -> its GPUs (first tree)
     preemptions: int = 0
-    racked: bool = False  # the nodes carry a topology (racks are counted)
+    racked: bool = False  # the nodes carry a topology (domains of `level` are counted)
+    level: str = RACK
 
     @property
     def total_gpus(self) -> int:
@@ -239,8 +250,11 @@ class Simulation:
                  cycle_interval: float | None = None,
                  progress: Progress | None = None, skip_behind_head: bool = True,
                  forest: QuotaForest | None = None, observe: Observe | None = None,
-                 topology: Topology = NO_TOPOLOGY,
+                 topology: Topology = NO_TOPOLOGY, counted: str | None = None,
                  durations: Durations | None = None) -> None:
+        """`counted`: a level of `topology` whose domains each gang's pods get are
+        counted (`JobRun.racks`). A reserving policy plans with `durations` (predicted
+        ones unless given)."""
         if policy.preemption != "never" and fit != "per-node":
             raise ValueError(f"policy {policy.name} preempts: simulate it with per-node fit")
         if policy.reserve and fit != "per-node":
@@ -273,8 +287,11 @@ class Simulation:
         self._answers.empty = self._empty = Capacity.empty(self.nodes)
         self.topology = topology
         self._hopeless_of = fit_rules(fit, topology)[1]
-        self._rack = {n.name: n.labels.get(RACK) for n in self.nodes} if RACK in \
-            topology.levels else {}
+        self._counted = counted
+        outer = topology.levels[:topology.levels.index(counted) + 1] if counted else ()
+        # Each node's domain of the counted level: the path of labels down to it.
+        self._rack = {n.name: tuple(n.labels.get(x) for x in outer)
+                      for n in self.nodes} if counted else {}
         self._never = self._answers.never
         # Allocatable minus the demand of dispatched, unfinished gangs (MCAD's view).
         self._free_total: dict[str, int] = {}
@@ -307,6 +324,7 @@ class Simulation:
         result = Run(self.runs, len(self.nodes), self.gpus_per_node, self.policy, self.fit,
                      start, start)
         result.racked = bool(self._rack)
+        result.level = self._counted or RACK
         if self.forest is not None:
             result.trees = tuple(self.forest.trees)
             first = next(iter(self.forest.trees.values()))
@@ -723,16 +741,16 @@ def _unbind(bound: list[Bound], pod: PlannedPod) -> None:
 def simulate(jobs: Sequence[TraceJob], nodes: int, gpus_per_node: int, policy: Policy,
              fit: Fit = "per-node", cycle_interval: float | None = None,
              progress: Progress | None = None, forest: QuotaForest | None = None,
-             observe: Observe | None = None, racks: tuple[int, int] | None = None,
+             observe: Observe | None = None, layout: Layout | None = None,
              durations: Durations | None = None) -> Run:
     """Replay `jobs` on `nodes` nodes of `gpus_per_node` GPUs under `policy` and `fit`,
-    with the quota trees of `forest` if given; `observe` sees every step. `racks`:
-    (blocks, racks per block), the nodes spread over them (`racked_nodes`). A reserving
+    with the quota trees of `forest` if given; `observe` sees every step. `layout`: the
+    nodes in topology domains (`racked_nodes`, or read from a file) instead. A reserving
     policy plans with `durations` (predicted ones unless given)."""
-    if racks is None:
+    if layout is None:
         return Simulation(jobs, gpu_nodes(nodes, gpus_per_node), policy, fit, gpus_per_node,
                           cycle_interval, progress, forest=forest, observe=observe,
                           durations=durations).run()
-    return Simulation(jobs, racked_nodes(nodes, gpus_per_node, *racks), policy, fit,
-                      gpus_per_node, cycle_interval, progress, forest=forest, observe=observe,
-                      topology=RACKED, durations=durations).run()
+    return Simulation(jobs, layout.nodes, policy, fit, gpus_per_node, cycle_interval,
+                      progress, forest=forest, observe=observe, topology=layout.topology,
+                      counted=layout.level, durations=durations).run()

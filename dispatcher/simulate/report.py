@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.fit.topology import noun
 from dispatcher.simulate.engine import NODE_CPU_MILLI, NODE_MEMORY, JobRun, Run
 from dispatcher.simulate.teams import team_of
 from dispatcher.simulate.traces import Trace
@@ -254,7 +255,8 @@ def model_notes(run: Run) -> list[str]:
     ]
 
 
-def to_table(s: Summary) -> str:
+def to_table(s: Summary, without: Summary | None = None) -> str:
+    """The report; `without`: the same trace replayed without requiring a domain."""
     run = s.run
     n = len(run.jobs)
     lines = [
@@ -319,8 +321,14 @@ def to_table(s: Summary) -> str:
         row(f"priority {p}", f"{_count(x.jobs, 'job')}: mean wait {span(x.mean)}, p95 "
             f"{span(x.p95)}, max {span(x.max)}")
     if run.racked:
-        row("topology", f"{s.one_rack:,} of {s.gangs:,} started gangs of 2+ pods in one rack; "
+        kind = noun(run.level)
+        row("topology", f"{s.one_rack:,} of {s.gangs:,} started gangs of 2+ pods in one {kind}; "
             f"{_count(s.required_rack, 'job')} required one")
+        if without is not None:
+            row("", f"requiring one {kind} costs: mean wait {span(s.delays.mean)} "
+                f"({span(without.delays.mean)} without), GPU utilisation {s.utilisation:.1%} "
+                f"({without.utilisation:.1%} without), gangs in one {kind} {s.one_rack:,} of "
+                f"{s.gangs:,} ({without.one_rack:,} of {without.gangs:,} without)")
     if run.policy.preemption != "never":
         row("preemption", f"{_count(s.preemptions, 'preemption')} of "
             f"{_count(s.preempted_jobs, 'job')}: {s.lost_gpu_hours:,.1f} GPU-hours of work "
@@ -368,7 +376,8 @@ def _job(r: JobRun, end: float) -> dict[str, Any]:
     return out
 
 
-def to_dict(s: Summary) -> dict[str, Any]:
+def to_dict(s: Summary, without: Summary | None = None) -> dict[str, Any]:
+    """The report as data; `without`: the same trace replayed without requiring a domain."""
     run = s.run
     rate = run.events / run.wall_seconds if run.wall_seconds else 0.0
     st = s.starvation
@@ -411,7 +420,12 @@ def to_dict(s: Summary) -> dict[str, Any]:
             "lostGpuHours": round(s.lost_gpu_hours, 3)},
         "teams": [t.as_dict() for t in s.teams],
         "topology": None if not run.racked else {
-            "startedGangs": s.gangs, "inOneRack": s.one_rack, "requiringOneRack": s.required_rack},
+            "level": run.level, "startedGangs": s.gangs, "inOneRack": s.one_rack,
+            "requiringOneRack": s.required_rack,
+            "withoutRequiring": None if without is None else {
+                "startedGangs": without.gangs, "inOneRack": without.one_rack,
+                "meanWaitSeconds": _num(without.delays.mean),
+                "gpuUtilisation": round(without.utilisation, 6)}},
         "run": {"events": run.events, "admissionCycles": run.cycles,
                 "wallSeconds": round(run.wall_seconds, 3), "eventsPerSecond": round(rate)},
     }

@@ -25,7 +25,7 @@ CREATED = "2027-01-15T08:00:00Z"
 ALLOWED_LABELS = {"state", "condition", "reason", "resource", "schedulable", "policy", "fit",
                   "tree", "node", "estimate", "kind", "how", "reported",
                   "verb", "code", "priority", "endpoint", "result",
-                  "version", "python_version", "le"}
+                  "version", "python_version", "le", "level", "outcome"}
 
 
 class Clock:
@@ -305,6 +305,47 @@ def test_server_serves_metrics_and_health() -> None:
                     assert "has not finished a cycle" in await r.text()
         finally:
             await server.stop()
+
+    run(scenario)
+
+
+def test_gangs_that_ask_for_a_domain_are_counted_per_level_and_outcome() -> None:
+    from dispatcher.fit.topology import Topology
+
+    block, rack = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"
+
+    def racked(name: str, r: str) -> dict[str, Any]:
+        n = node(name)
+        n["metadata"]["labels"] = {block: "b1", rack: r}
+        return n
+
+    def asking(name: str, kind: str, created: str) -> dict[str, Any]:
+        aw = appwrapper(name, job(name, 2, 8))
+        aw["metadata"] |= {"creationTimestamp": created,
+                           "annotations": {f"kueue.x-k8s.io/podset-{kind}-topology": rack}}
+        return aw
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        # Rack r1 holds two nodes, r2 and r3 one each: `pair` (required) takes r1, and
+        # `pref` (preferred) finds no rack left with two free nodes: spread over r2, r3.
+        for name, r in (("a1", "r1"), ("a2", "r1"), ("b1", "r2"), ("c1", "r3")):
+            kube.put(racked(name, r))
+        kube.put(asking("pair", "required", "2027-01-15T08:00:00Z"))
+        kube.put(asking("pref", "preferred", "2027-01-15T08:01:00Z"))
+        kube.put(appwrapper("plain", job("plain", 0, 8)))
+        obs = PrometheusObserver(topology_levels=(block, rack))
+        d = Dispatcher(kube, FIFO, clock=clock, observer=obs,  # type: ignore[arg-type]
+                       topology=Topology((block, rack)))
+        for kind in ("Node", "AppWrapper"):
+            for obj in await kube.list(Resource("", kind, "", True)):
+                getattr(d, f"on_{kind.lower()}")("ADDED", obj)
+        await d.cycle()
+        m = scrape(obs)
+        placed = "dispatcher_topology_placements_total"
+        assert value(m, "dispatcher_dispatches_total") == 3  # `plain` asks for no domain
+        assert value(m, placed, level=rack, outcome="one_domain") == 1
+        assert value(m, placed, level=rack, outcome="spread") == 1
+        assert value(m, placed, level=block, outcome="one_domain") == 0
 
     run(scenario)
 

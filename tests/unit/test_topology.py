@@ -11,14 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.admission import INVALID, admit, queued_from_appwrapper
+from dispatcher.admission import INVALID, admit, fit_rules, queued_from_appwrapper
 from dispatcher.api.models import AppWrapper
+from dispatcher.cluster import PlannedPod
 from dispatcher.config import ConfigError, load_config
 from dispatcher.fit import Capacity, Placement, Shortfall
 from dispatcher.fit.topology import NO_DOMAIN, Topology, place_in_topology
 from dispatcher.kinds import InvalidItem, item_pod_sets
 from dispatcher.kinds.podset import PodSet, TopologyRequest
-from dispatcher.queue import Policy
+from dispatcher.preemption import AdmittedWrapper, Preemption, PreemptionSearch
+from dispatcher.queue import Policy, QueuedWrapper
 
 from .builders import GPU, capacity, gang, node, pod_set, wrapper
 
@@ -249,20 +251,19 @@ def test_admit_waits_for_a_rack_while_the_cluster_total_fits() -> None:
     assert d.message.startswith(f"needs 16 nvidia.com/gpu in one {RACK}: best rack")
 
 
+def kueue_topology(*levels: str) -> str:
+    """A `topology:` section holding Kueue's Topology object with these levels."""
+    return ("topology:\n  apiVersion: kueue.x-k8s.io/v1beta1\n  kind: Topology\n"
+            "  metadata: {name: default}\n  spec:\n    levels:\n"
+            + "".join(f"    - nodeLabel: {level}\n" for level in levels))
+
+
 def test_config_takes_levels_or_a_kueue_topology(tmp_path: Path) -> None:
     plain = tmp_path / "plain.yaml"
     plain.write_text(f"topology:\n  levels: [{BLOCK}, {RACK}]\n")
     assert load_config(plain).topology_levels == LEVELS
     kueue = tmp_path / "kueue.yaml"
-    kueue.write_text(f"""topology:
-  apiVersion: kueue.x-k8s.io/v1beta1
-  kind: Topology
-  metadata: {{name: default}}
-  spec:
-    levels:
-    - nodeLabel: {BLOCK}
-    - nodeLabel: {RACK}
-""")
+    kueue.write_text(kueue_topology(BLOCK, RACK))
     assert load_config(kueue).topology_levels == LEVELS
     twice = tmp_path / "twice.yaml"
     twice.write_text(f"topology:\n  levels: [{RACK}, {RACK}]\n")
@@ -383,10 +384,13 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     args = ["simulate", "-o", "json", "--trace", path, "--nodes", "4", "--topology", "1x2"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
-        "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0}
+        "level": RACK, "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0,
+        "withoutRequiring": None}
     assert main([*args, "--require-rack", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
-        "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1}
+        "level": RACK, "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1,
+        "withoutRequiring": {"startedGangs": 1, "inOneRack": 0, "meanWaitSeconds": 0.0,
+                             "gpuUtilisation": 0.742574}}
     assert main([a for a in args if a not in ("-o", "json")] + ["--require-rack", "1"]) == 0
     assert ("topology         1 of 1 started gangs of 2+ pods in one rack; 1 job required one"
             in capsys.readouterr().out)
@@ -396,7 +400,48 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     assert "6 racks for 4 nodes" in capsys.readouterr().err
 
 
-def test_an_elastic_gang_requiring_a_rack_is_admitted_in_one_and_not_grown_out_of_it(
+def test_simulate_takes_a_topology_file_and_shows_what_requiring_a_rack_costs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import main
+
+    from .test_simulate import trace
+
+    # Rack r1 holds n-0 and n-1, racks r2 and r3 a node each. `one` takes n-0; `pair` (two
+    # pods) then fits n-1 and p anywhere, but no rack holds it until `one` ends at 100 s.
+    layout = tmp_path / "racks.yaml"
+    layout.write_text(kueue_topology(BLOCK, RACK, "kubernetes.io/hostname") + f"""nodes:
+- {{name: n, count: 2, labels: {{{BLOCK}: b1, {RACK}: r1}}}}
+- {{name: p, labels: {{{BLOCK}: b1, {RACK}: r2}}}}
+- {{name: q, labels: {{{BLOCK}: b2, {RACK}: r3}}}}
+""")
+    path = trace(tmp_path, ("one", 0, 100, 8), ("pair", 1, 100, 16))
+    args = ["simulate", "--trace", path, "--topology", str(layout)]
+    assert main([*args, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cluster"]["nodes"] == 4
+    assert out["topology"]["inOneRack"] == 0
+    assert out["queueingDelay"]["meanSeconds"] == 0.0
+    assert main([*args, "-o", "json", "--require-rack", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queueingDelay"]["meanSeconds"] == 49.5  # `pair` waited 99 s for rack r1
+    assert out["topology"]["inOneRack"] == 1
+    assert out["topology"]["withoutRequiring"]["meanWaitSeconds"] == 0.0
+    assert out["topology"]["withoutRequiring"]["inOneRack"] == 0
+    assert main([*args, "--require-rack", "1"]) == 0
+    assert (" " * 17 + "requiring one rack costs: mean wait 50s (0s without), GPU utilisation "
+            "37.5% (74.3% without), gangs in one rack 1 of 1 (0 of 1 without)"
+            in capsys.readouterr().out)
+    # What to fix, said plainly.
+    assert main([*args, "--nodes", "5"]) == 2
+    assert "--nodes 5, but the topology file" in capsys.readouterr().err
+    assert main(["simulate", "--trace", path, "--topology", "racks.yml"]) == 2
+    assert "or the name of a topology file (there is no such file)" in capsys.readouterr().err
+    layout.write_text("nodes: [{name: a}]\n")
+    assert main(args) == 2
+    assert "topology: Field required" in capsys.readouterr().err
+
+
+def test_an_elastic_gang_requiring_a_rack_grows_inside_the_rack_it_was_admitted_in(
 ) -> None:
     from dispatcher.api.models import parse_appwrapper
 
@@ -405,11 +450,34 @@ def test_an_elastic_gang_requiring_a_rack_is_admitted_in_one_and_not_grown_out_o
     manifest = pytorchjob("elastic", low=2, high=6)
     manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
     w = queued_from_appwrapper(parse_appwrapper(manifest), 0.0)
-    # r1 holds the minimum (master + 2 workers); r2's nodes would take the growth.
-    cap = nodes_in({("b1", "r1"): [8, 8, 8], ("b1", "r2"): [8] * 5})
+    # r1, the smaller rack, holds the minimum (master + 2 workers) and one more worker;
+    # r2's free nodes would take three more.
+    cap = nodes_in({("b1", "r1"): [8] * 4, ("b1", "r2"): [8] * 5})
     [d] = admit([w], cap, FIFO, 0.0, topology=LEVELS)
-    assert d.decision == "dispatch" and d.elastic == (2,)
+    assert d.decision == "dispatch" and d.elastic == (3,)
     assert domains_of(list(d.placements), cap, RACK) == {"r1"}
+
+
+def test_an_admitted_elastic_gang_requiring_a_rack_grows_only_inside_its_rack() -> None:
+    from .elastic_world import ElasticWorld, pytorchjob
+    from .quota_world import appwrapper as quota_wrapper
+
+    # Racks r0 (n0-n2) and r1 (n3-n5). `other` takes n0; the elastic gang's minimum
+    # (master + 1 worker) fills r0, the fuller rack. When `other` ends it grows onto n0,
+    # and never into r1, whose three nodes stay free.
+    racks = [node(f"n{i}", labels={BLOCK: "b1", RACK: f"r{i // 3}"}) for i in range(6)]
+    world = ElasticWorld(racks, FIFO, topology=LEVELS)
+    world.submit(quota_wrapper("other", gpu=8, pods=1))
+    world.settle()
+    manifest = pytorchjob("elastic", low=1, high=4)
+    manifest["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-required-topology": RACK}
+    world.submit(manifest)
+    world.settle()
+    assert world.workers("elastic") == 1
+    world.complete("other")
+    world.settle()
+    assert world.workers("elastic") == 2
+    assert {p.node for p in world.state.holdings(("test", "elastic"))} == {"n0", "n1", "n2"}
 
 
 def test_an_elastic_gang_is_not_scaled_in_for_a_gang_its_freed_room_cannot_hold_in_a_rack(
@@ -436,3 +504,107 @@ def test_an_elastic_gang_is_not_scaled_in_for_a_gang_its_freed_room_cannot_hold_
     assert len({world.state.nodes[p.node].labels[RACK] for p in placed.placements
                 if p.node}) == 1
     assert not world.scales or all(s.after[0] == 3 for s in world.scales)
+
+
+# --- preemption inside one domain ----------------------------------------------------------
+
+PREEMPT = Policy("preempt", order="priority", preemption="lowerPriority")
+
+
+def running(cap: Capacity, name: str, pods: list[tuple[str, int]], priority: int = 0
+            ) -> AdmittedWrapper:
+    """An admitted wrapper with a pod of `gpu` GPUs on each named node, taken from `cap`."""
+    holdings = tuple(PlannedPod(n, {GPU: g}) for n, g in pods)
+    for p in holdings:
+        cap.take(p.node, p.request)
+    return AdmittedWrapper("default", name, f"uid-{name}", float(priority),
+                           {GPU: sum(g for _, g in pods)}, holdings)
+
+
+def preempt_for(w: QueuedWrapper, cap: Capacity,
+                admitted: list[AdmittedWrapper]) -> Preemption | None:
+    placer, _ = fit_rules("per-node", LEVELS)
+    return PreemptionSearch(PREEMPT, 1000.0, admitted, None, placer, LEVELS).search(w, cap)
+
+
+def test_preemption_frees_the_rack_that_needs_the_fewest_victims() -> None:
+    # Three racks of two 8-GPU nodes. `spread` (priority 1) has a pod in each rack; `a` and
+    # `b` (priority 0, cheaper) fill a rack each with it; rack C's other node is free. A gang
+    # of two whole nodes in one rack must tear `spread` down anyway: in rack C that is all.
+    cap = nodes_in({("b1", "A"): [8, 8], ("b1", "B"): [8, 8], ("b1", "C"): [8, 8]})
+    victims = [running(cap, "a", [("b1-A-n0", 8)]), running(cap, "b", [("b1-B-n0", 8)]),
+               running(cap, "spread", [("b1-A-n1", 8), ("b1-B-n1", 8), ("b1-C-n0", 8)], 1)]
+    found = preempt_for(wrapper("big", required(pod_set(2, gpu=8)), priority=5), cap, victims)
+    assert found is not None
+    assert found.keys == (("default", "spread"),)
+    assert domains_of(list(found.placements), cap, RACK) == {"C"}
+
+
+def test_victims_of_a_gang_without_topology_are_found_as_before() -> None:
+    cap = nodes_in({("b1", "A"): [8, 8], ("b1", "B"): [8, 8], ("b1", "C"): [8, 8]})
+    victims = [running(cap, "a", [("b1-A-n0", 8)]), running(cap, "b", [("b1-B-n0", 8)]),
+               running(cap, "spread", [("b1-A-n1", 8), ("b1-B-n1", 8), ("b1-C-n0", 8)], 1)]
+    found = preempt_for(wrapper("big", pod_set(2, gpu=8), priority=5), cap, victims)
+    # Anywhere: the cheapest victim, whose node and rack C's free one hold the two pods.
+    assert found is not None and found.keys == (("default", "a"),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(racks=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+       victims=st.lists(st.tuples(st.integers(0, 3), st.lists(
+           st.tuples(st.integers(0, 19), st.integers(1, 8)), min_size=1, max_size=3)),
+           min_size=1, max_size=8),
+       count=st.integers(1, 4), gpu=st.integers(1, 8))
+def test_preemption_for_a_required_rack_frees_one_rack_at_the_cheapest_dearest_victim(
+        racks: list[int], victims: list[tuple[int, list[tuple[int, int]]]], count: int,
+        gpu: int) -> None:
+    cap = nodes_in({("b1", f"r{i}"): [8] * n for i, n in enumerate(racks)})
+    admitted: list[AdmittedWrapper] = []
+    for k, (prio, pods) in enumerate(victims):
+        placed = []
+        for row, g in pods:
+            name = cap.names[row % len(cap.names)]
+            if cap.free_of(name)[GPU] >= g:
+                placed.append((name, g))
+                cap.take(name, {GPU: g})
+        for name, g in placed:
+            cap.give(name, {GPU: g})
+        if placed:
+            admitted.append(running(cap, f"v{k}", placed, prio))
+    free = {n: cap.free_of(n)[GPU] for n in cap.names}
+    # The search's order: lowest priority, then the least work lost (all ran as long).
+    order = sorted(admitted, key=lambda a: (a.priority, a.demand[GPU], a.key))
+
+    def rack(n: str) -> str:
+        return cap.nodes[n].labels[RACK]
+
+    def fits_rack(r: str, gone: list[AdmittedWrapper]) -> bool:
+        room = dict(free)
+        for a in gone:
+            for p in a.holdings:
+                room[p.node] += p.request[GPU]
+        return sum(v // gpu for n, v in room.items() if rack(n) == r) >= count
+
+    # Brute force: per rack, the shortest prefix of its victims that frees it; the
+    # cheapest rack is the one whose dearest victim comes first in the order.
+    best: int | None = None
+    for r in {rack(n) for n in cap.names}:
+        mine = [a for a in order if any(rack(p.node) == r for p in a.holdings)]
+        for m in range(len(mine) + 1):
+            if fits_rack(r, mine[:m]):
+                dearest = order.index(mine[m - 1]) if m else -1
+                best = dearest if best is None else min(best, dearest)
+                break
+    w = wrapper("w", required(pod_set(count, gpu=gpu, cpu=0, mem_gi=0)), priority=10)
+    if not isinstance(place_in_topology(w.gang, cap.copy(), LEVELS), Shortfall):
+        return  # it fits without preemption: no search is made for it
+    found = preempt_for(w, cap, admitted)
+    if best is None:
+        assert found is None
+        return
+    assert found is not None
+    [chosen] = {rack(p.node) for p in found.placements if p.node}
+    # Every victim has pods in that rack: none is torn down for room the gang cannot use.
+    assert all(any(rack(p.node) == chosen for p in v.holdings) for v in found.victims)
+    assert fits_rack(chosen, list(found.victims))
+    assert max(order.index(v) for v in found.victims) == best
