@@ -104,7 +104,7 @@ class Admitting:
                 or self.memory.queue.get(key) is not t.queued:
             return
         if t.key in self.tasks.busy:
-            if d.decision != "dispatch" or not t.waiting_write or t.sending:
+            if d.decision != "dispatch" or not t.writes.waiting_write or t.writes.sending:
                 return  # its last step is still under way: decided again next cycle
             # Only a write of why it waited, not sent yet: the Dispatched write says more
             # (and waiting for it, behind the status writes of every queued wrapper, would
@@ -163,7 +163,7 @@ class Admitting:
 
     def waiting(self, t: Tracked, d: Decision, now: float) -> None:
         """Why it waits, written when that changed."""
-        t.decided_to_wait = True
+        t.writes.decided_to_wait = True
         if d.reason == BEHIND_HEAD:
             # Not the head's name: it changes whenever the head does, and would rewrite
             # every queued wrapper's status (`dispatcher queue` shows the order).
@@ -180,12 +180,12 @@ class Admitting:
 
     async def _commit_wait(self, t: Tracked, change: Change, reason: str) -> None:
         # A new reason to wait is news; the same reason with other numbers can wait.
-        t.waiting_write = True
+        t.writes.waiting_write = True
         try:
-            if await self.transitions.commit(change, force=reason != t.wait_reason):
-                t.wait_reason = reason
+            if await self.transitions.commit(change, force=reason != t.writes.wait_reason):
+                t.writes.wait_reason = reason
         finally:
-            t.waiting_write = False
+            t.writes.waiting_write = False
 
     # --- a dispatch ---------------------------------------------------------------------
 

@@ -37,19 +37,19 @@ class HeldRoom:
         went away, and for the replacements of pods a gang lost unfinished."""
         self._replace_unfit()
         state = self.memory.state
-        due = [t for t in self.memory.tracked.values() if t.needs_reservation or t.lost]
+        due = [t for t in self.memory.tracked.values() if t.room.needs_reservation or t.room.lost]
         if not due:
             return
         held = {}
         for t in due:
-            if t.needs_reservation:
+            if t.room.needs_reservation:
                 # Held again from scratch: what it holds now is not room for its new plan.
                 held[t.key] = [p.request for p in state.reserved_for(t.key)]
                 state.release(t.key)
         capacity = Capacity.of(state)
         for t in due:
-            lost, t.lost = t.lost, []
-            if t.needs_reservation:
+            lost, t.room.lost = t.room.lost, []
+            if t.room.needs_reservation:
                 self._hold_again(t, held.get(t.key, []), capacity)
             if lost and t.phase in ACTIVE:
                 planned = self._hold_roomiest(t.key, lost, capacity)
@@ -61,8 +61,8 @@ class HeldRoom:
         """The hold of a gang whose reservation was lost (a restart, its node gone),
         rebuilt: the pods let onto a node keep their room there, the rest is placed."""
         state = self.memory.state
-        t.needs_reservation = False
-        room_lost, t.room_lost = t.room_lost, False
+        t.room.needs_reservation = False
+        room_lost, t.room.room_lost = t.room.room_lost, False
         planned: list[PlannedPod] = []
         unfit: list[PlannedPod] = []
         pinned = self._lifted_of(t)
@@ -76,7 +76,7 @@ class HeldRoom:
             if unfit and room_lost:
                 # What was promised went with the node, and nothing left can take it:
                 # held anyway it would be promised twice.
-                t.stranded = ("its room went with a deleted node and no other node has "
+                t.room.stranded = ("its room went with a deleted node and no other node has "
                               "room for it")
             take(capacity, planned)
             planned = [*held_pinned, *planned]

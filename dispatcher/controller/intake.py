@@ -50,7 +50,17 @@ from .placement import let_onto, token_key, token_of
 from .positions import clear_position
 from .scaling import follow_size, scaled_in
 from .status import Change, copy_status, is_newer, status_body
-from .tracked import ACTIVE, Bucket, Key, Tracked, held_by_job, items_digest, now_dt, pod_bucket
+from .tracked import (
+    ACTIVE,
+    Bucket,
+    Key,
+    StatusWrites,
+    Tracked,
+    held_by_job,
+    items_digest,
+    now_dt,
+    pod_bucket,
+)
 
 log = logging.getLogger("dispatcher")
 
@@ -122,8 +132,8 @@ class Intake:
             for owner, planned in state.reservations().items():
                 t = self.memory.tracked.get(owner)
                 if t is not None and any(p.node == name for p in planned):
-                    t.needs_reservation = True
-                    t.room_lost = True
+                    t.room.needs_reservation = True
+                    t.room.room_lost = True
             for claimed, on, _ in self.memory.lifted.values():
                 self._strand(claimed, on)
         else:
@@ -189,7 +199,7 @@ class Intake:
         self.memory.lifted[key] = (claimed, *lifted)
         t = self.memory.tracked.get(claimed)
         if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
-            t.needs_reservation = True  # let go by an earlier run: hold its room again
+            t.room.needs_reservation = True  # let go by an earlier run: hold its room again
         self._strand(claimed, lifted[0])
 
     def _remember(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
@@ -232,7 +242,7 @@ class Intake:
         requeued at once (runtime), not left waiting for its requeuing timer."""
         t = self.memory.tracked.get(claimed)
         if t is not None and t.phase == "dispatched" and node not in self.memory.state.nodes:
-            t.stranded = "a pod of it was let onto a node that went away before it was bound"
+            t.room.stranded = "a pod of it was let onto a node that went away before it was bound"
 
     def _lost(self, pod: BoundPod, phase: str | None) -> None:
         """A proven member stopped holding its node unfinished: whatever replaces it (the
@@ -245,7 +255,7 @@ class Intake:
         if (t is None or t.phase not in ACTIVE or t.teardown_due
                 or t.key in self.requeues_due or scaled_in(t, self.memory.state)):
             return
-        t.lost.append(dict(pod.request))
+        t.room.lost.append(dict(pod.request))
 
     def _counts_pods(self, claimed: Key) -> bool:
         """Only a gang that is dispatched, running or being torn down counts its pods
@@ -334,11 +344,11 @@ class Intake:
         """The API's status is the truth about what was written: a write we thought had
         failed (a timeout) may have landed. Late echoes of our own writes are skipped."""
         version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if t.written_version and version and not is_newer(version, t.written_version):
+        if t.writes.written_version and version and not is_newer(version, t.writes.written_version):
             return
-        t.written = status_body(_status_of(obj))
+        t.writes.written = status_body(_status_of(obj))
         if version:
-            t.written_version = version
+            t.writes.written_version = version
 
     def _edited(self, t: Tracked, obj: Mapping[str, Any], generation: int) -> None:
         if t.phase == "queued":
@@ -375,7 +385,7 @@ class Intake:
         else:
             self.edited.discard(t.key)  # back to the items admitted: nothing to redo
             t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
-            t.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
+            t.timers.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
 
     def queue_again(self, t: Tracked) -> None:
         """A requeued wrapper (its objects torn down, Pending written) back in the queue:
@@ -445,24 +455,24 @@ class Intake:
         meta = obj.get("metadata") or {}
         if keep is not None:
             status = keep.status
-            written = keep.written
+            written = keep.writes.written
         else:
             status = _status_of(obj)
             written = status_body(status)
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
-                    status=status, written=written, first_seen=now)
+                    status=status, writes=StatusWrites(written), first_seen=now)
         t.held_by, t.cancelled_by = asked(obj)
         # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
         if keep is not None:
-            t.written_version = keep.written_version
-            t.last_write_at = keep.last_write_at
+            t.writes.written_version = keep.writes.written_version
+            t.writes.last_write_at = keep.writes.last_write_at
         else:
             last = latest(status.conditions)
             stamp = last.lastUpdateMicroTime if last is not None else None
-            t.last_write_at = stamp.timestamp() if stamp is not None else 0.0
+            t.writes.last_write_at = stamp.timestamp() if stamp is not None else 0.0
         return t
 
     def _ended(self, t: Tracked, obj: Mapping[str, Any]) -> None:
@@ -503,11 +513,11 @@ class Intake:
             t.dispatched_at = since.timestamp() if since is not None else now
             t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
             t.needs_items = True
-            t.needs_reservation = t.phase == "dispatched"
+            t.room.needs_reservation = t.phase == "dispatched"
             if last is not None and last.reason == RESETTING:
                 # A reset's pause, cut short by a restart: it goes on from when it began.
                 stamp = last.lastUpdateMicroTime or last.lastTransitionMicroTime
-                t.reset_at = stamp.timestamp() if stamp is not None else now
+                t.timers.reset_at = stamp.timestamp() if stamp is not None else now
                 t.needs_items = False
             if status.admittedDigest and status.admittedDigest != items_digest(aw):
                 self.edited.add(t.key)  # edited while this dispatcher was down
@@ -529,9 +539,9 @@ class Intake:
         if ft is None or stamp is None:
             return
         if t.status.state == "Completed":
-            t.delete_at = stamp.timestamp() + ft.success_ttl
+            t.timers.delete_at = stamp.timestamp() + ft.success_ttl
         elif t.teardown_due and ft.deletion_on_failure_grace:
-            t.teardown_at = stamp.timestamp() + ft.deletion_on_failure_grace
+            t.timers.teardown_at = stamp.timestamp() + ft.deletion_on_failure_grace
 
     def fail_spec(self, t: Tracked, change: Change, message: str,
                   reason: str = Reason.InvalidSpec) -> None:

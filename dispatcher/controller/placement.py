@@ -210,12 +210,12 @@ class PodPlacer:
         now = self.clock()
         for key in self._unplaced - unplaced.keys():
             if (t := self.memory.tracked.get(key)) is not None:
-                t.unplaced = None
+                t.room.unplaced = None
         for key, message in unplaced.items():
             t = self.memory.tracked[key]
-            if t.unplaced is None or t.unplaced[1] != message:
-                since = now if t.unplaced is None else t.unplaced[0]
-                t.unplaced = (since, message)
+            if t.room.unplaced is None or t.room.unplaced[1] != message:
+                since = now if t.room.unplaced is None else t.room.unplaced[0]
+                t.room.unplaced = (since, message)
         self._unplaced = set(unplaced)
 
     def lapsing_tokens(self, now: float) -> list[NamespacedName]:

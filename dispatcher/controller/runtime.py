@@ -240,8 +240,8 @@ class Dispatcher:
         # it would run a cycle that can write nothing.
         token_at = self.writer.minor_write_at(now)
         for t in self.memory.tracked.values():
-            if t.check_at is not None and t.check_at < soonest:
-                soonest = t.check_at
+            if t.timers.check_at is not None and t.timers.check_at < soonest:
+                soonest = t.timers.check_at
             if t.reading.soon and t.phase in ACTIVE:
                 # A quick read of its object after pods ended (the regular refresh waits
                 # for the tick); one due already is read by the cycle this wakes for, or
@@ -249,7 +249,7 @@ class Dispatcher:
                 again = t.reading.read_at + OUTCOME_REFRESH_SECONDS
                 if now < again < soonest:
                     soonest = again
-            due = t.minor_due_at
+            due = t.writes.minor_due_at
             if due is not None and max(due, token_at) < soonest and _may_write(t):
                 soonest = max(due, token_at)
         return max(0.0, min(soonest - now, TICK_SECONDS))
@@ -316,9 +316,9 @@ class Dispatcher:
                 if (t := self.memory.tracked.get(k)) is not None]
         self.memory.unwritten.clear()
         ripe = sorted((t for t in self.memory.tracked.values()
-                       if t.minor_due_at is not None and t.minor_due_at <= now
+                       if t.writes.minor_due_at is not None and t.writes.minor_due_at <= now
                        and t.key not in self.memory.unwritten and _may_write(t)),
-                      key=lambda t: t.last_write_at)
+                      key=lambda t: t.writes.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only
         # to find no token, every cycle.
         ripe = ripe[:self.writer.minor_writes_available(now)]
@@ -350,12 +350,12 @@ class Dispatcher:
         for t in self.memory.tracked.values():
             if t.phase not in ACTIVE:
                 continue
-            if t.items_at is not None:
-                t.items_at += seconds
-            if t.below_min_since is not None:
-                t.below_min_since += seconds
-            if t.check_at is not None:
-                t.check_at += seconds
+            if t.timers.items_at is not None:
+                t.timers.items_at += seconds
+            if t.timers.below_min_since is not None:
+                t.timers.below_min_since += seconds
+            if t.timers.check_at is not None:
+                t.timers.check_at += seconds
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 

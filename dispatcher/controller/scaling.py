@@ -218,7 +218,7 @@ class Scaling:
 
     def defer(self, t: Tracked, s: Scale, now: float) -> None:
         self.deferred[t.key] = s
-        t.check_at = now  # its next step carries it out
+        t.timers.check_at = now  # its next step carries it out
 
     def due(self, t: Tracked) -> bool:
         """Whether `catch_up` has work for `t` at its next step."""

@@ -104,13 +104,13 @@ def _without(body: dict[str, Any], details: bool) -> dict[str, Any]:
 def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
     """What the status in memory (serialised: `body`) holds that was not written: news,
     details alone, the message alone, or nothing (None)."""
-    if body == t.written or (
-            t.nothing_to_follow and _without_uids(body) == _without_uids(t.written)):
+    if body == t.writes.written or (
+            t.nothing_to_follow and _without_uids(body) == _without_uids(t.writes.written)):
         return None
-    if _without(body, details=True) != _without(t.written, details=True):
+    if _without(body, details=True) != _without(t.writes.written, details=True):
         return "news"
-    if _without(body, details=False) != _without(t.written, details=False) \
-            or _moved_to_note(body.get("queuePosition"), t.written.get("queuePosition")):
+    if _without(body, details=False) != _without(t.writes.written, details=False) \
+            or _moved_to_note(body.get("queuePosition"), t.writes.written.get("queuePosition")):
         return "details"
     return "message"
 
@@ -145,7 +145,7 @@ def told_by_status_alone(t: Tracked) -> bool:
     at the same time (MCAD posts none there either), and cost the API server a third more
     requests per wrapper. A wrapper told to wait before, whose Events said so, gets one
     saying it went; so does every wrapper with pods, and every Warning."""
-    return t.nothing_to_follow and not t.written.get("conditions")
+    return t.nothing_to_follow and not t.writes.written.get("conditions")
 
 
 @dataclass
@@ -215,10 +215,10 @@ class StatusWriter:
         if what is None:
             return None
         if what == "news":
-            return t.last_write_at  # now
+            return t.writes.last_write_at  # now
         if what == "details":
-            return t.last_write_at + self.detail_interval
-        return t.last_write_at + self.message_interval
+            return t.writes.last_write_at + self.detail_interval
+        return t.writes.last_write_at + self.message_interval
 
     async def commit(self, change: Change, force: bool = False) -> bool:
         """Write the change; False if the AppWrapper is gone (404) or was replaced by
@@ -239,12 +239,12 @@ class StatusWriter:
         body = status_body(t.status)
         what = unwritten(t, body)
         if what is None:
-            t.minor_due_at = None
+            t.writes.minor_due_at = None
             return True
         due_at = self._due(t, what)
         assert due_at is not None
         if not force and (now < due_at or not self._minor_token(now)):
-            t.minor_due_at = due_at
+            t.writes.minor_due_at = due_at
             return True
         # A Dispatched write comes before the items it lets be created.
         priority = URGENT if t.phase == "dispatching" else STATUS
@@ -260,12 +260,12 @@ class StatusWriter:
                     return False
                 raise
             finally:
-                t.sending = False
+                t.writes.sending = False
         self.patches += 1
         self.written[what] += 1
-        t.written = body
-        t.written_version = _version(answer)
-        t.last_write_at = now
+        t.writes.written = body
+        t.writes.written_version = _version(answer)
+        t.writes.last_write_at = now
         # What changed in memory while the PATCH was under way (an estimate, pod counts)
         # is still owed.
         self.owe(t)
@@ -275,16 +275,17 @@ class StatusWriter:
         """`t`'s queue position changed in memory: owed when `unwritten` will say, worked
         out without serialising the status (every waiting wrapper moves when the head
         leaves); `write` looks again when it is due."""
-        prompt = _moved_to_note(t.status.queuePosition, t.written.get("queuePosition"))
+        prompt = _moved_to_note(t.status.queuePosition, t.writes.written.get("queuePosition"))
         what: WriteKind = "details" if prompt else "message"
         due = self._due(t, what)
         assert due is not None
-        t.minor_due_at = due if t.minor_due_at is None else min(t.minor_due_at, due)
+        owed = t.writes.minor_due_at
+        t.writes.minor_due_at = due if owed is None else min(owed, due)
 
     def owe(self, t: Tracked) -> None:
         """`t`'s status in memory may differ from what was written by details or its
         message alone: written when `due_at` says (by `_flush`, or with the next news)."""
-        t.minor_due_at = self.due_at(t)
+        t.writes.minor_due_at = self.due_at(t)
 
     def minor_writes_available(self, now: float) -> int:
         """How many minor writes the shared rate lets through now."""

@@ -77,30 +77,30 @@ class Stepping:
         return [t for t in self.memory.tracked.values()
                 if (t.phase in ACTIVE or (t.phase == "done" and t.teardown_due
                                           and t.aw is not None
-                                          and (t.teardown_at or 0) <= now)
-                    or (t.phase == "done" and t.delete_at is not None
-                        and t.delete_at <= now))
+                                          and (t.timers.teardown_at or 0) <= now)
+                    or (t.phase == "done" and t.timers.delete_at is not None
+                        and t.timers.delete_at <= now))
                 and (self._timer_due(t, now) or t.phase == "done"
                      or t.needs_items or (t.completable and t.reading.stale)
                      or t.key in requeues or t.key in edited or t.key in preempting
-                     or t.teardown_due or t.stranded is not None or _counts_changed(t)
+                     or t.teardown_due or t.room.stranded is not None or _counts_changed(t)
                      or t.cancelled_by is not None
-                     or (t.unplaced is not None and t.unplaced[1] != t.unplaced_told)
+                     or (t.room.unplaced is not None and t.room.unplaced[1] != t.room.unplaced_told)
                      or (t.completable
                          and now - t.reading.read_at >= OUTCOME_REFRESH_SECONDS))]
 
     def _timer_due(self, t: Tracked, now: float) -> bool:
         """Its timer has run out; with none set, an elastic patch is owed or it has not
         been judged for a while."""
-        if t.check_at is not None:
-            return t.check_at <= now
-        return self.scaling.due(t) or now - t.stepped_at >= IDLE_STEP_SECONDS
+        if t.timers.check_at is not None:
+            return t.timers.check_at <= now
+        return self.scaling.due(t) or now - t.timers.stepped_at >= IDLE_STEP_SECONDS
 
     # --- one step -----------------------------------------------------------------------
 
     async def step(self, t: Tracked, now: float) -> None:
         assert t.aw is not None
-        t.stepped_at = now
+        t.timers.stepped_at = now
         if await self._ended_otherwise(t, now) or await self._resetting(t, now):
             return
         await self.scaling.catch_up(t, now)
@@ -113,22 +113,23 @@ class Stepping:
         running = t.phase == "running"
         if running and counts.running + counts.succeeded < min_available(
                 t.aw, t.expected_pods, t.floor):
-            t.below_min_since = t.below_min_since or now
+            t.timers.below_min_since = t.timers.below_min_since or now
         else:
-            t.below_min_since = None
+            t.timers.below_min_since = None
         t.aw.status.numberOfRequeueings = t.status.numberOfRequeueings
         timing, _ = timing_for(t.aw, self.timing)
         await self._tell_unplaced(t, now)
         ft = fault_tolerance_for(t.aw.metadata.annotations, self.timing)
         if ft is None:
             verdict = judge(t.aw, counts, t.expected_pods, t.reading.outcome, t.dispatched_at,
-                            running, now, timing, t.below_min_since, _items_text(t),
-                            t.items_at, t.floor, None if running else t.unplaced, t.status)
+                            running, now, timing, t.timers.below_min_since, _items_text(t),
+                            t.timers.items_at, t.floor,
+                            None if running else t.room.unplaced, t.status)
         else:
-            t.failed_since = (t.failed_since or now) if counts.failed else None
+            t.timers.failed_since = (t.timers.failed_since or now) if counts.failed else None
             verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.reading.outcome,
-                                    t.dispatched_at, running, now, ft, t.items_at,
-                                    t.failed_since, t.below_min_since, _items_text(t),
+                                    t.dispatched_at, running, now, ft, t.timers.items_at,
+                                    t.timers.failed_since, t.timers.below_min_since, _items_text(t),
                                     t.floor)
         await self._apply(t, verdict, now, timing, ft)
 
@@ -137,13 +138,13 @@ class Stepping:
         user's cancel, a requeue under way, a preemption, an edit, lost room."""
         requeue = self.transitions.start_requeue
         if t.phase == "done":
-            if t.delete_at is not None and t.delete_at <= now:
+            if t.timers.delete_at is not None and t.timers.delete_at <= now:
                 await self._delete_succeeded(t)
-            if t.teardown_due and (t.teardown_at or 0) <= now:
+            if t.teardown_due and (t.timers.teardown_at or 0) <= now:
                 # pods of a failed gang (re)appeared, or its deletion grace is over
                 await self.items.teardown(t)
                 t.teardown_due = False
-                t.teardown_at = None
+                t.timers.teardown_at = None
         elif t.cancelled_by is not None:  # by a user (holds.py): it ends here
             self.intake.requeues_due.discard(t.key)
             self.intake.edited.discard(t.key)
@@ -164,8 +165,8 @@ class Stepping:
             await requeue(t, ITEMS_CHANGED, "spec.resources.GenericItems changed after "
                           "dispatch: torn down and queued again with the new items", now,
                           self.timing, counted=False)
-        elif t.stranded is not None:
-            why, t.stranded = t.stranded, None
+        elif t.room.stranded is not None:
+            why, t.room.stranded = t.room.stranded, None
             if t.phase != "dispatched":
                 return False
             await requeue(t, PODS_LOST, f"{why}: torn down and queued again", now,
@@ -177,13 +178,13 @@ class Stepping:
     async def _resetting(self, t: Tracked, now: float) -> bool:
         """A v1beta2 gang in its retry pause waits for it to pass (holding its room),
         then has its objects created again; True when the step ends here."""
-        if t.reset_at is None:
+        if t.timers.reset_at is None:
             return False
         assert t.aw is not None
         ft = fault_tolerance_for(t.aw.metadata.annotations, self.timing)
-        due = t.reset_at + (ft.retry_pause if ft is not None else 0.0)
+        due = t.timers.reset_at + (ft.retry_pause if ft is not None else 0.0)
         if now < due:
-            t.check_at = due
+            t.timers.check_at = due
             return True
         resets = t.status.numberOfRequeueings
         # Resumed, the step goes on: its objects are created now.
@@ -192,7 +193,7 @@ class Stepping:
 
     async def _delete_succeeded(self, t: Tracked) -> None:
         """A v1beta2 wrapper past its success TTL is deleted (its objects with it)."""
-        t.delete_at = None
+        t.timers.delete_at = None
         path = APPWRAPPERS.path(*t.key)
         log.info("%s/%s: succeeded longer than its success TTL: deleted", *t.key)
         try:
@@ -222,11 +223,11 @@ class Stepping:
             await self.transitions.fail(t, Reason.ItemCreationFailure, result.message, now)
             return False
         if isinstance(result, Waiting):
-            t.check_at = now + 1.0
+            t.timers.check_at = now + 1.0
             return False
         t.needs_items = False
-        if t.items_at is None:
-            t.items_at = self.clock()
+        if t.timers.items_at is None:
+            t.timers.items_at = self.clock()
         return True
 
     async def _read_outcome(self, t: Tracked, now: float) -> None:
@@ -251,23 +252,23 @@ class Stepping:
     async def _tell_unplaced(self, t: Tracked, now: float) -> None:
         """A pod of the gang that cannot be let go is said at once, in status and in a
         Warning Event, once per reason."""
-        if t.unplaced is None or t.unplaced[1] == t.unplaced_told:
+        if t.room.unplaced is None or t.room.unplaced[1] == t.room.unplaced_told:
             return
-        why = t.unplaced[1]
+        why = t.room.unplaced[1]
         latest = t.status.conditions[-1] if t.status.conditions else None
         if latest is not None:
             change = self.writer.begin(t, now)
             change.condition(latest.type, latest.reason or "", why)
             if not await self.transitions.commit(change, force=True):
                 return
-        t.unplaced_told = why
+        t.room.unplaced_told = why
         self.tasks.spawn_side(self.writer.warn(t, PODS_UNPLACEABLE, why, now))
 
     async def _apply(self, t: Tracked, v: Verdict, now: float, timing: Timing,
                      ft: FaultTolerance | None = None) -> None:
         change = self.writer.begin(t, now)
         set_counts(t)
-        t.check_at = v.check_at
+        t.timers.check_at = v.check_at
         if v.action in ("running", "holding"):
             if v.action == "running":
                 self.say_running(t, v.message, change)
@@ -285,11 +286,11 @@ class Stepping:
             change.condition(ConditionType.Completed, Reason.PodsCompleted, v.message)
             if await self.transitions.commit(change):
                 t.phase = "done"
-                t.check_at = None
+                t.timers.check_at = None
                 self.memory.state.release(t.key)
                 self.observer.completed()
                 if ft is not None:
-                    t.delete_at = now + ft.success_ttl
+                    t.timers.delete_at = now + ft.success_ttl
         elif v.action == "failed":
             await self.transitions.fail(
                 t, v.reason, v.message, now, change,
@@ -302,7 +303,7 @@ class Stepping:
         elif v.action == "requeue":
             if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
                 change.abandon()
-                t.check_at = now + RETRY_SECONDS
+                t.timers.check_at = now + RETRY_SECONDS
                 return
             await self.transitions.start_requeue(t, v.reason, v.message, now, timing, change)
         else:

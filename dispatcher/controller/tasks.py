@@ -77,5 +77,5 @@ def retry_soon(t: Tracked, e: ApiError, now: float) -> None:
     """A transient failure: a dispatched gang is stepped again shortly; a queued one is
     decided again by the next cycle anyway."""
     if t.phase in ACTIVE:
-        t.check_at = now + RETRY_SECONDS
+        t.timers.check_at = now + RETRY_SECONDS
     log.info("%s/%s: API unavailable (%s); trying again shortly", *t.key, e)

@@ -69,13 +69,70 @@ class OutcomeReading:
 
 
 @dataclass
+class StatusWrites:
+    """Its status as written, and the writes owed: what is skipped, paced, cancelled."""
+
+    written: dict[str, Any]  # the status as last read or written, to skip no-op writes
+    written_version: str = ""  # resourceVersion our last status write produced
+    last_write_at: float = 0.0
+    # A change of details or of the message alone waits to be written: when it is due
+    # (None: nothing owed), worked out when the change was made: the loop asks for every
+    # waiting wrapper at every turn, and working it out means serialising the status.
+    minor_due_at: float | None = None
+    sending: bool = False  # a status PATCH of it is on the wire
+    # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
+    # to dispatch it may cancel the task (the Dispatched write says more).
+    waiting_write: bool = False
+    wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
+    decided_to_wait: bool = False  # an admission cycle decided that it waits
+
+
+@dataclass
+class RoomState:
+    """The room its gang holds for pods not bound yet, and what went wrong with it."""
+
+    # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
+    needs_reservation: bool = False
+    # Why a gang not running yet must be requeued at once: a pod of it was let onto a
+    # node that went away before it bound (it never will), or its room went with a node
+    # and no other has room for it. None: nothing of the kind.
+    stranded: str | None = None
+    room_lost: bool = False  # its hold was on a node that went away: placed again
+    # Requests of member pods that went away unfinished (deleted, lost with their node,
+    # failed): their replacements must find the capacity the gang was admitted with.
+    lost: list[dict[str, int]] = field(default_factory=list)
+    # A member pod of it fits neither the room it holds nor any free room: since when,
+    # and why (placement.py); and the last such reason told the user.
+    unplaced: tuple[float, str] | None = None
+    unplaced_told: str = ""
+
+
+@dataclass
+class Timers:
+    """When its lifecycle is to be judged again, and the moments its rules count from."""
+
+    check_at: float | None = None  # judged again then (None: at the idle pace)
+    stepped_at: float = 0.0  # when its lifecycle was last judged
+    items_at: float | None = None  # when every item was known to exist
+    below_min_since: float | None = None  # running, but fewer than minAvailable pods up
+    # v1beta2 (lifecycle.judge_v1beta2): since when a pod of the gang has failed; when its
+    # reset began (its objects torn down, their re-creation waits for the retry pause);
+    # when a failed wrapper's objects go (its deletion-on-failure grace) and when a
+    # succeeded one is deleted (its success TTL).
+    failed_since: float | None = None
+    reset_at: float | None = None
+    teardown_at: float | None = None
+    delete_at: float | None = None
+
+
+@dataclass
 class Tracked:
     key: Key
     uid: str
     generation: int
     aw: AppWrapper | None
     status: AppWrapperStatus
-    written: dict[str, Any]  # the status as last read or written, to skip no-op writes
+    writes: StatusWrites
     first_seen: float
     phase: Phase = "queued"
     queued: QueuedWrapper | None = None
@@ -88,52 +145,16 @@ class Tracked:
     pods: dict[str, Bucket] = field(default_factory=dict)
     completable: tuple[int, ...] = ()  # items whose kind reports an outcome
     reading: OutcomeReading = field(default_factory=OutcomeReading)
-    check_at: float | None = None
-    stepped_at: float = 0.0  # when its lifecycle was last judged
+    room: RoomState = field(default_factory=RoomState)
+    timers: Timers = field(default_factory=Timers)
     needs_items: bool = False  # Dispatched, but not every item is known to exist yet
-    items_at: float | None = None  # when every item was known to exist
-    # Rebuilt after a restart: the unbound part of the gang must hold capacity again.
-    needs_reservation: bool = False
-    # Why a gang not running yet must be requeued at once: a pod of it was let onto a
-    # node that went away before it bound (it never will), or its room went with a node
-    # and no other has room for it. None: nothing of the kind.
-    stranded: str | None = None
-    room_lost: bool = False  # its hold was on a node that went away: placed again
-    # Requests of member pods that went away unfinished (deleted, lost with their node,
-    # failed): their replacements must find the capacity the gang was admitted with.
-    lost: list[dict[str, int]] = field(default_factory=list)
     teardown_due: bool = False  # Failed or requeued, but its objects may still exist
     first_attempt: bool = False  # this process dispatched it: a 409 cannot be ours
-    below_min_since: float | None = None  # running, but fewer than minAvailable pods up
-    # v1beta2 (lifecycle.judge_v1beta2): since when a pod of the gang has failed; when its
-    # reset began (its objects torn down, their re-creation waits for the retry pause);
-    # when a failed wrapper's objects go (its deletion-on-failure grace) and when a
-    # succeeded one is deleted (its success TTL).
-    failed_since: float | None = None
-    reset_at: float | None = None
-    teardown_at: float | None = None
-    delete_at: float | None = None
     # An elastic gang's pods at its minimum: what must run when minAvailable is not given.
     floor: int | None = None
-    # A change of details or of the message alone waits to be written: when it is due
-    # (None: nothing owed), worked out when the change was made: the loop asks for every
-    # waiting wrapper at every turn, and working it out means serialising the status.
-    minor_due_at: float | None = None
-    wait_reason: str = ""  # why it waits, as last decided (a new reason is written at once)
-    decided_to_wait: bool = False  # an admission cycle decided that it waits
-    # Its task is writing why it waits, and that PATCH is not on the wire yet: a decision
-    # to dispatch it may cancel the task (the Dispatched write says more).
-    waiting_write: bool = False
-    sending: bool = False  # a status PATCH of it is on the wire
-    last_write_at: float = 0.0
-    written_version: str = ""  # resourceVersion our last status write produced
     # The wrappers it preempted to be admitted: they may never preempt it back. Kept in
     # status.preempted too, so that the next leader knows them.
     preempted: tuple[Key, ...] = ()
-    # A member pod of it fits neither the room it holds nor any free room: since when,
-    # and why (placement.py); and the last such reason told the user.
-    unplaced: tuple[float, str] | None = None
-    unplaced_told: str = ""
     # Who holds it queued, who cancelled it (annotations its users set; None: nobody).
     held_by: str | None = None
     cancelled_by: str | None = None
@@ -150,7 +171,7 @@ class Tracked:
         self.pods = {}
         self.first_attempt = True
         self.needs_items = True
-        self.items_at = None
+        self.timers.items_at = None
         self.reading.again()
 
 
@@ -159,7 +180,7 @@ class Tracked:
         while a cycle ran has a place in the queue, but the next cycle will most likely
         dispatch it, and a first status write before that (its place alone) would cost a
         PATCH that tells nothing by the time it is read."""
-        return self.decided_to_wait or bool(self.written.get("conditions"))
+        return self.writes.decided_to_wait or bool(self.writes.written.get("conditions"))
 
     @property
     def nothing_to_follow(self) -> bool:

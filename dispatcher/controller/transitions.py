@@ -56,16 +56,16 @@ class Transitions:
             return
         log.info("%s/%s: failed (%s): %s", *t.key, reason, message)
         t.phase = "done"
-        t.check_at = None
+        t.timers.check_at = None
         t.needs_items = False
         if self.memory.queue.get(t.key) is t.queued:
             self.memory.queue.remove(t.key)
         self.memory.state.release(t.key)  # what still runs holds its capacity by its pods
         self.observer.failed(reason)
-        t.reset_at = None
+        t.timers.reset_at = None
         if teardown and teardown_after > 0:
             t.teardown_due = True
-            t.teardown_at = now + teardown_after
+            t.timers.teardown_at = now + teardown_after
         elif teardown:
             t.teardown_due = True
             await self.items.teardown(t)
@@ -103,9 +103,9 @@ class Transitions:
             return
         log.info("%s/%s: reset (%s): %s", *t.key, reason, message)
         self.observer.reset(reason)
-        t.reset_at = now
+        t.timers.reset_at = now
         await self._tear_down_held(t)
-        t.check_at = now + pause
+        t.timers.check_at = now + pause
         # What a v1beta2 reader sees as ResourcesDeployed: its objects are gone.
         await self.commit(self.writer.begin(t, now), force=True)
 
@@ -118,11 +118,11 @@ class Transitions:
         self.scaling.requeued(t)
         t.pods.clear()
         set_counts(t)
-        t.items_at = None
+        t.timers.items_at = None
         t.reading.outcome = None
-        t.below_min_since = t.failed_since = None
+        t.timers.below_min_since = t.timers.failed_since = None
         self.memory.state.release(t.key)
-        t.needs_reservation = True
+        t.room.needs_reservation = True
 
     async def resume(self, t: Tracked, message: str, now: float) -> bool:
         """After a reset's pause: its objects are to be created again (False: it is gone)."""
@@ -130,9 +130,9 @@ class Transitions:
         change.condition(ConditionType.Dispatched, Reason.AppWrapperRunnable, message)
         if not await self.commit(change):
             return False
-        t.reset_at = None
+        t.timers.reset_at = None
         t.mark_dispatched(now, t.preempted)
-        t.check_at = None
+        t.timers.check_at = None
         return True
 
     async def finish_requeue(self, t: Tracked, now: float) -> None:
@@ -154,11 +154,11 @@ class Transitions:
         t.phase = "queued"
         t.teardown_due = False
         t.needs_items = False
-        t.needs_reservation = False
-        t.items_at = None
+        t.room.needs_reservation = False
+        t.timers.items_at = None
         t.reading.outcome = None
-        t.check_at = None
-        t.below_min_since = t.failed_since = t.reset_at = None
+        t.timers.check_at = None
+        t.timers.below_min_since = t.timers.failed_since = t.timers.reset_at = None
         self.intake.queue_again(t)
 
 

@@ -152,7 +152,7 @@ def test_a_message_due_without_a_token_lets_the_loop_sleep_until_the_next_token(
         d, _ = await a_running_b_waiting(kube, clock)
         d.on_node("ADDED", node("n2", gpus=4))  # b's message: another number
         await d.cycle()
-        assert d.memory.tracked[("team", "b")].minor_due_at is not None
+        assert d.memory.tracked[("team", "b")].writes.minor_due_at is not None
         clock.now += 120  # b's message is due
         d.writer._tokens, d.writer._tokens_at = 0.0, clock.now  # and the rate is spent
         assert d._next_timer() >= 0.9 / d.writer.minor_rate

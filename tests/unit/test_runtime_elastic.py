@@ -11,7 +11,7 @@ from dispatcher.cluster import BoundPod, ClusterState
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.controller.scaling import _patch, follow_size, scaled_in
-from dispatcher.controller.tracked import Tracked, items_digest
+from dispatcher.controller.tracked import StatusWrites, Tracked, items_digest
 from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.lifecycle import PodCounts, judge
 from dispatcher.policy_files import load_policy
@@ -144,7 +144,7 @@ def test_a_pod_a_scale_in_removed_is_not_owed_a_replacement() -> None:
     preemptor's). A pod lost below its size is owed one, as for any gang."""
     aw = parse_appwrapper({**elastic("train", 1, 4), "metadata": {
         "name": "train", "namespace": "team", "uid": "u"}})
-    t = Tracked(("team", "train"), "u", 1, aw, aw.status, {}, 0.0, phase="running",
+    t = Tracked(("team", "train"), "u", 1, aw, aw.status, StatusWrites({}), 0.0, phase="running",
                 queued=queued_from_appwrapper(aw, 0.0))
     t.status.elasticPods = [2]
     follow_size(t)

@@ -150,7 +150,7 @@ def test_an_estimate_shown_while_a_status_write_is_under_way_is_written_after_it
         answer.set()
         await write
         assert "estimatedStart" not in aw_status(kube, "a")
-        assert t.minor_due_at is not None  # still owed: written once due
+        assert t.writes.minor_due_at is not None  # still owed: written once due
         clock.now += 10
         due_at = d.writer.due_at(t)
         assert due_at is not None and clock.now >= due_at
