@@ -47,6 +47,10 @@ _TEMPLATE_V1 = "generictemplate"
 _TEMPLATE_V2 = "template"
 # Set in a stash when the object had no annotations at all before the stash was added.
 _BARE = "bare"
+# In the v1beta1 fields kept on the v1beta2 form of a wrapper written as v1beta2 (v1beta1
+# fields it gained since, MCAD's defaults): that it was written as v1beta2, and what else its
+# own annotation held. Without it that form would read as a wrapper written as v1beta1.
+_WRITTEN_AS_V1BETA2 = "writtenAsV1beta2"
 
 
 class ConversionError(ValueError):
@@ -102,6 +106,8 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash,
                  lambda status: v1beta2_status(status, metadata, new_spec), v1beta1_status)
+    if stashed is not None and stash:
+        stash[_WRITTEN_AS_V1BETA2] = {k: stashed[k] for k in (_BARE,) if k in stashed}
     _put_stash(result, V1BETA1_FIELDS_ANNOTATION, stash, stashed)
     return result
 
@@ -131,7 +137,11 @@ def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash, v1beta1_status,
                  lambda status: v1beta2_status(status, metadata, spec))
-    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash, stashed)
+    origin = back.get(_WRITTEN_AS_V1BETA2)
+    if isinstance(origin, Mapping):
+        stash.update(origin)
+    _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash,
+               None if isinstance(origin, Mapping) else stashed)
     return result
 
 
