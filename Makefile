@@ -46,10 +46,14 @@ cluster-test: cluster-build
 
 # MCAD's own kuttl suites (../shared/conformance/mcad-kuttl, or $MCAD_KUTTL) against
 # `dispatcher run`; fails when a suite's result differs from tests/conformance/expected.yaml.
-# Without those files it says so and is skipped (fails under CI=true), as are the unit
-# tests that read them (MCAD_V1BETA1, MCAD_KUTTL).
+# Then codeflare's AppWrapper e2e suite (built by cluster-build) against `dispatcher run`
+# serving v1beta2; fails when a spec differs from tests/conformance/appwrapper_e2e_expected.yaml.
+# Without the files in ../shared each says so and is skipped (fails under CI=true), as are
+# the unit tests that read them (MCAD_V1BETA1, MCAD_KUTTL, APPWRAPPER_V1BETA2). Both run,
+# whatever the first gives.
 conformance: cluster-build
-	$(PY) -m tests.conformance.mcad_kuttl
+	rc=0; $(PY) -m tests.conformance.mcad_kuttl || rc=1; \
+	$(PY) -m tests.conformance.appwrapper_e2e || rc=1; exit $$rc
 
 test: lint unit packaging cluster-test conformance
 

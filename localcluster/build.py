@@ -91,6 +91,8 @@ def build_key(w: Wrapper) -> str:
     h.update(go_version().encode())
     h.update(_ldflags(w).encode())
     h.update(" ".join(w.packages).encode())
+    if w.tests:  # only then, as w.env below
+        h.update(b"test -c " + " ".join(w.tests).encode())
     if w.env:  # only then, so the keys (and caches) of the other wrappers stay as they were
         h.update(json.dumps(w.env, sort_keys=True).encode())
     return h.hexdigest()[:12]
@@ -191,11 +193,14 @@ def build_wrapper(w: Wrapper, force: bool = False) -> BuildResult:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     env = go_env(**w.env)
-    if w.packages:
+    if w.packages or w.tests:
         _say(f"building {w.name} {w.version} ({', '.join(w.binaries)}); log: {log}")
-        cmd = [go_binary(), "build", "-trimpath", f"-ldflags={_ldflags(w)}",
-               "-o", str(tmp) + os.sep, *w.packages]
-        _run_logged(cmd, wrapper_dir(w), env, log)
+        flags = ["-trimpath", f"-ldflags={_ldflags(w)}", "-o", str(tmp) + os.sep]
+        if w.packages:
+            _run_logged([go_binary(), "build", *flags, *w.packages], wrapper_dir(w), env, log)
+        if w.tests:
+            _run_logged([go_binary(), "test", "-c", *flags, *w.tests], wrapper_dir(w), env,
+                        log)
         missing = [b for b in w.binaries if not (tmp / b).exists()]
         if missing:
             raise BuildError(f"go build did not produce {missing} in {tmp}; log: {log}")
@@ -350,9 +355,16 @@ def pin(names: Iterable[str] | None = None) -> None:
         d.mkdir(parents=True, exist_ok=True)
         (d / "go.mod").write_text(render_gomod(w))
         (d / "go.sum").unlink(missing_ok=True)
-        _say(f"go mod tidy in {d}")
         # The local toolchain: a fetched one (GOTOOLCHAIN) is verified against
-        # sum.golang.org, which GOSUMDB=off forbids; tidying compiles nothing anyway.
-        subprocess.run([go_binary(), "mod", "tidy"], cwd=d, check=True,
-                       env=go_env(**{**w.env, "GOFLAGS": "-mod=mod", "GOSUMDB": "off",
-                                     "GOTOOLCHAIN": "local"}))
+        # sum.golang.org, which GOSUMDB=off forbids; resolving compiles nothing anyway.
+        env = go_env(**{**w.env, "GOFLAGS": "-mod=mod", "GOSUMDB": "off",
+                        "GOTOOLCHAIN": "local"})
+        if w.tests:
+            # `go mod tidy` keeps what the wrapper's own packages need, not what a
+            # dependency's tests import: `go get -t` adds those.
+            _say(f"go get -t {' '.join(w.tests)} in {d}")
+            subprocess.run([go_binary(), "get", "-t", *(f"{t}@{w.version}" for t in w.tests)],
+                           cwd=d, check=True, env=env)
+            continue
+        _say(f"go mod tidy in {d}")
+        subprocess.run([go_binary(), "mod", "tidy"], cwd=d, check=True, env=env)

@@ -32,10 +32,15 @@ KUTTL = "v0.24.0"
 #: grew a method): it is built with this toolchain, which ``go`` fetches through the module
 #: proxy (``GOTOOLCHAIN``), so its wrapper's ``go`` directive must not be newer.
 KUTTL_TOOLCHAIN = "go1.25.4"
+#: codeflare's AppWrapper controller, whose end-to-end suite (its Go package ``test/e2e``,
+#: compiled by ``go test -c``) runs against the dispatcher serving v1beta2
+#: (``github.com/project-codeflare/appwrapper``).
+APPWRAPPER = "v1.2.1"
 #: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
 HELM = "v3.22.0"
 #: ``go`` directive written into the wrapper modules.
-GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0"}
+GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
+                "appwrapper-e2e": "1.26.0"}
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -82,7 +87,10 @@ class Wrapper:
     requires: dict[str, str]
     #: package paths built into binaries (``tool`` lines; ``.`` for a main in the wrapper).
     packages: tuple[str, ...] = ()
-    #: binary file names produced by ``go build -o DIR packages...``.
+    #: packages whose tests are compiled into a binary each (``go test -c``), named
+    #: ``<last path element>.test``; their test-only requirements are pinned by ``go get -t``.
+    tests: tuple[str, ...] = ()
+    #: binary file names produced by ``go build -o DIR packages...`` (and ``go test -c``).
     binaries: tuple[str, ...] = ()
     #: extra ``-ldflags`` (besides ``-s -w``).
     ldflags: tuple[str, ...] = ()
@@ -168,6 +176,15 @@ WRAPPERS: dict[str, Wrapper] = {
             go=GO_DIRECTIVE["helm"],
         ),
         Wrapper(
+            name="appwrapper-e2e",
+            requires={"github.com/project-codeflare/appwrapper": APPWRAPPER},
+            tests=("github.com/project-codeflare/appwrapper/test/e2e",),
+            binaries=("e2e.test",),
+            go=GO_DIRECTIVE["appwrapper-e2e"],
+            # Not in the checksum database; the committed go.sum pins its hash all the same.
+            env={"GONOSUMDB": "github.com/project-codeflare/appwrapper"},
+        ),
+        Wrapper(
             name="crds",
             requires={
                 "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
@@ -180,7 +197,7 @@ WRAPPERS: dict[str, Wrapper] = {
 #: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
     "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset", "helm",
+    "mxjob-operator", "jobset", "helm", "appwrapper-e2e",
 )
 
 

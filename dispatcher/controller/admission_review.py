@@ -23,7 +23,9 @@ Validating, on CREATE and UPDATE:
   (:data:`EDITABLE`). From ``HeadOfLine``/``Dispatched`` on, what was checked is what gets
   created: ``Dispatched``, ``Running``, ``PreemptCandidate`` (being requeued: its objects
   are being deleted), ``Completed`` and ``Failed`` all refuse. A requeued AppWrapper is
-  back in ``Queueing``, its objects deleted, and may be edited again.
+  back in ``Queueing``, its objects deleted, and may be edited again. A wrapper written as
+  v1beta2 keeps its components' templates and podSets from creation on, queued or not, as
+  codeflare's webhook does (its podSetInfos follow the rule above).
 
 Other updates (other labels, annotations, finalizers, the garbage collector's) pass, and
 nothing is checked on an object that is being deleted, so deletion never hangs on us.
@@ -128,6 +130,18 @@ def _components(obj: Mapping[str, Any]) -> object:
         return _annotations(obj).get(V1BETA2_FIELDS_ANNOTATION)
 
 
+def _v1beta2_sensitive(obj: Mapping[str, Any]) -> object:
+    """For a wrapper written as v1beta2, what codeflare's webhook keeps from creation on:
+    the templates and each component's podSets (None for any other wrapper)."""
+    try:
+        fields = v1beta2_fields(_annotations(obj))
+    except ConversionError:
+        return None
+    if not fields.written_as_v1beta2:
+        return None
+    return _items(obj), [c.pod_sets for c in fields.components]
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -193,6 +207,10 @@ class AppWrapperReview:
                 "and cannot be changed; keep the annotations as they are (kubectl apply and "
                 "kubectl edit do; kubectl replace with a file without them does not)"))
         items_changed = _items(old) != _items(obj) or _components(old) != _components(obj)
+        if items_changed and _v1beta2_sensitive(old) != _v1beta2_sensitive(obj):
+            return ReviewAnswer(False, code=403, message=(
+                "spec.components: the templates and podSets of an AppWrapper written as "
+                "v1beta2 cannot change; delete the AppWrapper and apply the new one"))
         if items_changed:
             state = latest_condition(old)
             if state not in EDITABLE:

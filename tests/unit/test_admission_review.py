@@ -344,6 +344,42 @@ def test_pod_sets_of_a_v1beta2_wrapper_cannot_change_once_dispatched() -> None:
     assert "podSets and podSetInfos) cannot change once" in verdict.message
 
 
+@pytest.mark.parametrize("edit", ["template", "more components", "more podSets", "path",
+                                  "replicas"])
+def test_templates_and_pod_sets_of_a_v1beta2_wrapper_cannot_change_even_while_queued(
+        edit: str) -> None:
+    # As codeflare's webhook: from creation on (its podSetInfos are Kueue's to set while
+    # the wrapper waits).
+    review, _ = reviewer()
+    declared = {"template": job(), "podSets": [{"path": "template.spec.template",
+                                                "replicas": 1}]}
+    old, verdict = admitted(review, v1beta2(declared, {"template": job("second")}), ALICE)
+    assert verdict.allowed
+    old = with_status(old, "Queueing")
+    shown = to_v1beta2(old)
+    components = shown["spec"]["components"]
+    if edit == "template":
+        components[0]["template"] = components[1]["template"]
+    elif edit == "more components":
+        components.append(components[0])
+    elif edit == "more podSets":
+        components[0]["podSets"] = components[0]["podSets"] * 2
+    elif edit == "path":
+        components[0]["podSets"][0]["path"] = "bad"
+    else:
+        components[0]["podSets"][0]["replicas"] = 12
+    verdict = run(review.validate(request(to_v1beta1(shown), ALICE, "UPDATE", old)))
+    assert not verdict.allowed
+    assert verdict.message.startswith("spec.components: the templates and podSets of an "
+                                      "AppWrapper written as v1beta2 cannot change")
+    # Its podSetInfos may, while it waits.
+    components = to_v1beta2(old)["spec"]["components"]
+    components[0]["podSetInfos"] = [{"nodeSelector": {"pool": "b"}}]
+    edited = to_v1beta2(old)
+    edited["spec"]["components"] = components
+    assert run(review.validate(request(to_v1beta1(edited), ALICE, "UPDATE", old))).allowed
+
+
 def test_a_v1beta2_wrapper_whose_pod_sets_are_wrong_is_refused_in_v1beta2_terms() -> None:
     review, _ = reviewer()
     wrong = {"template": job(), "podSets": [{"path": "template.spec.template", "replicas": 3}]}

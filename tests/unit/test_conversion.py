@@ -138,6 +138,32 @@ def test_a_v1beta1_form_of_a_v1beta2_wrapper_round_trips_too(aw: dict[str, Any])
 
 
 @settings(max_examples=150)
+@given(v2_wrappers, st.fixed_dictionaries({}, optional={
+    "priority": st.integers(-5, 5), "priorityslope": st.floats(0, 1)}), string_maps)
+def test_a_v1beta2_wrapper_that_gained_v1beta1_fields_stays_written_as_v1beta2(
+        aw: dict[str, Any], defaults: dict[str, Any], added: dict[str, str]) -> None:
+    # The API server's defaults (MCAD's priority 0) and the webhook's annotations land on
+    # the stored form; the admission webhook is sent it through v1beta2 and back.
+    stored = to_v1beta1(aw)
+    stored["spec"].update(defaults)
+    stored["metadata"].setdefault("annotations", {}).update(added)
+    again = to_v1beta1(to_v1beta2(stored))
+    fields = v1beta2_fields(again["metadata"]["annotations"])
+    assert fields.written_as_v1beta2
+    assert fields == v1beta2_fields(stored["metadata"]["annotations"])
+    # Exactly as stored, but that the annotation may no longer say the wrapper once had no
+    # other annotation.
+    assert {**again, "metadata": _without_v1beta2_fields(again["metadata"])} == \
+        {**stored, "metadata": _without_v1beta2_fields(stored["metadata"])}
+
+
+def _without_v1beta2_fields(metadata: dict[str, Any]) -> dict[str, Any]:
+    annotations = {k: v for k, v in metadata["annotations"].items()
+                   if k != V1BETA2_FIELDS_ANNOTATION}
+    return {**metadata, "annotations": annotations}
+
+
+@settings(max_examples=150)
 @given(v1_wrappers)
 def test_a_v1beta2_form_of_a_v1beta1_wrapper_round_trips_too(aw: dict[str, Any]) -> None:
     shown = to_v1beta2(aw)
