@@ -38,13 +38,15 @@ from dispatcher.fleet import (
     parse_selector,
     unbound,
 )
+from dispatcher.fleet import copies as rules
 from dispatcher.queue.queue import QueuedWrapper
 
 from .kube import ApiError, Kube, Resource
-from .status import APPWRAPPERS
+from .status import APPWRAPPERS, EVENTS
 from .workers import (
     SECRETS,
     WORKER_CLUSTERS,
+    Connect,
     WorkerConfigError,
     WorkerLink,
     connect,
@@ -70,16 +72,19 @@ class ManagerSettings:
 class Manager:
     def __init__(self, kube: Kube, settings: ManagerSettings, directory: Path,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, link: Connect = connect) -> None:
         self.kube = kube
         self.settings = settings
         self.directory = directory
         self.clock = clock
         self.wall = wall
+        self.connect = link
         self.links: dict[str, WorkerLink] = {}
         #: Per worker: since when it has not answered (its link made counts as a start).
         self.down_since: dict[str, float] = {}
         self._reported: dict[str, tuple[str, str]] = {}
+        #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
+        self.mirrored: dict[str, set[str]] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs)", READY, self.settings.grace)
@@ -117,12 +122,15 @@ class Manager:
             if target is None:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
                     queued.append(obj)
-            elif self._lost(target, now):
-                await self._requeue(obj, target)
+            elif rules.lost(target, self.links, self.down_since, now, self.settings.grace):
+                await self._requeue(obj, rules.lost_message(target, self.links,
+                                                            self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        for obj in sent.values():
-            await self._keep_copy(obj)
+        for uid, obj in list(sent.items()):
+            if not await self._keep_copy(obj):
+                del sent[uid]
+        self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
         await self._delete_stray_copies(sent)
         await self._dispatch(queued, sent)
 
@@ -148,7 +156,7 @@ class Manager:
                 continue
             if link is not None:
                 await link.close()
-            self.links[name] = await connect(worker, kubeconfig, self.directory)
+            self.links[name] = await self.connect(worker, kubeconfig, self.directory)
             self.down_since.setdefault(name, self.clock())
             log.info("worker cluster %s registered (server %s)", name,
                      self.links[name].kube.server)
@@ -170,42 +178,57 @@ class Manager:
                 content_type="application/merge-patch+json")
             self._reported[link.name] = status
 
-    def _lost(self, target: str, now: float) -> bool:
-        """The worker has not answered for longer than the grace (or is not registered)."""
-        if target not in self.links:
-            return True
-        since = self.down_since.get(target)
-        return since is not None and now - since > self.settings.grace
-
     # ------------------------------------------------------------------ sent wrappers
-    async def _requeue(self, obj: dict[str, Any], target: str) -> None:
+    async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
+        """Back to the manager's queue: its target cleared (fenced), so it may go to another
+        worker; the copy is then a stray, deleted where its worker answers."""
         meta = obj["metadata"]
-        why = (f"requeued: worker cluster {target} did not answer for over "
-               f"{self.settings.grace:.0f}s" if target in self.links
-               else f"requeued: worker cluster {target} is not registered")
         log.warning("%s/%s %s", meta["namespace"], meta["name"], why)
         if not await self._fenced_label(obj, None):
-            return
-        status = obj.get("status") or {}
-        await self._write_status(obj, {
-            "state": "Pending", "message": why, "running": 0, "pending": 0,
-            "numberOfRequeueings": int(status.get("numberOfRequeueings") or 0) + 1})
+            return False
+        await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
+        return True
 
-    async def _keep_copy(self, obj: dict[str, Any]) -> None:
+    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
+        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
+        to the queue (its copy requeued or failed there)."""
         meta = obj["metadata"]
         link = self.links[meta["labels"][CLUSTER_LABEL]]
         if not link.reachable or link.look is None:
-            return
+            return True
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
-        if copy is None:
-            await self._create_copy(link, obj)
-            return
-        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
-            return  # a copy of an earlier wrapper of that name: deleted as stray
-        mirrored = copy.get("status") or {}
         mine = obj.get("status") or {}
-        if mirrored and any(mine.get(k) != v for k, v in mirrored.items()):
-            await self._write_status(obj, mirrored)
+        limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
+        match rules.step(link.name, meta["uid"], mine, copy,
+                         int(limit.get("maxNumRequeuings") or 0)):
+            case rules.Make():
+                await self._create_copy(link, obj)
+            case rules.Mirror(status) | rules.GiveUp(status):
+                await self._write_status(obj, status)
+            case rules.TakeBack(status):
+                if await self._requeue(obj, str(status["message"])):
+                    return False
+        if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
+            await self._mirror_events(link, obj, copy)
+        return True
+
+    async def _mirror_events(self, link: WorkerLink, obj: dict[str, Any],
+                             copy: dict[str, Any]) -> None:
+        assert link.look is not None
+        meta = obj["metadata"]
+        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
+            return
+        seen = self.mirrored.setdefault(meta["uid"], set())
+        for event in rules.new_events(link.look.events, copy["metadata"]["uid"], seen):
+            try:
+                await self.kube.request("POST", EVENTS.path(meta["namespace"]),
+                                        rules.mirrored_event(event, link.name, obj))
+            except ApiError as e:
+                if e.status != 409:  # 409: mirrored before this manager started
+                    log.info("event of %s/%s from %s not mirrored: %s", meta["namespace"],
+                             meta["name"], link.name, e)
+                    continue
+            seen.add(event["metadata"]["uid"])
 
     async def _create_copy(self, link: WorkerLink, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -237,21 +260,17 @@ class Manager:
                  link.name)
 
     async def _delete_stray_copies(self, sent: dict[str, dict[str, Any]]) -> None:
+        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
         for link in self.links.values():
             if not link.reachable or link.look is None:
                 continue
-            for (namespace, name), copy in link.look.copies.items():
-                uid = (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL)
-                owner = sent.get(uid or "")
-                if owner is not None and owner["metadata"]["labels"][CLUSTER_LABEL] == link.name:
-                    continue
+            for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
                 log.info("deleting copy %s/%s in worker cluster %s: its wrapper is no longer "
                          "sent there", namespace, name, link.name)
                 with contextlib.suppress(ApiError):
                     await link.kube.request(
                         "DELETE", APPWRAPPERS.path(namespace, name),
-                        {"preconditions": {"uid": copy["metadata"]["uid"]},
-                         "propagationPolicy": "Background"})
+                        {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
 
     # ------------------------------------------------------------------ dispatching
     async def _dispatch(self, queued: list[dict[str, Any]], sent: dict[str, dict[str, Any]]
