@@ -197,7 +197,12 @@ def _run_manager(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INPUT
     configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
-    settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace)
+    if not 0 <= args.metrics_port <= 65535:
+        print(f"dispatcher run: --metrics-port {args.metrics_port} is not a port (0-65535)",
+              file=sys.stderr)
+        return EXIT_INPUT
+    settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace,
+                               metrics_port=args.metrics_port, metrics_host=args.metrics_host)
 
     async def run() -> int:
         return await manage(settings, stop_on_signals())

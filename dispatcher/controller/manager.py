@@ -40,8 +40,10 @@ from dispatcher.fleet import (
 )
 from dispatcher.fleet import copies as rules
 from dispatcher.queue.queue import QueuedWrapper
+from dispatcher.resources import GPU
 
 from .kube import ApiError, Kube, Resource
+from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
 from .status import APPWRAPPERS, EVENTS
 from .workers import (
     SECRETS,
@@ -67,13 +69,17 @@ class ManagerSettings:
     #: Seconds a worker may stay unreachable before its wrappers are requeued.
     grace: float = 60.0
     interval: float = 1.0
+    metrics_port: int = 0  # 0: no /metrics or /healthz
+    metrics_host: str = "0.0.0.0"
 
 
 class Manager:
     def __init__(self, kube: Kube, settings: ManagerSettings, directory: Path,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, link: Connect = connect) -> None:
+                 wall: Callable[[], float] = time.time, link: Connect = connect,
+                 metrics: ManagerMetrics | None = None) -> None:
         self.kube = kube
+        self.metrics = metrics if metrics is not None else ManagerMetrics()
         self.settings = settings
         self.directory = directory
         self.clock = clock
@@ -132,7 +138,13 @@ class Manager:
                 del sent[uid]
         self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
         await self._delete_stray_copies(sent)
-        await self._dispatch(queued, sent)
+        workers = self._workers(sent)
+        self.metrics.observe({w.name: WorkerFigures(
+            sum(1 for obj in sent.values()
+                if obj["metadata"]["labels"][CLUSTER_LABEL] == w.name
+                and (obj.get("status") or {}).get("state") not in FINISHED_STATES),
+            w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
+        await self._dispatch(queued, workers)
 
     # ------------------------------------------------------------------ workers
     async def _sync_links(self) -> None:
@@ -273,11 +285,9 @@ class Manager:
                         {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
 
     # ------------------------------------------------------------------ dispatching
-    async def _dispatch(self, queued: list[dict[str, Any]], sent: dict[str, dict[str, Any]]
-                        ) -> None:
+    async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker]) -> None:
         if not queued:
             return
-        workers = self._workers(sent)
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         queue: list[QueuedWrapper] = []
         selectors: dict[tuple[str, str], dict[str, str]] = {}
@@ -386,7 +396,16 @@ async def _ensure_namespace(kube: Kube, namespace: str) -> None:
 async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:
     kube = await Kube.connect(settings.kubeconfig)
     try:
-        with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
-            return await Manager(kube, settings, Path(d)).run(stop)
+        metrics = ManagerMetrics()
+        server = None
+        if settings.metrics_port:
+            server = ManagerServer(metrics, settings.metrics_port, settings.metrics_host)
+            await server.start()
+        try:
+            with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
+                return await Manager(kube, settings, Path(d), metrics=metrics).run(stop)
+        finally:
+            if server is not None:
+                await server.stop()
     finally:
         await kube.close()

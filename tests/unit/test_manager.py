@@ -307,3 +307,39 @@ def test_answering_workers_hold_a_copy_only_where_the_wrapper_is_sent(steps: lis
         target = fleet.target("a")
         answering = {w.name for w in fleet.workers.values() if not w.down}
         assert fleet.holding("a") & answering <= ({target} if target else set())
+
+
+def sample(fleet: Fleet, metric: str, cluster: str) -> float | None:
+    return fleet.process.metrics.registry.get_sample_value(metric, {"cluster": cluster})
+
+
+def test_metrics_per_worker_say_sent_reachable_and_free_gpus_and_go_with_the_worker() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2", gpus=4))
+    fleet.submit("a", gpus=6)  # only w1 has 6
+    fleet.cycle(2)
+    assert sample(fleet, "dispatcher_worker_wrappers_sent", "w1") == 1
+    assert sample(fleet, "dispatcher_worker_free_gpus", "w1") == 2  # held for its pod
+    assert sample(fleet, "dispatcher_worker_free_gpus", "w2") == 4
+    fleet.workers["w2"].down = True
+    fleet.cycle()
+    assert sample(fleet, "dispatcher_worker_reachable", "w2") == 0
+    assert sample(fleet, "dispatcher_worker_reachable", "w1") == 1
+    del fleet.manager.objects["/apis/workload.codeflare.dev/v1beta1/workerclusters/w2"]
+    fleet.cycle()
+    for metric in ("dispatcher_worker_wrappers_sent", "dispatcher_worker_reachable",
+                   "dispatcher_worker_free_gpus"):
+        assert sample(fleet, metric, "w2") is None
+
+
+def test_the_managers_health_is_its_passes() -> None:
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+
+    now = [0.0]
+    metrics = ManagerMetrics(clock=lambda: now[0])
+    server = ManagerServer(metrics, port=0, max_age=120)
+    assert server.health() == (False, "starting: no pass over the worker clusters finished yet")
+    metrics.observe({})
+    assert server.health()[0]
+    now[0] = 500.0
+    ok, why = server.health()
+    assert not ok and "has not finished a pass for" in why
