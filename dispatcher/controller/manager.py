@@ -89,6 +89,7 @@ class Manager:
         #: Per worker: since when it has not answered (its link made counts as a start).
         self.down_since: dict[str, float] = {}
         self._reported: dict[str, tuple[str, str]] = {}
+        self.passes = 0  # numbered in the log: what a returning worker's pass did
         #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
         self.mirrored: dict[str, set[str]] = {}
 
@@ -108,12 +109,15 @@ class Manager:
         return 0
 
     async def cycle(self) -> None:
+        self.passes += 1
         await self._sync_links()
         now = self.clock()
         await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
         for name, link in self.links.items():
             if link.reachable:
-                self.down_since.pop(name, None)
+                if self.down_since.pop(name, None) is not None:
+                    # Its stale copies go in this same pass (_delete_stray_copies).
+                    log.info("pass %d: worker cluster %s answers", self.passes, name)
             else:
                 self.down_since.setdefault(name, now)
             await self._report(link)
@@ -277,8 +281,8 @@ class Manager:
             if not link.reachable or link.look is None:
                 continue
             for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
-                log.info("deleting copy %s/%s in worker cluster %s: its wrapper is no longer "
-                         "sent there", namespace, name, link.name)
+                log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
+                         "is no longer sent there", self.passes, namespace, name, link.name)
                 with contextlib.suppress(ApiError):
                     await link.kube.request(
                         "DELETE", APPWRAPPERS.path(namespace, name),

@@ -80,8 +80,6 @@ class WorkerLink:
             self.reachable = False
             self.problem = str(e)
             return
-        if not self.reachable:
-            log.info("worker cluster %s answers", self.name)
         self.reachable, self.last_answer, self.problem = True, now, ""
         self.look = Look(_state(nodes, pods), pods, {
             (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in copies}, events)
