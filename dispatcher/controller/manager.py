@@ -19,10 +19,10 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
 from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL, MANAGER_UID_LABEL
@@ -61,6 +61,9 @@ log = logging.getLogger("dispatcher.manager")
 
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 READY = "dispatcher ready: manager of worker clusters"
+#: Writes about different wrappers in flight at once (the client paces them).
+PARALLEL = 16
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,8 @@ class Manager:
                                                             self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        for uid, obj in list(sent.items()):
-            if not await self._keep_copy(obj):
-                del sent[uid]
+        kept = await _bounded([self._keep_copy(obj) for obj in sent.values()])
+        sent = {uid: obj for (uid, obj), keep in zip(sent.items(), kept, strict=True) if keep}
         self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
         await self._delete_stray_copies(sent)
         workers = self._workers(sent)
@@ -309,14 +311,14 @@ class Manager:
             queue.append(entry)
             entries[entry.key] = obj
             selectors[entry.key] = selector
-        for obj, message in refused:
-            await self._waiting(obj, message)
+        writes = [self._waiting(obj, message) for obj, message in refused]
         for entry, answer in dispatch(queue, workers, self.wall(), selectors):
             obj = entries[entry.key]
-            if isinstance(answer, NoneFits):
-                await self._waiting(obj, answer.message)
-                continue
-            await self._send(obj, answer)
+            writes.append(self._waiting(obj, answer.message) if isinstance(answer, NoneFits)
+                          else self._send(obj, answer))
+        # The room of each was taken in the decision: the writes, each fenced on its own
+        # wrapper, need no order between them.
+        await _bounded(writes)
 
     def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
         """Each worker's free room now, less what the wrappers sent there still need."""
@@ -388,6 +390,17 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
     rest = unbound(entry.gang, bound)
     if rest:
         place(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
+
+
+async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
+    """Run `steps` together, at most PARALLEL at a time; their results in order."""
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(step: Awaitable[T]) -> T:
+        async with gate:
+            return await step
+
+    return list(await asyncio.gather(*(one(s) for s in steps)))
 
 
 async def _ensure_namespace(kube: Kube, namespace: str) -> None:
