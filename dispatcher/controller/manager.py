@@ -146,10 +146,7 @@ class Manager:
         await self._delete_stray_copies(sent)
         workers = self._workers(sent)
         self.metrics.observe({w.name: WorkerFigures(
-            sum(1 for obj in sent.values()
-                if obj["metadata"]["labels"][CLUSTER_LABEL] == w.name
-                and (obj.get("status") or {}).get("state") not in FINISHED_STATES),
-            w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
+            w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
         await self._dispatch(queued, workers)
 
     # ------------------------------------------------------------------ workers
@@ -324,14 +321,18 @@ class Manager:
         """Each worker's free room now, less what the wrappers sent there still need."""
         out = []
         for name, link in sorted(self.links.items()):
+            there = [obj for obj in sent.values()
+                     if obj["metadata"]["labels"][CLUSTER_LABEL] == name
+                     and (obj.get("status") or {}).get("state") not in FINISHED_STATES]
             if link.look is None:
-                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False))
+                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False,
+                                  sent=len(there)))
                 continue
             cap = Capacity.of(link.look.state)
-            for obj in sent.values():
-                if obj["metadata"]["labels"][CLUSTER_LABEL] == name:
-                    _hold(cap, obj, link)
-            out.append(Worker(name, cap, link.labels, reachable=link.reachable))
+            for obj in there:
+                _hold(cap, obj, link)
+            out.append(Worker(name, cap, link.labels, reachable=link.reachable,
+                              sent=len(there)))
         return out
 
     async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
@@ -376,8 +377,6 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
     """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
     assert link.look is not None
     meta = obj["metadata"]
-    if (obj.get("status") or {}).get("state") in FINISHED_STATES:
-        return
     try:
         entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
     except InvalidSpec:
