@@ -43,6 +43,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print("dispatcher plan: give --cluster CLUSTER.yaml and AppWrapper files, or --live "
               "-f APPWRAPPER.yaml to ask the live cluster", file=sys.stderr)
         return EXIT_INPUT
+    if not live:
+        from dispatcher import fleet_plan
+
+        named = [fleet_plan.named_snapshot(c) for c in args.cluster]
+        if any(named):
+            return _plan_fleet(args, named)
+    # The kubectl plugin's plan is live only: it takes no worker clusters.
+    if getattr(args, "worker_labels", None):
+        print("dispatcher plan: --worker-labels goes with --cluster NAME=FILE (worker "
+              "clusters)", file=sys.stderr)
+        return EXIT_INPUT
     try:
         policy = load_policy(args.policy)
         config = load_config(args.config)
@@ -74,6 +85,35 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"dispatcher plan: {which} invalid: nothing can be dispatched (the "
               "messages above say why)", file=sys.stderr)
         return EXIT_INPUT
+    return 0
+
+
+def _plan_fleet(args: argparse.Namespace, named: list[tuple[str, Path] | None]) -> int:
+    """`plan --cluster NAME=FILE ...`: the worker cluster a manager would send each to."""
+    from dispatcher import fleet_plan, plan
+    from dispatcher.config import ConfigError, load_config
+
+    snapshots = [n for n in named if n is not None]
+    if len(snapshots) != len(named):
+        print("dispatcher plan: name every --cluster (NAME=FILE, one worker cluster each) "
+              "or none (one cluster)", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        config = load_config(args.config)
+        now = _now(args.now)
+        workers = fleet_plan.load_workers(snapshots,
+                                          fleet_plan.worker_labels(args.worker_labels))
+        loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
+                                       config.allowed_kinds)
+    except (plan.InputError, ConfigError) as e:
+        print(f"dispatcher plan: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except ValueError as e:  # a --now that is not a date
+        print(f"dispatcher plan: --now: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    sent = fleet_plan.plan_fleet(workers, loaded, now)
+    print(fleet_plan.to_json(sent) if args.output == "json"
+          else fleet_plan.to_table(sent, workers))
     return 0
 
 
@@ -199,7 +239,12 @@ def _run_manager(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INPUT
     configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
-    settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace)
+    if not 0 <= args.metrics_port <= 65535:
+        print(f"dispatcher run: --metrics-port {args.metrics_port} is not a port (0-65535)",
+              file=sys.stderr)
+        return EXIT_INPUT
+    settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace,
+                               metrics_port=args.metrics_port, metrics_host=args.metrics_host)
 
     async def run() -> int:
         return await manage(settings, stop_on_signals())
@@ -402,7 +447,14 @@ def build_parser() -> argparse.ArgumentParser:
         "snapshot (kubectl get nodes,pods -A -o yaml) and print every decision.",
     )
     p.add_argument("--cluster", action="append", metavar="CLUSTER.yaml",
-                   help="Nodes and Pods as YAML documents or Lists (repeatable)")
+                   help="Nodes and Pods as YAML documents or Lists (repeatable); or "
+                   "NAME=CLUSTER.yaml, one per worker cluster: which worker a manager "
+                   "(dispatcher run --manager) would send each AppWrapper to, or why none "
+                   "can")
+    p.add_argument("--worker-labels", action="append", default=[],
+                   metavar="NAME=KEY=VALUE,...",
+                   help="with --cluster NAME=FILE: the labels of worker NAME, for the "
+                   "AppWrappers' workload.codeflare.dev/cluster-selector (repeatable)")
     p.add_argument("--live", action="store_true", help=LIVE_HELP)
     add_plan_arguments(p, "with --live: ")
     p.add_argument("appwrappers", nargs="*", metavar="APPWRAPPERS.yaml")

@@ -23,6 +23,7 @@ from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
 from dispatcher.api.conditions import latest
+from dispatcher.api.labels import CLUSTER_LABEL
 from dispatcher.api.models import (
     API_GROUP,
     API_VERSION,
@@ -65,6 +66,9 @@ class PendingAppWrapper:
     estimated_in: float | None = None  # that, in seconds from when the queue was read
     policy: str | None = None  # status.queuePolicy
     quota: tuple[tuple[str, str, int], ...] = ()  # (tree, leaf, position there)
+    #: In a manager of worker clusters: the worker it was sent to (and waits in); None:
+    #: not sent yet (its message says why no worker can take it now).
+    cluster: str | None = None
 
     @property
     def pods(self) -> int:
@@ -134,7 +138,8 @@ def pending_queue(objects: Iterable[Mapping[str, Any]], now: float) -> list[Pend
             message, estimate.timestamp() if estimate is not None else None,
             estimate.timestamp() - now if estimate is not None else None,
             status.queuePolicy, tuple((q.tree, q.node, q.position)
-                                      for q in status.quotaPositions or ())))
+                                      for q in status.quotaPositions or ()),
+            (meta.get("labels") or {}).get(CLUSTER_LABEL)))
     return sorted(rows, key=lambda r: (r.reason == "InvalidSpec", r.position is None,
                                        r.position or 0, r.first_seen, r.namespace, r.name))
 
@@ -177,7 +182,7 @@ def _status_text(row: PendingAppWrapper) -> str:
 
 
 def _message(row: PendingAppWrapper) -> str:
-    if not row.condition and not row.reason:
+    if not row.condition and not row.reason and not row.message:
         return "not taken in by a dispatcher yet (is one running?)"
     return " ".join(row.message.split())
 
@@ -190,8 +195,10 @@ def scope_line(rows: Sequence[PendingAppWrapper], namespace: str | None) -> str:
 
 def to_table(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
              namespace: str | None = None) -> str:
+    # A manager's queue: which worker each went to (none yet: the message says why).
+    fleet = any(r.cluster for r in rows)
     header = ("#", "APPWRAPPER", "PRIORITY", "PODS", "GPUS", "CPU", "MEMORY", "WAITING",
-              "ETA", "STATUS", "MESSAGE")
+              "ETA", *(("CLUSTER",) if fleet else ()), "STATUS", "MESSAGE")
     table = [header]
     for r in rows:
         prio = f"{r.effective_priority:g}" if r.effective_priority != r.priority \
@@ -201,7 +208,7 @@ def to_table(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
             str(r.pods), _amount(GPU, r.requests.get(GPU, 0)),
             _amount(CPU, r.requests.get(CPU, 0)), _amount("memory", r.requests.get("memory", 0)),
             span(r.waiting_seconds),
-            eta(r),
+            eta(r), *((r.cluster or "-",) if fleet else ()),
             _status_text(r), _message(r)))
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]
     lines = [scope_line(rows, namespace)]
@@ -234,6 +241,7 @@ def to_json(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
             "estimatedStartInSeconds": None if r.estimated_in is None
             else round(r.estimated_in, 3),
             "quotaPositions": [{"tree": t, "node": n, "position": p} for t, n, p in r.quota],
+            "cluster": r.cluster,
         } for r in rows],
     }, indent=2)
 

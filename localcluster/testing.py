@@ -9,7 +9,9 @@ outcome of pods that already exist (e.g. release ``pending`` pods, or make runni
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .kube import Kubectl, wait_for
@@ -137,3 +139,22 @@ def fake_gpu_nodes(kubectl: Kubectl) -> dict[str, int]:
         if gpus and ready:
             out[n["metadata"]["name"]] = gpus
     return out
+
+
+def register_workers(manager: Kubectl, workers: dict[str, Path], crd: Path,
+                     namespace: str = "fleet") -> None:
+    """Make `manager`'s cluster a manager of `workers` (name -> kubeconfig): the
+    WorkerCluster CRD, a kubeconfig Secret per worker in `namespace`, and a WorkerCluster
+    per worker, labelled site=<name>."""
+    manager("apply", "--server-side", "-f", str(crd))
+    manager("wait", "--for=condition=Established", "--timeout=60s",
+            "crd/workerclusters.workload.codeflare.dev")
+    manager.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for w, kubeconfig in workers.items():
+        manager.in_namespace(namespace).apply({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{w}-kubeconfig"},
+            "data": {"kubeconfig": base64.b64encode(kubeconfig.read_bytes()).decode()}})
+        manager.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
+                       "metadata": {"name": w, "labels": {"site": w}},
+                       "spec": {"kubeconfigSecret": {"name": f"{w}-kubeconfig",
+                                                     "namespace": namespace}}})

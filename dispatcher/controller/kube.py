@@ -363,12 +363,15 @@ class Kube:
         self._discovered.pop(api_version, None)
 
     async def list(self, resource: Resource, label_selector: str | None = None,
-                   namespace: str | None = None) -> list[dict[str, Any]]:
-        items, _ = await self.list_with_version(resource, label_selector, namespace)
+                   namespace: str | None = None, field_selector: str | None = None
+                   ) -> list[dict[str, Any]]:
+        items, _ = await self.list_with_version(resource, label_selector, namespace,
+                                                field_selector)
         return items
 
     async def list_with_version(self, resource: Resource, label_selector: str | None = None,
-                                namespace: str | None = None) -> tuple[Objects, str]:
+                                namespace: str | None = None, field_selector: str | None = None
+                                ) -> tuple[Objects, str]:
         """Every object of `resource`, paged, and the list's resourceVersion (to watch
         from). A page token that expired mid-listing restarts the listing."""
         while True:
@@ -376,6 +379,8 @@ class Kube:
             query: dict[str, str] = {"limit": "500"}
             if label_selector:
                 query["labelSelector"] = label_selector
+            if field_selector:
+                query["fieldSelector"] = field_selector
             try:
                 while True:
                     page = await self.request("GET", resource.path(namespace), query=query)

@@ -19,10 +19,10 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
 from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL, MANAGER_UID_LABEL
@@ -38,13 +38,17 @@ from dispatcher.fleet import (
     parse_selector,
     unbound,
 )
+from dispatcher.fleet import copies as rules
 from dispatcher.queue.queue import QueuedWrapper
+from dispatcher.resources import GPU
 
 from .kube import ApiError, Kube, Resource
-from .status import APPWRAPPERS
+from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+from .status import APPWRAPPERS, EVENTS
 from .workers import (
     SECRETS,
     WORKER_CLUSTERS,
+    Connect,
     WorkerConfigError,
     WorkerLink,
     connect,
@@ -57,6 +61,9 @@ log = logging.getLogger("dispatcher.manager")
 
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 READY = "dispatcher ready: manager of worker clusters"
+#: Writes about different wrappers in flight at once (the client paces them).
+PARALLEL = 16
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -65,21 +72,29 @@ class ManagerSettings:
     #: Seconds a worker may stay unreachable before its wrappers are requeued.
     grace: float = 60.0
     interval: float = 1.0
+    metrics_port: int = 0  # 0: no /metrics or /healthz
+    metrics_host: str = "0.0.0.0"
 
 
 class Manager:
     def __init__(self, kube: Kube, settings: ManagerSettings, directory: Path,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, link: Connect = connect,
+                 metrics: ManagerMetrics | None = None) -> None:
         self.kube = kube
+        self.metrics = metrics if metrics is not None else ManagerMetrics()
         self.settings = settings
         self.directory = directory
         self.clock = clock
         self.wall = wall
+        self.connect = link
         self.links: dict[str, WorkerLink] = {}
         #: Per worker: since when it has not answered (its link made counts as a start).
         self.down_since: dict[str, float] = {}
         self._reported: dict[str, tuple[str, str]] = {}
+        self.passes = 0  # numbered in the log: what a returning worker's pass did
+        #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
+        self.mirrored: dict[str, set[str]] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs)", READY, self.settings.grace)
@@ -97,12 +112,15 @@ class Manager:
         return 0
 
     async def cycle(self) -> None:
+        self.passes += 1
         await self._sync_links()
         now = self.clock()
         await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
         for name, link in self.links.items():
             if link.reachable:
-                self.down_since.pop(name, None)
+                if self.down_since.pop(name, None) is not None:
+                    # Its stale copies go in this same pass (_delete_stray_copies).
+                    log.info("pass %d: worker cluster %s answers", self.passes, name)
             else:
                 self.down_since.setdefault(name, now)
             await self._report(link)
@@ -117,14 +135,19 @@ class Manager:
             if target is None:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
                     queued.append(obj)
-            elif self._lost(target, now):
-                await self._requeue(obj, target)
+            elif rules.lost(target, self.links, self.down_since, now, self.settings.grace):
+                await self._requeue(obj, rules.lost_message(target, self.links,
+                                                            self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        for obj in sent.values():
-            await self._keep_copy(obj)
+        kept = await _bounded([self._keep_copy(obj) for obj in sent.values()])
+        sent = {uid: obj for (uid, obj), keep in zip(sent.items(), kept, strict=True) if keep}
+        self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
         await self._delete_stray_copies(sent)
-        await self._dispatch(queued, sent)
+        workers = self._workers(sent)
+        self.metrics.observe({w.name: WorkerFigures(
+            w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
+        await self._dispatch(queued, workers)
 
     # ------------------------------------------------------------------ workers
     async def _sync_links(self) -> None:
@@ -148,7 +171,7 @@ class Manager:
                 continue
             if link is not None:
                 await link.close()
-            self.links[name] = await connect(worker, kubeconfig, self.directory)
+            self.links[name] = await self.connect(worker, kubeconfig, self.directory)
             self.down_since.setdefault(name, self.clock())
             log.info("worker cluster %s registered (server %s)", name,
                      self.links[name].kube.server)
@@ -170,42 +193,57 @@ class Manager:
                 content_type="application/merge-patch+json")
             self._reported[link.name] = status
 
-    def _lost(self, target: str, now: float) -> bool:
-        """The worker has not answered for longer than the grace (or is not registered)."""
-        if target not in self.links:
-            return True
-        since = self.down_since.get(target)
-        return since is not None and now - since > self.settings.grace
-
     # ------------------------------------------------------------------ sent wrappers
-    async def _requeue(self, obj: dict[str, Any], target: str) -> None:
+    async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
+        """Back to the manager's queue: its target cleared (fenced), so it may go to another
+        worker; the copy is then a stray, deleted where its worker answers."""
         meta = obj["metadata"]
-        why = (f"requeued: worker cluster {target} did not answer for over "
-               f"{self.settings.grace:.0f}s" if target in self.links
-               else f"requeued: worker cluster {target} is not registered")
         log.warning("%s/%s %s", meta["namespace"], meta["name"], why)
         if not await self._fenced_label(obj, None):
-            return
-        status = obj.get("status") or {}
-        await self._write_status(obj, {
-            "state": "Pending", "message": why, "running": 0, "pending": 0,
-            "numberOfRequeueings": int(status.get("numberOfRequeueings") or 0) + 1})
+            return False
+        await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
+        return True
 
-    async def _keep_copy(self, obj: dict[str, Any]) -> None:
+    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
+        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
+        to the queue (its copy requeued or failed there)."""
         meta = obj["metadata"]
         link = self.links[meta["labels"][CLUSTER_LABEL]]
         if not link.reachable or link.look is None:
-            return
+            return True
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
-        if copy is None:
-            await self._create_copy(link, obj)
-            return
-        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
-            return  # a copy of an earlier wrapper of that name: deleted as stray
-        mirrored = copy.get("status") or {}
         mine = obj.get("status") or {}
-        if mirrored and any(mine.get(k) != v for k, v in mirrored.items()):
-            await self._write_status(obj, mirrored)
+        limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
+        match rules.step(link.name, meta["uid"], mine, copy,
+                         int(limit.get("maxNumRequeuings") or 0)):
+            case rules.Make():
+                await self._create_copy(link, obj)
+            case rules.Mirror(status) | rules.GiveUp(status):
+                await self._write_status(obj, status)
+            case rules.TakeBack(status):
+                if await self._requeue(obj, str(status["message"])):
+                    return False
+        if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
+            await self._mirror_events(link, obj, copy)
+        return True
+
+    async def _mirror_events(self, link: WorkerLink, obj: dict[str, Any],
+                             copy: dict[str, Any]) -> None:
+        assert link.look is not None
+        meta = obj["metadata"]
+        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
+            return
+        seen = self.mirrored.setdefault(meta["uid"], set())
+        for event in rules.new_events(link.look.events, copy["metadata"]["uid"], seen):
+            try:
+                await self.kube.request("POST", EVENTS.path(meta["namespace"]),
+                                        rules.mirrored_event(event, link.name, obj))
+            except ApiError as e:
+                if e.status != 409:  # 409: mirrored before this manager started
+                    log.info("event of %s/%s from %s not mirrored: %s", meta["namespace"],
+                             meta["name"], link.name, e)
+                    continue
+            seen.add(event["metadata"]["uid"])
 
     async def _create_copy(self, link: WorkerLink, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -237,28 +275,22 @@ class Manager:
                  link.name)
 
     async def _delete_stray_copies(self, sent: dict[str, dict[str, Any]]) -> None:
+        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
         for link in self.links.values():
             if not link.reachable or link.look is None:
                 continue
-            for (namespace, name), copy in link.look.copies.items():
-                uid = (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL)
-                owner = sent.get(uid or "")
-                if owner is not None and owner["metadata"]["labels"][CLUSTER_LABEL] == link.name:
-                    continue
-                log.info("deleting copy %s/%s in worker cluster %s: its wrapper is no longer "
-                         "sent there", namespace, name, link.name)
+            for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
+                log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
+                         "is no longer sent there", self.passes, namespace, name, link.name)
                 with contextlib.suppress(ApiError):
                     await link.kube.request(
                         "DELETE", APPWRAPPERS.path(namespace, name),
-                        {"preconditions": {"uid": copy["metadata"]["uid"]},
-                         "propagationPolicy": "Background"})
+                        {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
 
     # ------------------------------------------------------------------ dispatching
-    async def _dispatch(self, queued: list[dict[str, Any]], sent: dict[str, dict[str, Any]]
-                        ) -> None:
+    async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker]) -> None:
         if not queued:
             return
-        workers = self._workers(sent)
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         queue: list[QueuedWrapper] = []
         selectors: dict[tuple[str, str], dict[str, str]] = {}
@@ -276,27 +308,31 @@ class Manager:
             queue.append(entry)
             entries[entry.key] = obj
             selectors[entry.key] = selector
-        for obj, message in refused:
-            await self._waiting(obj, message)
+        writes = [self._waiting(obj, message) for obj, message in refused]
         for entry, answer in dispatch(queue, workers, self.wall(), selectors):
             obj = entries[entry.key]
-            if isinstance(answer, NoneFits):
-                await self._waiting(obj, answer.message)
-                continue
-            await self._send(obj, answer)
+            writes.append(self._waiting(obj, answer.message) if isinstance(answer, NoneFits)
+                          else self._send(obj, answer))
+        # The room of each was taken in the decision: the writes, each fenced on its own
+        # wrapper, need no order between them.
+        await _bounded(writes)
 
     def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
         """Each worker's free room now, less what the wrappers sent there still need."""
         out = []
         for name, link in sorted(self.links.items()):
+            there = [obj for obj in sent.values()
+                     if obj["metadata"]["labels"][CLUSTER_LABEL] == name
+                     and (obj.get("status") or {}).get("state") not in FINISHED_STATES]
             if link.look is None:
-                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False))
+                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False,
+                                  sent=len(there)))
                 continue
             cap = Capacity.of(link.look.state)
-            for obj in sent.values():
-                if obj["metadata"]["labels"][CLUSTER_LABEL] == name:
-                    _hold(cap, obj, link)
-            out.append(Worker(name, cap, link.labels, reachable=link.reachable))
+            for obj in there:
+                _hold(cap, obj, link)
+            out.append(Worker(name, cap, link.labels, reachable=link.reachable,
+                              sent=len(there)))
         return out
 
     async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
@@ -341,8 +377,6 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
     """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
     assert link.look is not None
     meta = obj["metadata"]
-    if (obj.get("status") or {}).get("state") in FINISHED_STATES:
-        return
     try:
         entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
     except InvalidSpec:
@@ -357,6 +391,17 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
         place(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
 
 
+async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
+    """Run `steps` together, at most PARALLEL at a time; their results in order."""
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(step: Awaitable[T]) -> T:
+        async with gate:
+            return await step
+
+    return list(await asyncio.gather(*(one(s) for s in steps)))
+
+
 async def _ensure_namespace(kube: Kube, namespace: str) -> None:
     with contextlib.suppress(ApiError):
         await kube.request("POST", NAMESPACES.path(),
@@ -367,7 +412,16 @@ async def _ensure_namespace(kube: Kube, namespace: str) -> None:
 async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:
     kube = await Kube.connect(settings.kubeconfig)
     try:
-        with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
-            return await Manager(kube, settings, Path(d)).run(stop)
+        metrics = ManagerMetrics()
+        server = None
+        if settings.metrics_port:
+            server = ManagerServer(metrics, settings.metrics_port, settings.metrics_host)
+            await server.start()
+        try:
+            with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
+                return await Manager(kube, settings, Path(d), metrics=metrics).run(stop)
+        finally:
+            if server is not None:
+                await server.stop()
     finally:
         await kube.close()

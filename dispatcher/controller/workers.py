@@ -1,7 +1,8 @@
 """A manager's links to its worker clusters: one API client each, from the kubeconfig in the
 WorkerCluster's Secret, and the last look at the worker (nodes, pods, the copies it holds).
 
-A look is a listing of the three; one that fails leaves the last good look in place and
+A look is a listing of the three, and of the Events about AppWrappers there (mirrored to
+the manager's wrappers); one that fails leaves the last good look in place and
 counts the worker as unreachable from then on. The manager requeues a worker's wrappers only
 once it has been unreachable for its grace period (manager.py).
 """
@@ -13,7 +14,7 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from dispatcher.cluster.model import bound_pod_from_object, node_from_object
 
 from .kube import ApiError, Kube, Resource, RetryPolicy
 from .operator import NODES, PODS
-from .status import APPWRAPPERS
+from .status import APPWRAPPERS, EVENTS
 
 log = logging.getLogger("dispatcher.manager")
 
@@ -33,6 +34,11 @@ WORKER_CLUSTERS = Resource("workload.codeflare.dev/v1beta1", "WorkerCluster", "w
 SECRETS = Resource("v1", "Secret", "secrets", True)
 #: A worker that does not answer must not hold the manager's loop up: a short budget.
 WORKER_RETRY = RetryPolicy(first_delay=0.2, max_delay=1.0, budget=2.0, request_timeout=5.0)
+
+
+#: Makes the link to a worker from its WorkerCluster and kubeconfig (`connect`; tests give
+#: their own).
+Connect = Callable[[Mapping[str, Any], bytes, Path], Awaitable["WorkerLink"]]
 
 
 class WorkerConfigError(Exception):
@@ -46,6 +52,7 @@ class Look:
     state: ClusterState
     pods: list[dict[str, Any]]
     copies: dict[tuple[str, str], dict[str, Any]]  # (namespace, name) -> AppWrapper
+    events: list[dict[str, Any]] = field(default_factory=list)  # about AppWrappers
 
 
 @dataclass
@@ -66,17 +73,16 @@ class WorkerLink:
             nodes = await self.kube.list(NODES)
             pods = await self.kube.list(PODS)
             copies = await self.kube.list(APPWRAPPERS, label_selector=MANAGER_UID_LABEL)
+            events = await self.kube.list(EVENTS, field_selector="involvedObject.kind=AppWrapper")
         except ApiError as e:
             if self.reachable:
                 log.warning("worker cluster %s stopped answering: %s", self.name, e)
             self.reachable = False
             self.problem = str(e)
             return
-        if not self.reachable:
-            log.info("worker cluster %s answers", self.name)
         self.reachable, self.last_answer, self.problem = True, now, ""
         self.look = Look(_state(nodes, pods), pods, {
-            (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in copies})
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in copies}, events)
 
     async def close(self) -> None:
         await self.kube.close()

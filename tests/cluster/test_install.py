@@ -12,6 +12,7 @@ a tenant's AppWrapper. Then everything but the CRDs is removed.
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -104,7 +105,8 @@ HELM_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
     (("--set", "podWebhook.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
       "--set", "certManager.enabled=true"),
      ("pod-webhook", "monitoring", "cert-manager", "cert-manager-pod-webhook")),
-], ids=["defaults", "every-component"])
+    (("--set", "manager.enabled=true"), ("manager",)),
+], ids=["defaults", "every-component", "manager"])
 def test_the_chart_renders_the_objects_of_deploy(
         values: tuple[str, ...], components: tuple[str, ...], tmp_path: Path) -> None:
     chart = by_name(render("--set", "namespace.create=true", *values))
@@ -189,6 +191,23 @@ def test_with_cert_manager_the_webhook_serves_the_certificate_the_ca_injector_tr
                       "resources": ["subjectaccessreviews"], "verbs": ["create"]},
                      {"apiGroups": ["quota.codeflare.dev"],
                       "resources": ["quotasubtrees"], "verbs": ["list"]}]
+
+
+def test_a_manager_runs_one_replica_with_the_grace_it_is_given() -> None:
+    docs = by_name(render("--set", "manager.enabled=true", "--set", "manager.workerGrace=30",
+                          "--set", "controller.replicas=3"))
+    assert ("Deployment", "dispatcher") not in docs  # it would run the gangs here
+    run = args_of(docs, "dispatcher-manager")
+    assert run.manager and run.worker_grace == 30 and run.metrics_port == 8080
+    manager = docs[("Deployment", "dispatcher-manager")]
+    assert manager["spec"]["replicas"] == 1
+    assert manager["spec"]["template"]["spec"]["serviceAccountName"] == "dispatcher-manager"
+    assert container(docs, "dispatcher-manager")["image"] == f"dispatcher:{VERSION}"
+    # Secrets: in its own namespace only, and no more than get.
+    (rule,) = docs[("Role", "dispatcher-manager")]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    assert not any("secrets" in r["resources"]
+                   for r in docs[("ClusterRole", "dispatcher-manager")]["rules"])
 
 
 @pytest.mark.parametrize("value, error", [
@@ -324,3 +343,63 @@ def test_the_dispatcher_comes_up_from_the_chart_and_from_install_yaml(
     finally:
         controller.finish()
         webhook.finish()
+
+
+MANAGER_SA = "dispatcher-manager"
+
+
+def test_a_manager_comes_up_from_the_chart_with_only_the_rights_it_needs(
+        removed_after: None, local_cluster: Cluster, kubectl: Kubectl, tmp_path: Path
+        ) -> None:
+    manifest = yaml.safe_dump_all(render("--set", "namespace.create=true",
+                                         "--set", "manager.enabled=true"))
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    rendered = by_name(docs)
+    install_crd(kubectl)
+    kubectl("apply", "--server-side", "-f",
+            str(REPO / "crds" / "workerclusters.workload.codeflare.dev.yaml"))
+    apply_deploy(kubectl, manifest)
+    system = kubectl.in_namespace(SYSTEM_NAMESPACE)
+    wait_for(lambda: (system.json("deployment", "dispatcher-manager").get("status") or {}).get(
+        "availableReplicas") == 1, 90, "the dispatcher-manager Deployment to be available")
+    assert system.run("get", "deployment", "dispatcher", check=False).returncode != 0
+    who = f"--as=system:serviceaccount:{SYSTEM_NAMESPACE}:{MANAGER_SA}"
+
+    def can(*what: str) -> bool:
+        return kubectl.run("auth", "can-i", who, *what, check=False).stdout.strip() == "yes"
+
+    assert can("get", "secrets", "-n", SYSTEM_NAMESPACE)
+    assert not can("get", "secrets", "-n", "default")
+    assert not can("list", "secrets", "-n", SYSTEM_NAMESPACE)
+    assert can("patch", "workerclusters.workload.codeflare.dev", "--subresource=status")
+    assert not can("create", "workerclusters.workload.codeflare.dev")
+    assert can("patch", "appwrappers.workload.codeflare.dev", "-A")
+    assert not can("create", "pods", "-n", "default")
+    # Run as its service account, with the rendered args: it reads a worker's kubeconfig
+    # from its namespace and reports the worker on the WorkerCluster's status; one whose
+    # Secret is in another namespace is refused.
+    for name, namespace in (("here", SYSTEM_NAMESPACE), ("elsewhere", "default")):
+        kubectl.in_namespace(namespace).apply({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-kubeconfig"},
+            "data": {"kubeconfig": base64.b64encode(
+                local_cluster.kubeconfig.read_bytes()).decode()}})
+        kubectl.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
+                       "metadata": {"name": name},
+                       "spec": {"kubeconfigSecret": {"name": f"{name}-kubeconfig",
+                                                     "namespace": namespace}}})
+    kubeconfig = service_account_kubeconfig(kubectl, local_cluster.kubeconfig, MANAGER_SA,
+                                            tmp_path / "manager.kubeconfig")
+    manager = Rendered.controller(container(rendered, "dispatcher-manager")["args"],
+                                  kubeconfig, local_cluster.logs / "install-manager")
+    try:
+        manager.start()
+        wait_for(lambda: (kubectl.json("workercluster", "here").get("status") or {}).get(
+            "reachable") == "True", 60, "the WorkerCluster here to be reported reachable")
+        wait_for(lambda: "worker cluster elsewhere cannot be used" in manager.this_run(), 30,
+                 "the WorkerCluster elsewhere to be refused")
+        assert "forbidden" in manager.this_run().lower()
+    finally:
+        manager.finish()
+        kubectl("delete", "workercluster", "here", "elsewhere", "--ignore-not-found")
+        kubectl.in_namespace("default")("delete", "secret", "elsewhere-kubeconfig",
+                                        "--ignore-not-found")

@@ -8,7 +8,7 @@ Invariants are checked by sampling all three clusters while the tests run.
 
 from __future__ import annotations
 
-import base64
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +20,7 @@ import pytest
 
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster import config as lc_config
+from localcluster.testing import register_workers
 
 from .dispatcher_process import DispatcherProcess, install_crd
 from .test_controller import appwrapper, job
@@ -67,19 +68,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     for c in (manager, *workers.values()):
         c.up(profile="pool", operators=False)
         install_crd(c.kubectl())
-    mk = manager.kubectl()
-    mk("apply", "--server-side", "-f", str(WORKER_CRD))
-    mk("wait", "--for=condition=Established", "--timeout=60s",
-       "crd/workerclusters.workload.codeflare.dev")
-    mk.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleet"}})
-    for w, c in workers.items():
-        mk.in_namespace("fleet").apply({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{w}-kubeconfig"},
-            "data": {"kubeconfig": base64.b64encode(c.kubeconfig.read_bytes()).decode()}})
-        mk.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
-                  "metadata": {"name": w, "labels": {"site": w}},
-                  "spec": {"kubeconfigSecret": {"name": f"{w}-kubeconfig",
-                                                "namespace": "fleet"}}})
+    register_workers(manager.kubectl(), {w: c.kubeconfig for w, c in workers.items()},
+                     WORKER_CRD)
     worker_processes = {w: DispatcherProcess(c.kubeconfig, c.logs, f"dispatcher-{w}")
                         for w, c in workers.items()}
     for p in worker_processes.values():
@@ -168,6 +158,11 @@ def test_a_worker_gone_past_the_grace_has_its_gang_run_on_the_other_once(fleet: 
         gone.start_apiserver()
     # Back: its stale copy is deleted, not resurrected, and the gang runs in one place.
     wait_for(lambda: fleet.copies(ns, "g") == {other}, 60, f"the stale copy in {first} deleted")
+    # ... in the very pass in which the manager first heard from it again.
+    log = fleet.process.this_run()
+    came_back = re.findall(rf"pass (\d+): worker cluster {first} answers", log)
+    deleted = re.findall(rf"pass (\d+): deleting copy {ns}/g in worker cluster {first}", log)
+    assert came_back and deleted and deleted[0] == came_back[-1], (came_back, deleted)
     k = fleet.kubectl(first, ns)
     wait_for(lambda: not k.items("pods", "-l", f"{AW_LABEL}=g"), 90,
              f"g's pods in {first} to be gone")

@@ -27,6 +27,8 @@ SERVED = {
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),
     ("apps/v1", "ReplicaSet"): ("replicasets", True),
     ("apps/v1", "Deployment"): ("deployments", True),
+    ("v1", "Secret"): ("secrets", True),
+    ("workload.codeflare.dev/v1beta1", "WorkerCluster"): ("workerclusters", False),
 }
 
 
@@ -108,23 +110,35 @@ class FakeKube:
         pass
 
     async def list(self, resource: Resource, label_selector: str | None = None,
-                   namespace: str | None = None) -> list[dict[str, Any]]:
+                   namespace: str | None = None, field_selector: str | None = None
+                   ) -> list[dict[str, Any]]:
+        def field(o: dict[str, Any], dotted: str) -> Any:
+            for part in dotted.split("."):
+                o = o.get(part) or {} if isinstance(o, dict) else {}
+            return o
+
         def selected(o: dict[str, Any]) -> bool:
             meta = o.get("metadata") or {}
             if namespace is not None and meta.get("namespace") != namespace:
                 return False
+            if field_selector:
+                path, _, value = field_selector.partition("=")
+                if field(o, path) != value:
+                    return False
             if label_selector:
-                key, _, value = label_selector.partition("=")
-                return (meta.get("labels") or {}).get(key) == value
+                key, eq, value = label_selector.partition("=")
+                labels = meta.get("labels") or {}
+                return (labels.get(key) == value) if eq else key in labels
             return True
 
         return [copy.deepcopy(o) for o in self.objects.values()
                 if o.get("kind") == resource.kind and selected(o)]
 
     async def list_with_version(self, resource: Resource, label_selector: str | None = None,
-                                namespace: str | None = None
+                                namespace: str | None = None, field_selector: str | None = None
                                 ) -> tuple[list[dict[str, Any]], str]:
-        return await self.list(resource, label_selector, namespace), str(next(self._versions))
+        return (await self.list(resource, label_selector, namespace, field_selector),
+                str(next(self._versions)))
 
     def queued(self, priority: int) -> int:
         return self.queued_events if priority == 2 else 0

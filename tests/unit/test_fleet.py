@@ -143,3 +143,12 @@ def test_simulated_manager_sends_a_job_to_the_free_cluster_where_round_robin_wai
                for m in ("manager", "round-robin", "independent")}
     assert results["manager"].mean_wait < results["round-robin"].mean_wait
     assert results["round-robin"].mean_wait > 300 > results["manager"].mean_wait
+
+
+def test_gangs_that_ask_for_no_room_spread_over_equal_workers() -> None:
+    workers = [worker("w1", 8), Worker("w2", worker("w2", 8).capacity, sent=1)]
+    queue = [wrapper(f"cm{i}", seen=float(i)) for i in range(5)]  # nothing to place
+    chosen = [a.cluster for _, a in dispatch(queue, workers, now=10.0)
+              if isinstance(a, Chosen)]
+    # w2 holds one already: w1 first, then turn about.
+    assert chosen == ["w1", "w1", "w2", "w1", "w2"]

@@ -4,7 +4,8 @@ A worker can take a gang when the gang fits there whole, now, per node (the same
 as a single cluster's admission), within what the worker's quota still allows, and the
 worker is reachable and carries the labels the wrapper asks for. Of those, best fit: the one
 left with the least free of the resources the gang asks beyond cpu and memory (its GPUs),
-so big free clusters stay whole for big gangs; ties go to the least free cpu, then name.
+so big free clusters stay whole for big gangs; ties go to the least free cpu, then to the
+worker with the fewest wrappers sent (gangs that ask for no room spread out), then name.
 When none can, the answer names every worker and the best it has.
 """
 
@@ -39,6 +40,8 @@ class Worker:
     #: What the worker's quota still lets in, per resource; None: no limit.
     quota: Mapping[str, int] | None = None
     reachable: bool = True
+    #: Wrappers the manager has sent there and that have not finished.
+    sent: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
 
     Nothing is taken from any worker's capacity: the caller takes the placements from the
     chosen worker's (``take``)."""
-    fits: list[tuple[tuple[int, int, str], Chosen]] = []
+    fits: list[tuple[tuple[int, int, int, str], Chosen]] = []
     why: list[str] = []
     wanted = demand(gang)
     for w in sorted(workers, key=lambda w: w.name):
@@ -91,7 +94,7 @@ def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
         if isinstance(result, Shortfall):
             why.append(f"{w.name}: {_best(gang, w.capacity, result)}")
             continue
-        fits.append((_leftover(trial, wanted, w.name), Chosen(w.name, tuple(result))))
+        fits.append((_leftover(trial, wanted, w), Chosen(w.name, tuple(result))))
     if fits:
         return min(fits, key=lambda f: f[0])[1]
     if not why:
@@ -142,10 +145,11 @@ def _largest_asks(gang: Sequence[GangPodSet]) -> list[tuple[str, int]]:
     return sorted(asks.items(), key=lambda a: (a[0] in _COMMON, a[0]))
 
 
-def _leftover(after: Capacity, wanted: Mapping[str, int], name: str) -> tuple[int, int, str]:
+def _leftover(after: Capacity, wanted: Mapping[str, int], w: Worker
+              ) -> tuple[int, int, int, str]:
     scarce = [r for r in wanted if r not in _COMMON]
     return (sum(after.free_total.get(r, 0) for r in scarce),
-            after.free_total.get("cpu", 0), name)
+            after.free_total.get("cpu", 0), w.sent, w.name)
 
 
 def unbound(gang: Sequence[GangPodSet], bound: int) -> list[GangPodSet]:
@@ -172,17 +176,19 @@ def dispatch(queue: Iterable[QueuedWrapper], workers: Sequence[Worker], now: flo
     """One cycle: each valid wrapper in queue order goes to a worker or is told why not;
     the room (and quota) a chosen one takes is gone for the wrappers after it."""
     quotas = {w.name: dict(w.quota) if w.quota is not None else None for w in workers}
+    sent = {w.name: w.sent for w in workers}
     out: list[tuple[QueuedWrapper, Chosen | NoneFits]] = []
     for w in order(queue, now):
         if w.invalid is not None:
             out.append((w, NoneFits(w.invalid)))
             continue
-        current = [Worker(x.name, x.capacity, x.labels, quotas[x.name], x.reachable)
-                   for x in workers]
+        current = [Worker(x.name, x.capacity, x.labels, quotas[x.name], x.reachable,
+                          sent[x.name]) for x in workers]
         answer = choose(w.gang, current, (selectors or {}).get(w.key))
         if isinstance(answer, Chosen):
             picked = next(x for x in current if x.name == answer.cluster)
             take(picked, answer)
+            sent[answer.cluster] += 1
             left = quotas[answer.cluster]
             if left is not None:
                 for r, v in w.demand.items():

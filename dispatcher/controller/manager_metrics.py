@@ -1,0 +1,106 @@
+"""The manager's metrics, per worker cluster, and its /metrics and /healthz.
+
+One label set per registered WorkerCluster (label `cluster`); a worker no longer registered
+loses its series, so the series stay bounded by the number of WorkerClusters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+
+from dispatcher.wording import span
+
+from .metrics import PREFIX, exposition
+
+log = logging.getLogger("dispatcher.manager")
+
+
+@dataclass(frozen=True)
+class WorkerFigures:
+    sent: int  # wrappers the manager has sent there, not finished
+    reachable: bool
+    free_gpus: int  # free now, less what the wrappers sent there still need
+
+
+class ManagerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.clock = clock
+        self.sent = Gauge(f"{PREFIX}_worker_wrappers_sent", "AppWrappers the manager has "
+                          "sent to the worker cluster and that have not finished.",
+                          ["cluster"], registry=r)
+        self.reachable = Gauge(f"{PREFIX}_worker_reachable", "1 when the worker cluster's "
+                               "API server answered the manager's last look, else 0.",
+                               ["cluster"], registry=r)
+        self.free_gpus = Gauge(f"{PREFIX}_worker_free_gpus", "GPUs free in the worker "
+                               "cluster, less what the wrappers sent there still need.",
+                               ["cluster"], registry=r)
+        self.last_pass = Gauge(f"{PREFIX}_manager_last_pass_timestamp_seconds",
+                               "When the manager last finished a pass, in seconds since the "
+                               "epoch.", registry=r)
+        self._known: set[str] = set()
+        self.passed_at: float | None = None
+
+    def observe(self, workers: Mapping[str, WorkerFigures]) -> None:
+        for gone in self._known - set(workers):
+            for gauge in (self.sent, self.reachable, self.free_gpus):
+                gauge.remove(gone)
+        self._known = set(workers)
+        for name, f in workers.items():
+            self.sent.labels(name).set(f.sent)
+            self.reachable.labels(name).set(1 if f.reachable else 0)
+            self.free_gpus.labels(name).set(f.free_gpus)
+        self.last_pass.set(time.time())
+        self.passed_at = self.clock()
+
+
+class ManagerServer:
+    """/metrics and /healthz: healthy while passes finish within `max_age` seconds."""
+
+    def __init__(self, metrics: ManagerMetrics, port: int, host: str = "0.0.0.0",
+                 max_age: float = 120.0) -> None:
+        self.metrics = metrics
+        self.port = port
+        self.host = host
+        self.max_age = max_age
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port).start()
+        self._runner = runner
+        log.info("serving /metrics and /healthz on port %d", self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def health(self) -> tuple[bool, str]:
+        at = self.metrics.passed_at
+        if at is None:
+            return False, "starting: no pass over the worker clusters finished yet"
+        age = self.metrics.clock() - at
+        if age > self.max_age:
+            return False, (f"the manager has not finished a pass for {span(age)} "
+                           f"(limit {span(self.max_age)})")
+        return True, "ok"
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return exposition(self.metrics.registry, request.headers.get("Accept", ""))
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        ok, text = self.health()
+        return web.Response(status=200 if ok else 503, text=text)

@@ -1,0 +1,176 @@
+"""What the manager does with a wrapper it sent, from the copy its worker holds.
+
+A sent wrapper names its worker (the target, recorded before the copy is made). In each
+pass, from the worker's last look:
+
+- no copy: make it (the second step of the fence; a manager that died between the two
+  steps makes it now, one that died after both finds it here and adopts it);
+- a copy being deleted, or one of an earlier wrapper of that name: wait until it is gone;
+- a copy the worker requeued or failed: take the wrapper back to the manager's queue, so it
+  may go to another worker (its copy is then no longer sent there and is deleted), unless
+  the wrapper's requeue limit is reached: then it fails in the manager too;
+- otherwise: mirror the copy's status to the manager's wrapper when it differs (all of it
+  but the requeue count, which is the manager's: copies start from none).
+
+A worker is lost when it has not answered for longer than the grace, or is no longer
+registered: its wrappers are taken back the same way, and their copies deleted when it
+answers again (strays). Events of a copy are mirrored to its wrapper once each, a bounded
+number per pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.api.labels import MANAGER_UID_LABEL
+
+#: The worker's own count of requeues of its copy: not mirrored (the manager keeps its own).
+REQUEUES = "numberOfRequeueings"
+#: At most this many Events of one copy are mirrored in one pass (the newest).
+EVENTS_PER_PASS = 10
+
+Status = Mapping[str, Any]
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class Make:
+    """No copy yet: make it."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A copy of the name is on its way out: make ours once it is gone."""
+
+
+@dataclass(frozen=True)
+class Mirror:
+    status: dict[str, Any]  # what to write on the manager's wrapper
+
+
+@dataclass(frozen=True)
+class TakeBack:
+    status: dict[str, Any]  # the manager's wrapper, queued again
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    status: dict[str, Any]  # the manager's wrapper, failed for good
+
+
+Step = Make | Wait | Mirror | TakeBack | GiveUp | None
+
+
+def requeued(mine: Status, message: str) -> dict[str, Any]:
+    """The manager's wrapper back in its queue: Pending, nothing running, one more requeue."""
+    return {"state": "Pending", "message": message, "running": 0, "pending": 0,
+            REQUEUES: int(mine.get(REQUEUES) or 0) + 1}
+
+
+def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | None,
+         max_requeues: int) -> Step:
+    """What to do with a sent wrapper whose worker answers, given its copy there.
+
+    `max_requeues` is the wrapper's spec.schedulingSpec.requeuing.maxNumRequeuings
+    (0: no limit)."""
+    if copy is None:
+        return Make()
+    meta = copy.get("metadata") or {}
+    if meta.get("deletionTimestamp") or \
+            (meta.get("labels") or {}).get(MANAGER_UID_LABEL) != manager_uid:
+        return Wait()
+    theirs: Status = copy.get("status") or {}
+    what = ("failed" if theirs.get("state") == "Failed"
+            else "requeued" if int(theirs.get(REQUEUES) or 0) > 0 else None)
+    if what is not None:
+        why = f"worker cluster {worker} {what} it"
+        if theirs.get("message"):
+            why += f": {theirs['message']}"
+        done = int(mine.get(REQUEUES) or 0)
+        if max_requeues and done >= max_requeues:
+            final = {**theirs, "state": "Failed", REQUEUES: done, "message": (
+                f"failed: {why}; requeued {done} time(s), the limit "
+                "(spec.schedulingSpec.requeuing.maxNumRequeuings)")}
+            return GiveUp(final) if _differs(mine, final) else None
+        return TakeBack(requeued(mine, f"requeued: {why}"))
+    mirrored = {k: v for k, v in theirs.items() if k != REQUEUES}
+    return Mirror(mirrored) if _differs(mine, mirrored) else None
+
+
+def _differs(mine: Status, theirs: Status) -> bool:
+    return any(mine.get(k) != v for k, v in theirs.items())
+
+
+def lost(target: str, registered: Collection[str], down_since: Mapping[str, float],
+         now: float, grace: float) -> bool:
+    """The worker has not answered for longer than the grace, or is not registered."""
+    if target not in registered:
+        return True
+    since = down_since.get(target)
+    return since is not None and now - since > grace
+
+
+def lost_message(target: str, registered: Collection[str], grace: float) -> str:
+    if target in registered:
+        return f"requeued: worker cluster {target} did not answer for over {grace:.0f}s"
+    return f"requeued: worker cluster {target} is not registered"
+
+
+def strays(held: Mapping[Key, Mapping[str, Any]], worker: str,
+           sent_to: Mapping[str, str]) -> list[tuple[Key, str]]:
+    """The copies in `worker` whose wrapper is not sent there now (deleted, requeued, sent
+    elsewhere), as (key, copy uid): to delete, fenced on that uid.
+
+    `sent_to` maps the uid of each sent manager wrapper to its target."""
+    out = []
+    for key, copy in sorted(held.items()):
+        meta = copy.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        uid = (meta.get("labels") or {}).get(MANAGER_UID_LABEL, "")
+        if sent_to.get(uid) != worker:
+            out.append((key, str(meta.get("uid", ""))))
+    return out
+
+
+def new_events(events: Iterable[Mapping[str, Any]], copy_uid: str, mirrored: Collection[str],
+               limit: int = EVENTS_PER_PASS) -> list[Mapping[str, Any]]:
+    """The Events of the copy not mirrored yet, oldest first, at most the newest `limit`."""
+    mine = [e for e in events
+            if (e.get("involvedObject") or {}).get("uid") == copy_uid
+            and (e.get("metadata") or {}).get("uid") not in mirrored]
+    mine.sort(key=_when)
+    return mine[-limit:] if limit > 0 else []
+
+
+def mirrored_event(event: Mapping[str, Any], worker: str, wrapper: Mapping[str, Any]
+                   ) -> dict[str, Any]:
+    """The worker's Event as one on the manager's wrapper. Its name comes from the worker
+    Event's uid, so a manager that restarts and mirrors it again is refused (409)."""
+    meta = wrapper["metadata"]
+    uid = str((event.get("metadata") or {}).get("uid", ""))
+    when = _when(event)
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name'][:200]}.{uid[:36]}",
+                     "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": wrapper.get("apiVersion",
+                                                     "workload.codeflare.dev/v1beta1"),
+                           "kind": "AppWrapper", "name": meta["name"],
+                           "namespace": meta["namespace"], "uid": meta["uid"]},
+        "reason": event.get("reason", ""),
+        "message": f"[{worker}] {event.get('message', '')}"[:1024],
+        "type": event.get("type", "Normal"),
+        "count": int(event.get("count") or 1),
+        "firstTimestamp": event.get("firstTimestamp") or when or None,
+        "lastTimestamp": event.get("lastTimestamp") or when or None,
+        "source": {"component": "dispatcher-manager"},
+    }
+
+
+def _when(event: Mapping[str, Any]) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime")
+               or event.get("firstTimestamp") or "")
+

@@ -1,0 +1,345 @@
+"""`dispatcher run --manager` against stand-in API servers: one manager, two workers.
+
+- The fence: the manager's wrapper names its worker before the copy is made; a manager
+  restarted at any point adopts the copy it finds and never makes a second.
+- A worker silent past the grace: its wrappers go back to the queue and on to the other
+  worker; its stale copy is deleted in the first pass it answers again.
+- A copy the worker requeues or fails goes back to the manager's queue (its copy deleted),
+  or fails in the manager once the wrapper's requeue limit is reached.
+- The copy's status and Events come back to the manager's wrapper, once each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
+from dispatcher.controller.kube import ApiError, Resource
+from dispatcher.controller.manager import Manager, ManagerSettings
+from dispatcher.controller.workers import WorkerLink, digest
+from dispatcher.fleet.copies import EVENTS_PER_PASS
+
+from .fake_kube import FakeKube
+from .test_runtime import appwrapper, job, node
+
+GRACE = 60.0
+AW_PATH = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers"
+
+
+class Worker(FakeKube):
+    """A worker's API server that can stop answering, and can tell when a copy is made."""
+
+    def __init__(self, name: str, gpus: int = 8) -> None:
+        super().__init__()
+        self.name = name
+        self.server = f"https://{name}.example"
+        self.down = False
+        self.on_copy: list[Any] = []
+        self.put(node(f"{name}-n0", gpus))
+
+    async def list(self, resource: Resource, label_selector: str | None = None,
+                   namespace: str | None = None, field_selector: str | None = None
+                   ) -> list[dict[str, Any]]:
+        if self.down:
+            raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
+        return await super().list(resource, label_selector, namespace, field_selector)
+
+    async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        if self.down:
+            raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
+        if method == "POST" and path == AW_PATH:
+            for hook in self.on_copy:
+                hook(body)
+        return await super().request(method, path, body, **kw)
+
+    def copy(self, name: str) -> dict[str, Any] | None:
+        return self.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", name)
+
+    def copies_made(self) -> int:
+        return sum(1 for m, p in self.writes if m == "POST" and p == AW_PATH)
+
+
+class Fleet:
+    def __init__(self, *workers: Worker) -> None:
+        self.now = 1000.0
+        self.manager = FakeKube(lambda: self.now)
+        self.workers = {w.name: w for w in workers}
+        for w in workers:
+            self.manager.put({"apiVersion": "v1", "kind": "Secret",
+                              "metadata": {"name": w.name, "namespace": "fleet"},
+                              "data": {"kubeconfig": base64.b64encode(
+                                  w.name.encode()).decode()}})
+            self.manager.put({"apiVersion": "workload.codeflare.dev/v1beta1",
+                              "kind": "WorkerCluster", "metadata": {"name": w.name},
+                              "spec": {"kubeconfigSecret": {"name": w.name,
+                                                            "namespace": "fleet"}}})
+        self.process = self.start()
+
+    def start(self) -> Manager:
+        """A manager process (again): nothing kept but what the API servers hold."""
+        async def connect(worker: Mapping[str, Any], kubeconfig: bytes, _: Path
+                          ) -> WorkerLink:
+            name = worker["metadata"]["name"]
+            return WorkerLink(name, {}, self.workers[name],  # type: ignore[arg-type]
+                              digest(kubeconfig))
+
+        return Manager(self.manager, ManagerSettings(grace=GRACE),  # type: ignore[arg-type]
+                       Path("/nonexistent"), clock=lambda: self.now, wall=lambda: self.now,
+                       link=connect)
+
+    def cycle(self, passes: int = 1) -> None:
+        for _ in range(passes):
+            asyncio.run(self.process.cycle())
+
+    def submit(self, name: str, pods: int = 1, gpus: int = 8, **spec: Any) -> None:
+        self.manager.put(appwrapper(name, job(name, pods, gpus), **spec))
+
+    def wrapper(self, name: str) -> dict[str, Any]:
+        aw = self.manager.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", name)
+        assert aw is not None
+        return aw
+
+    def target(self, name: str) -> str | None:
+        return (self.wrapper(name)["metadata"].get("labels") or {}).get(CLUSTER_LABEL)
+
+    def holding(self, name: str) -> set[str]:
+        return {w.name for w in self.workers.values() if w.copy(name) is not None}
+
+
+def test_the_target_is_recorded_before_the_copy_is_made() -> None:
+    fleet = Fleet(Worker("w1"))
+    seen: list[str | None] = []
+    fleet.workers["w1"].on_copy.append(lambda body: seen.append(fleet.target("a")))
+    fleet.submit("a")
+    fleet.cycle()
+    assert seen == ["w1"]
+    copy = fleet.workers["w1"].copy("a")
+    assert copy is not None
+    assert copy["metadata"]["labels"][MANAGER_UID_LABEL] == fleet.wrapper("a")["metadata"]["uid"]
+
+
+def test_a_manager_restarted_between_the_two_steps_makes_the_copy_once() -> None:
+    fleet = Fleet(Worker("w1"))
+    w1 = fleet.workers["w1"]
+    # The copy's POST fails: the manager died after recording the target.
+    w1.fail_next[("POST", AW_PATH)] = [ApiError(500, "InternalError", "boom")]
+    fleet.submit("a")
+    fleet.cycle()
+    assert fleet.target("a") == "w1" and w1.copy("a") is None
+    fleet.process = fleet.start()
+    fleet.cycle(3)
+    assert fleet.holding("a") == {"w1"} and w1.copies_made() == 1
+
+
+def test_a_copy_made_whose_answer_was_lost_is_adopted_not_made_again() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    w1 = fleet.workers["w1"]
+    w1.lost_answer[("POST", AW_PATH)] = [ApiError(504, "Timeout", "no answer")]
+    fleet.submit("a")
+    fleet.cycle()
+    made = w1.copy("a")
+    assert made is not None
+    for _ in range(2):
+        fleet.process = fleet.start()  # and restarted, twice
+        fleet.cycle(2)
+    assert fleet.holding("a") == {"w1"} and w1.copies_made() == 1
+    assert w1.copy("a") == made
+
+
+def test_a_worker_silent_past_the_grace_loses_its_wrappers_and_its_copy_on_return() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    fleet.submit("a")
+    fleet.cycle()
+    first = fleet.target("a")
+    assert first is not None
+    other = next(w for w in fleet.workers if w != first)
+    gone = fleet.workers[first]
+    gone.down = True
+    fleet.cycle()
+    fleet.now += GRACE / 2
+    fleet.cycle()
+    assert fleet.target("a") == first  # within the grace: left where it is
+    fleet.now += GRACE
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert fleet.target("a") is None
+    assert status["state"] == "Pending" and status["numberOfRequeueings"] == 1
+    assert f"worker cluster {first} did not answer for over 60s" in status["message"]
+    fleet.cycle()
+    assert fleet.target("a") == other and fleet.holding("a") == {first, other}
+    gone.down = False
+    fleet.cycle()  # one pass after it answers: its stale copy is gone
+    assert fleet.holding("a") == {other} and fleet.target("a") == other
+
+
+def requeue_copy(worker: Worker, name: str, **status: Any) -> None:
+    copy = worker.copy(name)
+    assert copy is not None
+    copy["status"] = {"state": "Pending", "numberOfRequeueings": 1,
+                      "message": "pods failed to start", **status}
+
+
+def test_a_copy_requeued_in_its_worker_goes_back_to_the_managers_queue() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2", gpus=4))
+    fleet.submit("a")  # 8 GPUs: only w1 has them
+    fleet.cycle()
+    requeue_copy(fleet.workers["w1"], "a")
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert fleet.target("a") is None and fleet.holding("a") == set()
+    assert status["message"] == "requeued: worker cluster w1 requeued it: pods failed to start"
+    assert status["numberOfRequeueings"] == 1
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
+    assert fleet.wrapper("a")["status"]["numberOfRequeueings"] == 1
+
+
+def test_a_failed_copy_is_taken_back_until_the_wrappers_requeue_limit() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a", schedulingSpec={"requeuing": {"maxNumRequeuings": 1}})
+    fleet.cycle()
+    w1 = fleet.workers["w1"]
+    requeue_copy(w1, "a", state="Failed", numberOfRequeueings=0, message="boom")
+    fleet.cycle(3)  # taken back, copy deleted, sent again
+    assert fleet.wrapper("a")["status"]["numberOfRequeueings"] == 1
+    assert fleet.target("a") == "w1" and w1.copies_made() == 2
+    requeue_copy(w1, "a", state="Failed", numberOfRequeueings=0, message="boom")
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert status["state"] == "Failed" and "requeued 1 time(s), the limit" in status["message"]
+    writes = fleet.manager.status_writes("a")
+    fleet.cycle(3)  # failed for good: nothing more is written or made
+    assert fleet.manager.status_writes("a") == writes and w1.copies_made() == 2
+
+
+def test_status_comes_back_without_the_workers_requeue_count_and_only_when_changed() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    fleet.cycle()
+    copy = fleet.workers["w1"].copy("a")
+    assert copy is not None
+    copy["status"] = {"state": "Running", "running": 1, "numberOfRequeueings": 0}
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert status["state"] == "Running" and status["running"] == 1
+    writes = fleet.manager.status_writes("a")
+    fleet.cycle(3)
+    assert fleet.manager.status_writes("a") == writes
+
+
+def event(uid: str, copy: Mapping[str, Any], when: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"e{uid}", "namespace": "team", "uid": uid},
+            "involvedObject": {"kind": "AppWrapper", "name": copy["metadata"]["name"],
+                               "namespace": "team", "uid": copy["metadata"]["uid"]},
+            "reason": "Dispatched", "message": f"event {uid}", "type": "Normal",
+            "lastTimestamp": f"2027-01-15T08:00:{when:02d}Z"}
+
+
+def mirrored(fleet: Fleet) -> list[str]:
+    return sorted(e["message"] for e in fleet.manager.of_kind("Event"))
+
+
+def test_a_copys_events_are_mirrored_once_each_and_a_bounded_number_per_pass() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    fleet.cycle()
+    w1 = fleet.workers["w1"]
+    copy = w1.copy("a")
+    assert copy is not None
+    for i in range(EVENTS_PER_PASS + 2):
+        w1.put(event(f"u{i:02d}", copy, i))
+    fleet.cycle()
+    first = mirrored(fleet)
+    assert len(first) == EVENTS_PER_PASS and "[w1] event u11" in first
+    on_manager = next(e for e in fleet.manager.of_kind("Event"))
+    assert on_manager["involvedObject"]["uid"] == fleet.wrapper("a")["metadata"]["uid"]
+    fleet.cycle()
+    assert len(mirrored(fleet)) == EVENTS_PER_PASS + 2
+    def posts() -> int:
+        return sum(1 for m, p in fleet.manager.writes if m == "POST" and "/events" in p)
+
+    before = posts()
+    fleet.cycle()
+    assert posts() == before  # nothing new: nothing sent
+    fleet.process = fleet.start()  # a restarted manager does not mirror them twice
+    fleet.cycle(2)
+    assert len(mirrored(fleet)) == EVENTS_PER_PASS + 2
+    before = posts()
+    fleet.cycle()
+    assert posts() == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["cycle", "restart", "w1 down", "w1 up", "w2 down",
+                                 "w2 up", "wait", "requeue", "lost answer"]),
+                min_size=1, max_size=25))
+def test_answering_workers_hold_a_copy_only_where_the_wrapper_is_sent(steps: list[str]
+                                                                       ) -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    fleet.submit("a")
+    for s in steps:
+        if s == "cycle":
+            fleet.cycle()
+        elif s == "restart":
+            fleet.process = fleet.start()
+        elif s == "wait":
+            fleet.now += GRACE + 1
+        elif s == "requeue":
+            for w in fleet.workers.values():
+                if w.copy("a") is not None and not w.down:
+                    requeue_copy(w, "a")
+        elif s == "lost answer":
+            for w in fleet.workers.values():
+                w.lost_answer[("POST", AW_PATH)] = [ApiError(504, "Timeout", "no answer")]
+        else:
+            name, what = s.split()
+            fleet.workers[name].down = what == "down"
+        if s != "cycle":
+            continue
+        target = fleet.target("a")
+        answering = {w.name for w in fleet.workers.values() if not w.down}
+        assert fleet.holding("a") & answering <= ({target} if target else set())
+
+
+def sample(fleet: Fleet, metric: str, cluster: str) -> float | None:
+    return fleet.process.metrics.registry.get_sample_value(metric, {"cluster": cluster})
+
+
+def test_metrics_per_worker_say_sent_reachable_and_free_gpus_and_go_with_the_worker() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2", gpus=4))
+    fleet.submit("a", gpus=6)  # only w1 has 6
+    fleet.cycle(2)
+    assert sample(fleet, "dispatcher_worker_wrappers_sent", "w1") == 1
+    assert sample(fleet, "dispatcher_worker_free_gpus", "w1") == 2  # held for its pod
+    assert sample(fleet, "dispatcher_worker_free_gpus", "w2") == 4
+    fleet.workers["w2"].down = True
+    fleet.cycle()
+    assert sample(fleet, "dispatcher_worker_reachable", "w2") == 0
+    assert sample(fleet, "dispatcher_worker_reachable", "w1") == 1
+    del fleet.manager.objects["/apis/workload.codeflare.dev/v1beta1/workerclusters/w2"]
+    fleet.cycle()
+    for metric in ("dispatcher_worker_wrappers_sent", "dispatcher_worker_reachable",
+                   "dispatcher_worker_free_gpus"):
+        assert sample(fleet, metric, "w2") is None
+
+
+def test_the_managers_health_is_its_passes() -> None:
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+
+    now = [0.0]
+    metrics = ManagerMetrics(clock=lambda: now[0])
+    server = ManagerServer(metrics, port=0, max_age=120)
+    assert server.health() == (False, "starting: no pass over the worker clusters finished yet")
+    metrics.observe({})
+    assert server.health()[0]
+    now[0] = 500.0
+    ok, why = server.health()
+    assert not ok and "has not finished a pass for" in why
