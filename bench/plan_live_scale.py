@@ -4,7 +4,8 @@ their pods), 10,000 pending AppWrappers, and one AppWrapper submitted. The issue
 for the whole answer is 2 s; the listing through the API server comes on top.
 
 The CPU time is printed beside the wall time: on a shared machine it is the steadier of
-the two.
+the two; the load average says how shared. The two replays inside stop on wall time
+(`dispatcher.whatif.LIMITS`), so on a loaded machine they get less of the CPU.
 
 Usage: python bench/plan_live_scale.py [--queued 10000] [--nodes 1000] [--policy reserve]
 """
@@ -12,6 +13,7 @@ Usage: python bench/plan_live_scale.py [--queued 10000] [--nodes 1000] [--policy
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from typing import Any
@@ -31,7 +33,9 @@ def appwrapper(name: str, pods: int, gpus: int, running: bool = False) -> dict[s
                "containers": [{"name": "c", "resources": {"limits": {GPU: gpus}}}]}}}}
     obj: dict[str, Any] = {
         "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-        "metadata": {"name": name, "namespace": "bench", "creationTimestamp": CREATED},
+        # As listed: the API server gives every object a uid.
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}",
+                     "creationTimestamp": CREATED},
         "spec": {"resources": {"GenericItems": [{"generictemplate": job}]}}}
     if running:
         obj["status"] = {"state": "Running", "queuejobstate": "Running"}
@@ -85,9 +89,10 @@ def main() -> None:
     answer = what_if(live, mine, load_policy(args.policy), "per-node", NOW)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     (a,) = answer.answers
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{args.queued:,} pending x {args.nodes:,} nodes, policy {args.policy}: "
-          f"{seconds:.2f} s ({cpu:.2f} s of CPU); {a.decision.decision}, estimate "
-          f"{a.estimate}, {len(a.delays)} delayed")
+          f"{seconds:.2f} s ({cpu:.2f} s of CPU; load average {load}); "
+          f"{a.decision.decision}, estimate {a.estimate}, {len(a.delays)} delayed")
 
 
 if __name__ == "__main__":

@@ -170,6 +170,17 @@ def pod_set_from_spec(name: str, count: int, spec: object, path: str) -> PodSet:
     return PodSet(name, count, request, constraints_of(pod_spec, path))
 
 
+# Wrappers of one shape carry the same pod template (a thousand jobs of one container of 8
+# GPUs), and reading ten thousand of them at once (`plan --live`) would work out the same
+# pod set for each: a template's pod set is remembered by the template as written -- its
+# repr: every value with its type, in order -- for the few hundred shapes a cluster has.
+# Only a template read from YAML or JSON (plain dicts, whose repr is faithful) and of a
+# modest size is remembered; a template that is refused is worked out each time.
+_REMEMBERED = 1024
+_LONGEST = 16_384  # characters of repr
+_pod_sets: dict[tuple[str, int, str, str], PodSet] = {}
+
+
 def pod_set_from_template(
     name: str, count: int, template: Mapping[str, Any] | None, *, path: str = "template"
 ) -> PodSet:
@@ -179,6 +190,22 @@ def pod_set_from_template(
     `path` locates the template in the wrapped object ("" for a Pod, which is its own
     template) so that errors name the exact field.
     """
+    if type(template) is not dict:
+        return _pod_set_from_template(name, count, template, path)
+    key = (name, count, path, repr(template))
+    if len(key[3]) > _LONGEST:
+        return _pod_set_from_template(name, count, template, path)
+    found = _pod_sets.get(key)
+    if found is None:
+        found = _pod_set_from_template(name, count, template, path)
+        if len(_pod_sets) >= _REMEMBERED:
+            _pod_sets.clear()
+        _pod_sets[key] = found
+    return found
+
+
+def _pod_set_from_template(name: str, count: int, template: Mapping[str, Any] | None,
+                           path: str) -> PodSet:
     tmpl = {} if template is None else as_map(template, _split(path) or ("object",))
     pod_set = pod_set_from_spec(name, count, tmpl.get("spec"), f"{path}.spec" if path else "spec")
     metadata = child_map(tmpl, "metadata", _split(path))

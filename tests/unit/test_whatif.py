@@ -4,6 +4,7 @@ would preempt, which quota it would borrow and what it would delay."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,3 +246,26 @@ def test_the_kubectl_plugin_plans_on_the_live_cluster(
     with pytest.raises(SystemExit):
         kubectl_plugin(["plan", "--kubeconfig", str(kubeconfig)])
     assert "-f/--filename" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_answer_is_read_without_the_cycle_collector_and_leaves_it_as_it_was(
+        enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its passes over the thousands of wrappers read cost as much as reading them."""
+    from dispatcher import whatif
+    from dispatcher.policy_files import load_policy
+
+    seen: list[bool] = []
+    read = whatif.appwrappers_from_documents
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(whatif, "appwrappers_from_documents", reading)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        whatif.what_if(whatif.Live([], []), [], load_policy("fifo"), "per-node", 0.0)
+        assert seen == [False, False] and gc.isenabled() is enabled
+    finally:
+        gc.enable()
