@@ -102,7 +102,7 @@ def _plan_fleet(args: argparse.Namespace, named: list[tuple[str, Path] | None]) 
         config = load_config(args.config)
         now = _now(args.now)
         workers = fleet_plan.load_workers(snapshots,
-                                          fleet_plan.worker_labels(args.worker_labels))
+                                          fleet_plan.worker_labels(args.worker_labels), now)
         loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
                                        config.allowed_kinds)
     except (plan.InputError, ConfigError) as e:
@@ -111,7 +111,7 @@ def _plan_fleet(args: argparse.Namespace, named: list[tuple[str, Path] | None]) 
     except ValueError as e:  # a --now that is not a date
         print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
-    sent = fleet_plan.plan_fleet(workers, loaded, now)
+    sent = fleet_plan.plan_fleet(workers, loaded, now, args.fit, config.topology_levels)
     print(fleet_plan.to_json(sent) if args.output == "json"
           else fleet_plan.to_table(sent, workers))
     return 0
@@ -229,6 +229,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _run_manager(args: argparse.Namespace) -> int:
     import asyncio
 
+    from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.manager import ManagerSettings, manage
@@ -243,8 +244,14 @@ def _run_manager(args: argparse.Namespace) -> int:
         print(f"dispatcher run: --metrics-port {args.metrics_port} is not a port (0-65535)",
               file=sys.stderr)
         return EXIT_INPUT
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
+        return EXIT_INPUT
     settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace,
-                               metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+                               metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                               fit=args.fit, topology=config.topology_levels)
 
     async def run() -> int:
         return await manage(settings, stop_on_signals())
@@ -493,8 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "Secret (default: $POD_NAMESPACE, the pod's, else dispatcher-system)")
     add_webhook_arguments(r, "--webhook-")
     r.add_argument("--config", metavar="CONFIG.yaml",
-                   help="the installation's configuration (allowedKinds); default: the "
-                   "built-in list of kinds")
+                   help="the installation's configuration (allowedKinds, topology.levels: "
+                   "with --manager, the levels a gang's rack is sought by in each worker); "
+                   "default: the built-in list of kinds")
     r.add_argument("--require-creator", action="store_true",
                    help="fail, at dispatch, AppWrappers with no creator recorded by the "
                    "webhook (set it once the webhook is installed: deploy/ does); a "

@@ -2,8 +2,10 @@
 AppWrapper to, from a snapshot of each worker, or why none can (each worker's best).
 
 The same cycle as `dispatcher run --manager` (dispatcher.fleet.dispatch): queue order
-(highest effective priority, then first come), best fit, each choice taking its room from
-its worker before the next wrapper's.
+(highest effective priority, then first come), best fit, each choice taking its room and
+quota from its worker before the next wrapper's. A worker's file holds its Nodes and Pods,
+its QuotaSubtrees, and may hold its AppWrappers: those admitted there count against its
+quota as its dispatcher counts them; the others wait in its own queue and count for nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from dispatcher.admission import admitted_records, is_admitted
+from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.fit import Capacity
+from dispatcher.fit.rules import NO_TOPOLOGY, Fit
+from dispatcher.fit.topology import Topology
 from dispatcher.fleet import (
     CLUSTER_SELECTOR_ANNOTATION,
     Chosen,
@@ -21,8 +28,9 @@ from dispatcher.fleet import (
     Worker,
     dispatch,
     parse_selector,
+    worker_ledger,
 )
-from dispatcher.plan import InputError, Loaded, load_cluster
+from dispatcher.plan import InputError, Loaded, cluster_from_documents, read_documents
 
 #: A worker cluster's name (a DNS label, as a WorkerCluster's).
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -61,7 +69,7 @@ def worker_labels(texts: Sequence[str]) -> dict[str, dict[str, str]]:
 
 
 def load_workers(snapshots: Sequence[tuple[str, Path]],
-                 labels: Mapping[str, Mapping[str, str]]) -> list[Worker]:
+                 labels: Mapping[str, Mapping[str, str]], now: float) -> list[Worker]:
     names = [n for n, _ in snapshots]
     if len(set(names)) != len(names):
         raise InputError("--cluster: each worker cluster is named once (NAME=FILE); "
@@ -70,11 +78,31 @@ def load_workers(snapshots: Sequence[tuple[str, Path]],
     if unknown:
         raise InputError(f"--worker-labels names {', '.join(unknown)}, not given as "
                          "--cluster NAME=FILE")
-    return [Worker(name, Capacity.of(load_cluster([path])), dict(labels.get(name, {})))
-            for name, path in snapshots]
+    return [load_worker(name, path, labels.get(name, {}), now) for name, path in snapshots]
 
 
-def plan_fleet(workers: Sequence[Worker], loaded: Loaded, now: float) -> list[Sent]:
+def load_worker(name: str, path: Path, labels: Mapping[str, str], now: float) -> Worker:
+    """A worker from its snapshot: free room, and its quota with what its admitted
+    AppWrappers use of it."""
+    subtrees: list[Mapping[str, Any]] = []
+    wrappers: list[AppWrapper] = []
+    rest = []
+    for doc in read_documents(path):
+        if doc.obj.get("kind") != "AppWrapper":
+            rest.append(doc)
+            continue
+        try:
+            wrappers.append(parse_appwrapper(doc.obj))
+        except InvalidSpec as e:
+            raise InputError(f"{doc.where}: not a usable AppWrapper: {e}") from e
+    state = cluster_from_documents(rest, subtrees)
+    admitted = admitted_records([aw for aw in wrappers if is_admitted(aw)], state, now)
+    return Worker(name, Capacity.of(state), dict(labels),
+                  worker_ledger(subtrees, admitted, (), now))
+
+
+def plan_fleet(workers: Sequence[Worker], loaded: Loaded, now: float,
+               fit: Fit = "per-node", topology: Topology = NO_TOPOLOGY) -> list[Sent]:
     selectors: dict[tuple[str, str], dict[str, str]] = {}
     refused: list[Sent] = []
     queue = []
@@ -88,7 +116,7 @@ def plan_fleet(workers: Sequence[Worker], loaded: Loaded, now: float) -> list[Se
             continue
         queue.append(w)
     out = []
-    for w, answer in dispatch(queue, workers, now, selectors):
+    for w, answer in dispatch(queue, workers, now, selectors, fit, topology):
         if isinstance(answer, Chosen):
             nodes = tuple(sorted({p.node for p in answer.placements if p.node}))
             out.append(Sent(*w.key, answer.cluster, "fits whole now", nodes))

@@ -29,13 +29,14 @@ from dispatcher.admission import (
     Fit,
     admit,
     admitted_from_appwrapper,
+    admitted_records,
     first_seen_of,
     is_admitted,
     queued_from_appwrapper,
 )
 from dispatcher.api.durations import DeclaredDuration, declared_duration
 from dispatcher.api.models import AppWrapper
-from dispatcher.cluster import ClusterState, PlannedPod, bound_pod_from_object, node_from_object
+from dispatcher.cluster import ClusterState, bound_pod_from_object, node_from_object
 from dispatcher.elastic import Scale
 from dispatcher.eta import DurationRule, RunningWrapper, shape_of
 from dispatcher.eta.reserve import reservations as plan_reservations
@@ -239,11 +240,7 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
             duplicates.append(w)
         else:
             queue.put(w)
-    records = []
-    for aw in admitted:
-        key = (aw.metadata.namespace, aw.metadata.name)
-        pods = [(p.name, PlannedPod(p.node, p.request)) for p in state.bound_pods_of(key)]
-        records.append(admitted_from_appwrapper(aw, state.holdings(key), now, pods=pods))
+    records = admitted_records(admitted, state, now)
     forest = QuotaForest.from_objects(subtrees)
     ledger = quota_ledger(forest, records) if forest else None
     before = {a.key: ledger.placements(a.key) for a in records} if ledger is not None else {}

@@ -10,7 +10,7 @@ from datetime import datetime
 from dispatcher.api.conversion import ConversionError, V1beta2Fields, v1beta2_fields
 from dispatcher.api.messages import problems_message
 from dispatcher.api.models import AppWrapper
-from dispatcher.cluster.state import PlannedPod
+from dispatcher.cluster.state import ClusterState, PlannedPod
 from dispatcher.elastic import admitted_now, demand_at
 from dispatcher.fit.gang import GangPodSet
 from dispatcher.kinds import InvalidItem, item_pod_sets, topology_request
@@ -112,6 +112,18 @@ def admitted_from_appwrapper(aw: AppWrapper, holdings: Iterable[PlannedPod], now
     return admitted_record(queued, aw.status.systempriority or float(aw.spec.priority),
                            holdings, stamp.timestamp() if stamp is not None else now,
                            preempted, aw.status.elasticPods, pods)
+
+
+def admitted_records(admitted: Iterable[AppWrapper], state: ClusterState, now: float
+                     ) -> list[AdmittedWrapper]:
+    """The records of dispatched or running AppWrappers in a cluster, each holding what
+    `state` shows for it (its bound pods, by name, for an elastic one)."""
+    records = []
+    for aw in admitted:
+        key = (aw.metadata.namespace, aw.metadata.name)
+        pods = [(p.name, PlannedPod(p.node, p.request)) for p in state.bound_pods_of(key)]
+        records.append(admitted_from_appwrapper(aw, state.holdings(key), now, pods=pods))
+    return records
 
 
 def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[PlannedPod],

@@ -4,7 +4,9 @@ Each pass: look at every worker (workers.py); requeue the wrappers of a worker u
 for longer than the grace; keep each sent wrapper's copy (make it if missing, mirror its
 status back); delete every copy the manager no longer sends there (its wrapper deleted,
 requeued or sent elsewhere); then send the queued wrappers, in queue order, to the worker
-where each gang fits whole now (dispatcher.fleet), or tell them why none can.
+where each gang fits whole now (dispatcher.fleet: per node, with the topology levels of the
+manager's configuration, within the worker's quota: worker_quota.py), or tell them why none
+can.
 
 No wrapper runs in two clusters because the manager's wrapper names its worker (label
 CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
@@ -27,7 +29,10 @@ from typing import Any, TypeVar
 from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
 from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL, MANAGER_UID_LABEL
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
-from dispatcher.fit import Capacity, place
+from dispatcher.fit import Capacity
+from dispatcher.fit.gang import Placer
+from dispatcher.fit.rules import NO_TOPOLOGY, Fit, fit_rules
+from dispatcher.fit.topology import Topology
 from dispatcher.fleet import (
     CLUSTER_SELECTOR_ANNOTATION,
     Chosen,
@@ -45,6 +50,7 @@ from dispatcher.resources import GPU
 from .kube import ApiError, Kube, Resource
 from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
 from .status import APPWRAPPERS, EVENTS
+from .worker_quota import worker_quota
 from .workers import (
     SECRETS,
     WORKER_CLUSTERS,
@@ -74,6 +80,10 @@ class ManagerSettings:
     interval: float = 1.0
     metrics_port: int = 0  # 0: no /metrics or /healthz
     metrics_host: str = "0.0.0.0"
+    #: How gangs are placed in a worker: as its dispatcher does (`--fit`, and the
+    #: configuration's topology levels).
+    fit: Fit = "per-node"
+    topology: Topology = NO_TOPOLOGY
 
 
 class Manager:
@@ -309,7 +319,8 @@ class Manager:
             entries[entry.key] = obj
             selectors[entry.key] = selector
         writes = [self._waiting(obj, message) for obj, message in refused]
-        for entry, answer in dispatch(queue, workers, self.wall(), selectors):
+        for entry, answer in dispatch(queue, workers, self.wall(), selectors,
+                                      self.settings.fit, self.settings.topology):
             obj = entries[entry.key]
             writes.append(self._waiting(obj, answer.message) if isinstance(answer, NoneFits)
                           else self._send(obj, answer))
@@ -329,10 +340,12 @@ class Manager:
                                   sent=len(there)))
                 continue
             cap = Capacity.of(link.look.state)
+            placer, _ = fit_rules(self.settings.fit, self.settings.topology)
             for obj in there:
-                _hold(cap, obj, link)
-            out.append(Worker(name, cap, link.labels, reachable=link.reachable,
-                              sent=len(there)))
+                _hold(cap, obj, link, placer)
+            quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
+                                 self.wall(), there)
+            out.append(Worker(name, cap, link.labels, quota, link.reachable, len(there)))
         return out
 
     async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
@@ -373,7 +386,7 @@ class Manager:
                 {"status": status}, content_type="application/merge-patch+json")
 
 
-def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
+def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink, placer: Placer) -> None:
     """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
     assert link.look is not None
     meta = obj["metadata"]
@@ -388,7 +401,7 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink) -> None:
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
     rest = unbound(entry.gang, bound)
     if rest:
-        place(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
+        placer(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
 
 
 async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:

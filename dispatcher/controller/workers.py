@@ -1,10 +1,11 @@
 """A manager's links to its worker clusters: one API client each, from the kubeconfig in the
 WorkerCluster's Secret, and the last look at the worker (nodes, pods, the copies it holds).
 
-A look is a listing of the three, and of the Events about AppWrappers there (mirrored to
-the manager's wrappers); one that fails leaves the last good look in place and
-counts the worker as unreachable from then on. The manager requeues a worker's wrappers only
-once it has been unreachable for its grace period (manager.py).
+A look is a listing of the three, of the Events about AppWrappers there (mirrored to
+the manager's wrappers), and of the worker's QuotaSubtrees and AppWrappers (its quota and
+what its dispatcher counts against it: worker_quota.py); one that fails leaves the last
+good look in place and counts the worker as unreachable from then on. The manager requeues
+a worker's wrappers only once it has been unreachable for its grace period (manager.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dispatcher.api.labels import MANAGER_UID_LABEL
 from dispatcher.cluster import ClusterState
 from dispatcher.cluster.model import bound_pod_from_object, node_from_object
 
+from .grants import QUOTA_SUBTREES
 from .kube import ApiError, Kube, Resource, RetryPolicy
 from .operator import NODES, PODS
 from .status import APPWRAPPERS, EVENTS
@@ -53,6 +55,8 @@ class Look:
     pods: list[dict[str, Any]]
     copies: dict[tuple[str, str], dict[str, Any]]  # (namespace, name) -> AppWrapper
     events: list[dict[str, Any]] = field(default_factory=list)  # about AppWrappers
+    subtrees: list[dict[str, Any]] = field(default_factory=list)  # its QuotaSubtrees
+    wrappers: list[dict[str, Any]] = field(default_factory=list)  # every AppWrapper there
 
 
 @dataclass
@@ -67,13 +71,15 @@ class WorkerLink:
     last_answer: float | None = None
     problem: str = ""
     _files: list[Path] = field(default_factory=list)
+    _quota_unread: bool = False  # its QuotaSubtrees could not be listed (said once)
 
     async def refresh(self, now: float) -> None:
         try:
             nodes = await self.kube.list(NODES)
             pods = await self.kube.list(PODS)
-            copies = await self.kube.list(APPWRAPPERS, label_selector=MANAGER_UID_LABEL)
+            wrappers = await self.kube.list(APPWRAPPERS)
             events = await self.kube.list(EVENTS, field_selector="involvedObject.kind=AppWrapper")
+            subtrees = await self._subtrees()
         except ApiError as e:
             if self.reachable:
                 log.warning("worker cluster %s stopped answering: %s", self.name, e)
@@ -81,8 +87,25 @@ class WorkerLink:
             self.problem = str(e)
             return
         self.reachable, self.last_answer, self.problem = True, now, ""
-        self.look = Look(_state(nodes, pods), pods, {
-            (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in copies}, events)
+        copies = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in wrappers
+                  if MANAGER_UID_LABEL in (c["metadata"].get("labels") or {})}
+        self.look = Look(_state(nodes, pods), pods, copies, events, subtrees, wrappers)
+
+    async def _subtrees(self) -> list[dict[str, Any]]:
+        """The worker's QuotaSubtrees; none where their CRD is not installed, or where the
+        kubeconfig's user may not list them (said once: the worker's own dispatcher still
+        holds its gangs to its quota, but the manager may send it gangs that wait there)."""
+        try:
+            return await self.kube.list(QUOTA_SUBTREES)
+        except ApiError as e:
+            if e.status not in (403, 404):
+                raise
+            if e.status == 403 and not self._quota_unread:
+                log.warning("worker cluster %s: its QuotaSubtrees cannot be listed (%s): its "
+                            "quota is not counted; grant list on quotasubtrees "
+                            "(deploy/examples/worker-access.yaml)", self.name, e)
+            self._quota_unread = e.status == 403
+            return []
 
     async def close(self) -> None:
         await self.kube.close()

@@ -1,6 +1,7 @@
 """Several clusters, one queue: the manager's rules (pure).
 
 choice: which worker cluster takes a gang now, or why none can.
+quota: a worker's quota ledger, as its dispatcher counts it.
 copies: what the manager does with a wrapper it sent, from the copy its worker holds.
 """
 
@@ -10,6 +11,7 @@ from .choice import (
     NoneFits,
     SelectorError,
     Worker,
+    charge,
     choose,
     dispatch,
     order,
@@ -18,8 +20,10 @@ from .choice import (
     take,
     unbound,
 )
+from .quota import worker_ledger
 
 __all__ = [
-    "CLUSTER_SELECTOR_ANNOTATION", "Chosen", "NoneFits", "SelectorError", "Worker", "choose",
-    "dispatch", "order", "parse_selector", "selects", "take", "unbound",
+    "CLUSTER_SELECTOR_ANNOTATION", "Chosen", "NoneFits", "SelectorError", "Worker", "charge",
+    "choose", "dispatch", "order", "parse_selector", "selects", "take", "unbound",
+    "worker_ledger",
 ]

@@ -1,7 +1,9 @@
 """Which worker cluster takes a wrapper: the manager's choice, from each worker's free room.
 
 A worker can take a gang when the gang fits there whole, now, per node (the same placement
-as a single cluster's admission), within what the worker's quota still allows, and the
+as a single cluster's admission, topology levels included: a pod set that requires a rack
+goes only to a worker with such a rack free), within the worker's quota trees (its
+QuotaSubtrees, with the usage its own dispatcher counts, borrowing as they allow), and the
 worker is reachable and carries the labels the wrapper asks for. Of those, best fit: the one
 left with the least free of the resources the gang asks beyond cpu and memory (its GPUs),
 so big free clusters stay whole for big gangs; ties go to the least free cpu, then to the
@@ -15,8 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.fit.capacity import Capacity
-from dispatcher.fit.gang import GangPodSet, Placement, Shortfall, demand, place
+from dispatcher.fit.gang import GangPodSet, Placement, Placer, Shortfall, demand, place
+from dispatcher.fit.rules import NO_TOPOLOGY, Fit, fit_rules
+from dispatcher.fit.topology import Topology
 from dispatcher.queue.queue import QueuedWrapper
+from dispatcher.quota import QuotaConsumer, QuotaLedger
+from dispatcher.quota.forest import Labels
 from dispatcher.resources import format_amount
 
 #: On an AppWrapper: the worker clusters it may go to, as equality terms over their labels
@@ -37,8 +43,9 @@ class Worker:
     name: str
     capacity: Capacity  # free room now, per node
     labels: Mapping[str, str] = field(default_factory=dict)
-    #: What the worker's quota still lets in, per resource; None: no limit.
-    quota: Mapping[str, int] | None = None
+    #: The worker's quota trees and what its admitted wrappers use of them; None: no trees.
+    #: A wrapper chosen for the worker is counted in it (``charge``).
+    quota: QuotaLedger | None = None
     reachable: bool = True
     #: Wrappers the manager has sent there and that have not finished.
     sent: int = 0
@@ -76,21 +83,23 @@ def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 
 
 def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
-           selector: Mapping[str, str] | None = None) -> Chosen | NoneFits:
-    """The worker that takes the whole gang now (best fit), or why none can.
+           selector: Mapping[str, str] | None = None, labels: Labels = (),
+           placer: Placer = place) -> Chosen | NoneFits:
+    """The worker that takes the whole gang now (best fit), or why none can. `labels`:
+    the wrapper's, naming its quota leaves; `placer`: how pods are placed (``fit_rules``).
 
-    Nothing is taken from any worker's capacity: the caller takes the placements from the
-    chosen worker's (``take``)."""
+    Nothing is taken from any worker's capacity or quota: the caller takes the placements
+    from the chosen worker's (``take``) and counts the wrapper in its quota (``charge``)."""
     fits: list[tuple[tuple[int, int, int, str], Chosen]] = []
     why: list[str] = []
     wanted = demand(gang)
     for w in sorted(workers, key=lambda w: w.name):
-        refusal = _refusal(w, wanted, selector or {})
+        refusal = _refusal(w, wanted, selector or {}, labels)
         if refusal is not None:
             why.append(f"{w.name}: {refusal}")
             continue
         trial = w.capacity.copy()
-        result = place(gang, trial)
+        result = placer(gang, trial)
         if isinstance(result, Shortfall):
             why.append(f"{w.name}: {_best(gang, w.capacity, result)}")
             continue
@@ -109,17 +118,26 @@ def take(worker: Worker, chosen: Chosen) -> None:
             worker.capacity.take(p.node, p.request)
 
 
-def _refusal(w: Worker, wanted: Mapping[str, int], selector: Mapping[str, str]) -> str | None:
+def charge(ledger: QuotaLedger | None, w: QueuedWrapper, now: float,
+           force: bool = False) -> None:
+    """Count `w` in a worker's quota, as that worker's dispatcher will once it admits it
+    (`force`: wherever it can go, for one sent already)."""
+    if ledger is not None:
+        ledger.add(QuotaConsumer(w.key, w.labels, w.demand, w.effective_priority(now), now),
+                   force=force)
+
+
+def _refusal(w: Worker, wanted: Mapping[str, int], selector: Mapping[str, str],
+             labels: Labels) -> str | None:
     if not w.reachable:
         return "unreachable"
     if not selects(selector, w.labels):
         terms = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return f"its labels do not match {terms}"
     if w.quota is not None:
-        for r, v in sorted(wanted.items()):
-            if r in w.quota and v > w.quota[r]:
-                return (f"its quota leaves {max(w.quota[r], 0)} of the "
-                        f"{format_amount(r, v)} the gang needs")
+        check = w.quota.check(labels, wanted)
+        if not check.fits:
+            return f"its quota: {check.message}"
     return None
 
 
@@ -171,28 +189,26 @@ def order(queue: Iterable[QueuedWrapper], now: float) -> list[QueuedWrapper]:
 
 
 def dispatch(queue: Iterable[QueuedWrapper], workers: Sequence[Worker], now: float,
-             selectors: Mapping[tuple[str, str], Mapping[str, str]] | None = None
+             selectors: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+             fit: Fit = "per-node", topology: Topology = NO_TOPOLOGY
              ) -> list[tuple[QueuedWrapper, Chosen | NoneFits]]:
     """One cycle: each valid wrapper in queue order goes to a worker or is told why not;
-    the room (and quota) a chosen one takes is gone for the wrappers after it."""
-    quotas = {w.name: dict(w.quota) if w.quota is not None else None for w in workers}
+    the room and quota a chosen one takes are gone for the wrappers after it (taken from
+    its worker's capacity and ledger)."""
+    placer, _ = fit_rules(fit, topology)
     sent = {w.name: w.sent for w in workers}
     out: list[tuple[QueuedWrapper, Chosen | NoneFits]] = []
     for w in order(queue, now):
-        if w.invalid is not None:
-            out.append((w, NoneFits(w.invalid)))
+        invalid = w.invalid or (topology.problem(w.gang) if w.asks_topology else None)
+        if invalid is not None:
+            out.append((w, NoneFits(invalid)))
             continue
-        current = [Worker(x.name, x.capacity, x.labels, quotas[x.name], x.reachable,
-                          sent[x.name]) for x in workers]
-        answer = choose(w.gang, current, (selectors or {}).get(w.key))
+        current = [replace(x, sent=sent[x.name]) for x in workers]
+        answer = choose(w.gang, current, (selectors or {}).get(w.key), w.labels, placer)
         if isinstance(answer, Chosen):
             picked = next(x for x in current if x.name == answer.cluster)
             take(picked, answer)
+            charge(picked.quota, w, now)
             sent[answer.cluster] += 1
-            left = quotas[answer.cluster]
-            if left is not None:
-                for r, v in w.demand.items():
-                    if r in left:
-                        left[r] -= v
         out.append((w, answer))
     return out

@@ -29,6 +29,7 @@ SERVED = {
     ("apps/v1", "Deployment"): ("deployments", True),
     ("v1", "Secret"): ("secrets", True),
     ("workload.codeflare.dev/v1beta1", "WorkerCluster"): ("workerclusters", False),
+    ("quota.codeflare.dev/v1alpha1", "QuotaSubtree"): ("quotasubtrees", True),
 }
 
 

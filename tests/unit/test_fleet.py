@@ -4,15 +4,24 @@
   fits when one does (checked by counting pods per node: exact for one pod shape).
 - Best fit: of the workers that fit, the one left with the fewest free GPUs.
 - When none fits, the message names every worker and its best.
+- Quota: a worker takes a gang only within its quota trees (borrowing as they allow), with
+  the usage its own dispatcher counts plus what the cycle sent there already; the wait
+  message names the quota where that is what stops it.
+- Topology: a gang that requires a rack goes only to a worker with such a rack free.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.fit import Capacity
+from dispatcher.fit.topology import Topology
 from dispatcher.fleet import (
     Chosen,
     NoneFits,
@@ -21,16 +30,47 @@ from dispatcher.fleet import (
     choose,
     dispatch,
     parse_selector,
+    worker_ledger,
 )
+from dispatcher.kinds.podset import TopologyRequest
+from dispatcher.preemption import AdmittedWrapper
+from dispatcher.queue import QueuedWrapper
+from dispatcher.quota import QuotaLedger
 
 from .builders import GPU, gang, node, pod_set, wrapper
+from .quota_world import subtree
+
+RACK = "topology.example.com/rack"
 
 
 def worker(name: str, *gpus_per_node: int, labels: dict[str, str] | None = None,
-           quota: dict[str, int] | None = None, reachable: bool = True) -> Worker:
-    nodes = [node(f"{name}-n{i}", gpu=g) for i, g in enumerate(gpus_per_node)]
+           quota: QuotaLedger | None = None, reachable: bool = True,
+           racks: Sequence[str] = ()) -> Worker:
+    nodes = [node(f"{name}-n{i}", gpu=g, labels={RACK: racks[i]} if racks else None)
+             for i, g in enumerate(gpus_per_node)]
     return Worker(name, Capacity(nodes, {n.name: n.allocatable for n in nodes}),
                   labels or {}, quota, reachable)
+
+
+def team_quota(gold: int, hard: bool = True, root: int = 16,
+               admitted: Sequence[AdmittedWrapper] = ()) -> QuotaLedger:
+    """Tree `team`: root over gold and silver (8 GPUs), with what `admitted` use."""
+    subtrees: list[dict[str, Any]] = [
+        subtree("root", "team", [("root", {GPU: root}, False)]),
+        subtree("kids", "team", [("gold", {GPU: gold}, hard), ("silver", {GPU: 8}, False)],
+                parent="root")]
+    ledger = worker_ledger(subtrees, admitted, (), 0.0)
+    assert ledger is not None
+    return ledger
+
+
+def gold(name: str, gpus: int = 8, seen: float = 0.0, leaf: str = "gold") -> QueuedWrapper:
+    return dataclasses.replace(wrapper(name, pod_set(1, gpu=gpus), seen=seen),
+                               labels=(("team", leaf),))
+
+
+def running(w: QueuedWrapper) -> AdmittedWrapper:
+    return AdmittedWrapper(w.namespace, w.name, w.uid, 0.0, w.demand, labels=w.labels)
 
 
 def fits_by_counting(gpus_per_node: list[int], count: int, gpu: int) -> bool:
@@ -109,11 +149,101 @@ def test_labels_restrict_the_workers_and_say_why_others_are_out() -> None:
 
 
 def test_unreachable_and_quota_bound_workers_are_passed_over() -> None:
-    workers = [worker("w1", 8, reachable=False), worker("w2", 8, quota={GPU: 4})]
-    answer = choose(gang(pod_set(1, gpu=8)), workers)
+    workers = [worker("w1", 8, reachable=False), worker("w2", 8, quota=team_quota(gold=4))]
+    answer = choose(gang(pod_set(1, gpu=8)), workers, labels=(("team", "gold"),))
     assert isinstance(answer, NoneFits)
     assert "w1: unreachable" in answer.message
-    assert "w2: its quota leaves 4 of the 8 nvidia.com/gpu the gang needs" in answer.message
+    assert ("w2: its quota: gold (tree team) would use 8 of its 4 nvidia.com/gpu and cannot "
+            "borrow: hardLimit") in answer.message
+
+
+def test_a_gang_whose_quota_is_full_in_one_worker_goes_to_the_other() -> None:
+    # Both have the room; w1 would win the tie, but its gold leaf is full (hard).
+    full = team_quota(gold=8, admitted=[running(gold("there"))])
+    workers = [worker("w1", 8, quota=full), worker("w2", 8, quota=team_quota(gold=8))]
+    queue = [gold("a")]
+    [(_, answer)] = dispatch(queue, workers, now=10.0)
+    assert isinstance(answer, Chosen) and answer.cluster == "w2"
+
+
+def test_a_worker_whose_quota_lets_the_gang_borrow_takes_it() -> None:
+    # gold is full in w1 but soft, and w1's root has room: the gang borrows there, as
+    # w1's dispatcher would let it; w1 is the best fit (fewest GPUs left).
+    soft = team_quota(gold=8, hard=False, admitted=[running(gold("there"))])
+    workers = [worker("w1", 8, quota=soft), worker("w2", 8, 8, quota=team_quota(gold=8))]
+    answer = choose(gang(pod_set(1, gpu=8)), workers, labels=(("team", "gold"),))
+    assert isinstance(answer, Chosen) and answer.cluster == "w1"
+    # With the root full too, it cannot borrow: the message says which node is full.
+    tight = team_quota(gold=8, hard=False, root=8, admitted=[running(gold("there"))])
+    answer = choose(gang(pod_set(1, gpu=8)), [worker("w1", 8, quota=tight)],
+                    labels=(("team", "gold"),))
+    assert isinstance(answer, NoneFits)
+    assert "w1: its quota: gold (tree team) would use 16 of its 8" in answer.message
+    assert "root would use 16 of its 8 nvidia.com/gpu" in answer.message
+
+
+def test_a_cycle_counts_what_it_sent_against_the_workers_quota() -> None:
+    workers = [worker("w1", 8, 8, quota=team_quota(gold=8)),
+               worker("w2", 8, 8, quota=team_quota(gold=8))]
+    answers = dispatch([gold("a", seen=1.0), gold("b", seen=2.0), gold("c", seen=3.0)],
+                       workers, now=10.0)
+    sent = {w.name: a.cluster if isinstance(a, Chosen) else a.message for w, a in answers}
+    assert sent["a"] == "w1" and sent["b"] == "w2"  # w1's gold is used by a
+    assert "w1: its quota: gold (tree team) would use 16 of its 8" in sent["c"]
+    assert "w2: its quota: gold (tree team) would use 16 of its 8" in sent["c"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 16), st.integers(0, 8)), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(1, 8), st.sampled_from(["gold", "silver"])),
+                min_size=1, max_size=6))
+def test_a_cycle_never_sends_a_worker_more_than_its_quota_lets_in(
+        fleet: list[tuple[int, int]], gangs: list[tuple[int, str]]) -> None:
+    # Room for everything (16 GPUs a node): only quota stops a gang. gold is hard.
+    workers = [worker(f"w{i}", 16, 16, 16, quota=team_quota(gold=g, root=r))
+               for i, (r, g) in enumerate(fleet)]
+    queue = [gold(f"aw{j}", gpus, seen=float(j), leaf=leaf)
+             for j, (gpus, leaf) in enumerate(gangs)]
+    used = {w.name: {"gold": 0, "silver": 0} for w in workers}
+    for w, answer in dispatch(queue, workers, now=100.0):
+        leaf, gpus = w.labels[0][1], w.demand[GPU]
+        if isinstance(answer, Chosen):
+            used[answer.cluster][leaf] += gpus
+            continue
+        for i, (root, g) in enumerate(fleet):
+            # Waits only where the worker's quota stops it, and the message says so.
+            u = used[f"w{i}"]
+            over_root = sum(u.values()) + gpus > root
+            over_gold = leaf == "gold" and u["gold"] + gpus > g  # hard: cannot borrow
+            assert over_root or over_gold  # silver (soft) borrows from the root
+            assert f"w{i}: its quota: {leaf} (tree team)" in answer.message
+    for i, (root, g) in enumerate(fleet):
+        assert used[f"w{i}"]["gold"] <= g and sum(used[f"w{i}"].values()) <= root
+
+
+def rack_gang(pods: int, gpus: int) -> tuple[Any, ...]:
+    return gang(dataclasses.replace(pod_set(pods, gpu=gpus),
+                                    topology=TopologyRequest(RACK, True)))
+
+
+def test_a_gang_requiring_a_rack_goes_to_the_worker_with_one_free() -> None:
+    # 8 GPUs free in each; only w2 has them in one rack. w1 wins the tie without racks.
+    workers = [worker("w1", 4, 4, racks=["r1", "r2"]), worker("w2", 4, 4, racks=["r1", "r1"])]
+    queue = [dataclasses.replace(wrapper("a"), gang=rack_gang(2, 4))]
+    [(_, answer)] = dispatch(queue, workers, now=10.0, topology=Topology((RACK,)))
+    assert isinstance(answer, Chosen) and answer.cluster == "w2"
+    workers = [worker("w1", 4, 4, racks=["r1", "r2"])]
+    [(_, answer)] = dispatch(queue, workers, now=10.0, topology=Topology((RACK,)))
+    assert isinstance(answer, NoneFits) and answer.message.startswith(
+        "no worker cluster can take the whole gang now: w1: ")
+    assert "rack" in answer.message
+
+
+def test_a_gang_asking_for_a_level_the_manager_has_not_says_so() -> None:
+    queue = [dataclasses.replace(wrapper("a"), gang=rack_gang(1, 4))]
+    [(_, answer)] = dispatch(queue, [worker("w1", 8, racks=["r1"])], now=10.0)
+    assert isinstance(answer, NoneFits)
+    assert f"topology level {RACK!r}, which is not a topology level here" in answer.message
 
 
 def test_a_bad_selector_says_how_to_write_one() -> None:

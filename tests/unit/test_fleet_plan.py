@@ -5,6 +5,7 @@ manager cluster shows where each went and, for the rest, the manager's reason.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from dispatcher import visibility
 from dispatcher.cli import main
 from dispatcher.fleet import CLUSTER_SELECTOR_ANNOTATION
 
+from .quota_world import subtree
 from .test_plan import aw, node, plan_json, pod, write
 
 
@@ -42,6 +44,33 @@ def test_plan_over_worker_snapshots_sends_each_to_a_worker_or_names_each_workers
     assert table.splitlines()[0] == "2 worker clusters (w1, w2): 2 sent, 2 wait"
     assert "w2: its labels do not match region=eu" in table
     assert "team/huge" in table and "CLUSTER" in table
+
+
+def gold(name: str, gpus: int, created: str) -> dict[str, Any]:
+    wrapper = aw(name, 1, gpus, created=created)
+    wrapper["metadata"]["labels"] = {"team": "gold"}
+    return wrapper
+
+
+def test_plan_over_worker_snapshots_honours_each_workers_quota_and_what_is_admitted_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trees = [subtree("root", "team", [("root", {"nvidia.com/gpu": 16}, False)]),
+             subtree("kids", "team", [("gold", {"nvidia.com/gpu": 8}, True)], parent="root")]
+    running = gold("local", 8, "2027-01-01T00:00:00Z")
+    running["status"] = {"state": "Running"}
+    queued_there = gold("queued-there", 8, "2027-01-01T00:00:00Z")  # counts for nothing
+    w1 = write(tmp_path, "w1.yaml", node("a1"), node("a2"), *trees, running, queued_there)
+    w2 = write(tmp_path, "w2.yaml", node("b1"), node("b2"), *trees)
+    wrappers = write(tmp_path, "aws.yaml", gold("a", 8, "2027-01-01T00:00:01Z"),
+                     gold("b", 8, "2027-01-01T00:00:02Z"))
+    result = plan_json(capsys, "--cluster", f"w1={w1}", "--cluster", f"w2={w2}", "--now",
+                       "2027-01-02T00:00:00Z", wrappers)
+    sent = {a["name"]: a for a in result["appwrappers"]}
+    assert sent["a"]["cluster"] == "w2"  # w1 has the room, its gold is used by local
+    assert sent["b"]["cluster"] is None
+    for w in ("w1", "w2"):
+        assert (f"{w}: its quota: gold (tree team) would use 16 of its 8 nvidia.com/gpu"
+                in sent["b"]["message"])
 
 
 @pytest.mark.parametrize("argv, error", [
@@ -75,3 +104,14 @@ def test_queue_in_a_manager_shows_each_wrappers_cluster_and_the_managers_reason(
     by_name = {line.split()[1]: line for line in table[2:]}
     assert by_name["team/sent"].split()[header.index("CLUSTER")] == "w1"
     assert message in by_name["team/waiting"]
+
+
+def test_a_worker_snapshot_with_an_unreadable_appwrapper_says_which(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = aw("bad", 1, 8)
+    bad["spec"]["resources"] = "not a list"
+    w1 = write(tmp_path, "w1.yaml", node("a1"), bad)
+    wrappers = write(tmp_path, "aws.yaml", aw("a", 1, 1))
+    assert main(["plan", "--cluster", f"w1={w1}", wrappers]) == 2
+    err = capsys.readouterr().err
+    assert f"{w1}, document 2: not a usable AppWrapper" in err

@@ -7,6 +7,9 @@
 - A copy the worker requeues or fails goes back to the manager's queue (its copy deleted),
   or fails in the manager once the wrapper's requeue limit is reached.
 - The copy's status and Events come back to the manager's wrapper, once each.
+- The choice honours each worker's quota (its QuotaSubtrees, with what its own dispatcher
+  counts: the wrappers admitted there, and those sent there not admitted yet) and the
+  topology levels of the manager's configuration.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,9 +28,11 @@ from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
 from dispatcher.controller.kube import ApiError, Resource
 from dispatcher.controller.manager import Manager, ManagerSettings
 from dispatcher.controller.workers import WorkerLink, digest
+from dispatcher.fit.topology import Topology
 from dispatcher.fleet.copies import EVENTS_PER_PASS
 
 from .fake_kube import FakeKube
+from .quota_world import subtree
 from .test_runtime import appwrapper, job, node
 
 GRACE = 60.0
@@ -36,11 +42,12 @@ AW_PATH = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers"
 class Worker(FakeKube):
     """A worker's API server that can stop answering, and can tell when a copy is made."""
 
-    def __init__(self, name: str, gpus: int = 8) -> None:
+    def __init__(self, name: str, gpus: int = 8, quota_error: int = 0) -> None:
         super().__init__()
         self.name = name
         self.server = f"https://{name}.example"
         self.down = False
+        self.quota_error = quota_error  # what listing QuotaSubtrees answers (0: the list)
         self.on_copy: list[Any] = []
         self.put(node(f"{name}-n0", gpus))
 
@@ -49,6 +56,8 @@ class Worker(FakeKube):
                    ) -> list[dict[str, Any]]:
         if self.down:
             raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
+        if self.quota_error and resource.kind == "QuotaSubtree":
+            raise ApiError(self.quota_error, "NotFound or Forbidden", "no QuotaSubtrees")
         return await super().list(resource, label_selector, namespace, field_selector)
 
     async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
@@ -67,7 +76,8 @@ class Worker(FakeKube):
 
 
 class Fleet:
-    def __init__(self, *workers: Worker) -> None:
+    def __init__(self, *workers: Worker, settings: ManagerSettings | None = None) -> None:
+        self.settings = settings or ManagerSettings(grace=GRACE)
         self.now = 1000.0
         self.manager = FakeKube(lambda: self.now)
         self.workers = {w.name: w for w in workers}
@@ -90,7 +100,7 @@ class Fleet:
             return WorkerLink(name, {}, self.workers[name],  # type: ignore[arg-type]
                               digest(kubeconfig))
 
-        return Manager(self.manager, ManagerSettings(grace=GRACE),  # type: ignore[arg-type]
+        return Manager(self.manager, self.settings,  # type: ignore[arg-type]
                        Path("/nonexistent"), clock=lambda: self.now, wall=lambda: self.now,
                        link=connect)
 
@@ -98,8 +108,11 @@ class Fleet:
         for _ in range(passes):
             asyncio.run(self.process.cycle())
 
-    def submit(self, name: str, pods: int = 1, gpus: int = 8, **spec: Any) -> None:
-        self.manager.put(appwrapper(name, job(name, pods, gpus), **spec))
+    def submit(self, name: str, pods: int = 1, gpus: int = 8, labels: Mapping[str, str] = {},
+               **spec: Any) -> None:
+        aw = appwrapper(name, job(name, pods, gpus), **spec)
+        aw["metadata"]["labels"] = dict(labels)
+        self.manager.put(aw)
 
     def wrapper(self, name: str) -> dict[str, Any]:
         aw = self.manager.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", name)
@@ -343,3 +356,82 @@ def test_the_managers_health_is_its_passes() -> None:
     now[0] = 500.0
     ok, why = server.health()
     assert not ok and "has not finished a pass for" in why
+
+
+GOLD = {"team": "gold"}
+
+
+def team_quota(worker: Worker, gold: int) -> None:
+    """Tree `team` in the worker: root (16 GPUs) over a hard gold leaf of `gold` GPUs."""
+    worker.put(subtree("root", "team", [("root", {"nvidia.com/gpu": 16}, False)]))
+    worker.put(subtree("kids", "team", [("gold", {"nvidia.com/gpu": gold}, True)],
+                       parent="root"))
+
+
+def admitted_there(worker: Worker, name: str, gpus: int) -> None:
+    """A wrapper submitted in the worker itself and running there (its pods not bound:
+    only its quota is counted, as its dispatcher counts it)."""
+    aw = appwrapper(name, job(name, 1, gpus))
+    aw["metadata"]["labels"] = dict(GOLD)
+    aw["status"] = {"state": "Running"}
+    worker.put(aw)
+
+
+def test_a_gang_whose_quota_is_full_in_one_worker_goes_to_the_other() -> None:
+    fleet = Fleet(Worker("w1", gpus=16), Worker("w2", gpus=16))
+    for w in fleet.workers.values():
+        team_quota(w, gold=8)
+    admitted_there(fleet.workers["w1"], "local", 8)  # w1's gold is used up
+    fleet.submit("a", labels=GOLD)
+    fleet.cycle()
+    assert fleet.target("a") == "w2"  # w1 would win the tie: same room, first by name
+
+
+def test_a_wrapper_sent_and_not_yet_admitted_counts_and_the_wait_names_the_quota() -> None:
+    fleet = Fleet(Worker("w1", gpus=16))
+    team_quota(fleet.workers["w1"], gold=8)
+    fleet.submit("a", labels=GOLD)
+    fleet.cycle()
+    assert fleet.target("a") == "w1"  # its copy is not admitted there yet
+    fleet.submit("b", labels=GOLD)
+    fleet.cycle(2)
+    assert fleet.target("b") is None  # w1 has the room, not the quota
+    assert fleet.wrapper("b")["status"]["message"] == (
+        "no worker cluster can take the whole gang now: w1: its quota: gold (tree team) "
+        "would use 16 of its 8 nvidia.com/gpu and cannot borrow: hardLimit")
+
+
+@pytest.mark.parametrize("status", [404, 403])  # no CRD; a user who may not list them
+def test_a_worker_whose_quota_trees_cannot_be_listed_takes_gangs_as_before(
+        status: int, caplog: pytest.LogCaptureFixture) -> None:
+    fleet = Fleet(Worker("w1", quota_error=status))
+    fleet.submit("a", labels=GOLD)
+    fleet.cycle(3)
+    assert fleet.target("a") == "w1"
+    assert fleet.process.links["w1"].reachable
+    said = [r.message for r in caplog.records if "QuotaSubtrees cannot be listed" in r.message]
+    assert len(said) == (1 if status == 403 else 0)
+
+
+def rack_node(name: str, rack: str, gpus: int) -> dict[str, Any]:
+    n = node(name, gpus)
+    n["metadata"]["labels"] = {RACK: rack}
+    return n
+
+
+RACK = "topology.example.com/rack"
+
+
+def test_a_gang_requiring_a_rack_goes_to_the_worker_with_one_free() -> None:
+    w1, w2 = Worker("w1", gpus=4), Worker("w2", gpus=4)
+    w1.put(rack_node("w1-n0", "r1", 4))
+    w1.put(rack_node("w1-n1", "r2", 4))  # 8 GPUs, in two racks
+    w2.put(rack_node("w2-n0", "r1", 4))
+    w2.put(rack_node("w2-n1", "r1", 4))  # 8 GPUs in one rack
+    fleet = Fleet(w1, w2, settings=ManagerSettings(grace=GRACE, topology=Topology((RACK,))))
+    aw = appwrapper("a", job("a", 2, 4))
+    aw["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["template"][
+        "metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": RACK}}
+    fleet.manager.put(aw)
+    fleet.cycle()
+    assert fleet.target("a") == "w2"
