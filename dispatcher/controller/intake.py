@@ -510,9 +510,10 @@ class Intake:
         t.completable = deciding_items(
             [(item.generictemplate, item.completionstatus)
              for item in aw.spec.resources.GenericItems])
-        v1beta2 = fault_tolerance_for(aw.metadata.annotations, self.timing) is not None
-        t.watched = tuple(range(len(aw.spec.resources.GenericItems))) if v1beta2 \
-            else t.completable
+        t.written_as_v1beta2 = fault_tolerance_for(aw.metadata.annotations,
+                                                   self.timing) is not None
+        t.watched = tuple(range(len(aw.spec.resources.GenericItems))) \
+            if t.written_as_v1beta2 else t.completable
 
     def _resume(self, t: Tracked, aw: AppWrapper, change: Change, now: float) -> None:
         """Where its conditions say it is: dispatched or running (after a restart), a

@@ -150,6 +150,7 @@ class Tracked:
     # Items read while it is dispatched: those with an outcome; for a wrapper written as
     # v1beta2, every item (one deleted by someone else fails it).
     watched: tuple[int, ...] = ()
+    written_as_v1beta2: bool = False  # codeflare's rules and phases apply
     reading: OutcomeReading = field(default_factory=OutcomeReading)
     room: RoomState = field(default_factory=RoomState)
     timers: Timers = field(default_factory=Timers)

@@ -55,6 +55,25 @@ def test_v1beta1_and_v1beta2_wrappers_share_one_queue_in_arrival_order() -> None
     run(scenario)
 
 
+def test_a_v1beta2_wrapper_is_running_once_its_objects_are_created_as_in_codeflare(
+) -> None:
+    """Codeflare's phases: Resuming while its components are created, Running once they
+    all are (PodsReady only once its pods run). Said at once, not with the next news: a
+    reader that sees its pods run sees the wrapper Running."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("v2", job("v2", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        created_job(kube, "v2")
+        status = to_v1beta2(kube.get(*STORED, "v2") or {})["status"]
+        assert status["phase"] == "Running"
+        ready = {c["type"]: c["status"] for c in status["conditions"]}["PodsReady"]
+        assert ready == "False"
+
+    run(scenario)
+
+
 def test_a_suspended_v1beta2_wrapper_waits_until_suspend_is_false() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
@@ -160,7 +179,7 @@ def test_a_failing_v1beta2_gang_is_reset_keeping_its_room_then_fails_at_its_retr
             assert kube.get("batch/v1", "Job", "team", "flaky") is None  # still pausing
             clock.now += 1
             await d.cycle()
-            assert _phase(kube, "flaky") == ("Resuming", attempt)
+            assert _phase(kube, "flaky") == ("Running", attempt)  # created again
         status = aw_status(kube, "flaky")
         assert status["state"] == "Failed"
         assert status["conditions"][-1]["reason"] == "RetryLimitReached"
