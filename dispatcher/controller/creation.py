@@ -223,9 +223,9 @@ class Items:
 
     async def read(self, t: Tracked, indexes: Sequence[int]) -> ItemsRead:
         """The items at `indexes` as they are now: the outcome of those among them that
-        report one (t.completable), and which of them are gone. An item not there, being
-        deleted, or replaced by an object that is not ours counts as running for the
-        outcome (it is not created yet, or being recreated) and as missing."""
+        report one (t.completable), and which of them are gone — not there, being
+        deleted, or replaced by an object that is not ours. One not there or not ours
+        counts as running for the outcome (not created yet, or being recreated)."""
         assert t.aw is not None
         outcomes: list[Outcome | None] = []
         missing: list[str] = []
@@ -236,17 +236,13 @@ class Items:
             if resource is None:
                 continue
             live = await self._get(resource, t.key[0], obj["metadata"]["name"])
-            gone = live is None or not self._ours(t, live) \
-                or bool((live.get("metadata") or {}).get("deletionTimestamp"))
-            if gone:
+            ours = live is not None and self._ours(t, live)
+            if not ours or ((live or {}).get("metadata") or {}).get("deletionTimestamp"):
                 missing.append(f"{obj['kind']} {obj['metadata']['name']!r}")
-            if i not in t.completable:
-                continue
-            if live is None or not self._ours(t, live):
-                outcomes.append("running")
-                continue
-            item = t.aw.spec.resources.GenericItems[i]
-            outcomes.append(item_outcome(live, item.completionstatus))
+            if i in t.completable:
+                completion = t.aw.spec.resources.GenericItems[i].completionstatus
+                outcomes.append(item_outcome(live, completion) if live is not None and ours
+                                else "running")
         return ItemsRead(wrapper_outcome(outcomes), tuple(missing))
 
     async def fetch_owner(self, ref: OwnerRef) -> Mapping[str, Any] | None:
