@@ -161,7 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     timing = Timing(admission_grace=args.admission_grace, failure_grace=args.failure_grace,
                     requeue_floor=args.requeue_floor, requeue_cap=args.requeue_cap,
-                    fault_tolerance=config.fault_tolerance)
+                    fault_tolerance=config.fault_tolerance, autopilot=config.node_health)
     estimates = EstimateSettings(interval=args.estimate_interval,
                                  rule=DurationRule(default_seconds=args.default_duration),
                                  limits=Limits(horizon_seconds=args.estimate_horizon))

@@ -11,6 +11,10 @@ topology:                        # node labels, outermost first (docs/topology.m
 faultTolerance:                  # v1beta2 wrappers' defaults (docs/guide/v1beta2.md)
   retryPausePeriod: 90s
   gracePeriodMaximum: 24h        # no annotation may ask for more
+autopilot:                       # node health labels (docs/guide/v1beta2.md), codeflare's form
+  resourceTaints:
+    nvidia.com/gpu:
+    - {key: autopilot.ibm.com/gpuhealth, value: EVICT, effect: NoExecute}
 ```
 
 Kinds are written ``Kind.group`` (``Kind`` alone for the core group). Read once at
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -38,6 +42,7 @@ from pydantic_core import ErrorDetails
 
 from dispatcher import yaml_text
 from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, FaultTolerance, go_duration
+from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot, ResourceTaint
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import (
     CLUSTER_SCOPED_KINDS,
@@ -164,12 +169,48 @@ class FaultToleranceConfig(BaseModel):
         return dataclasses.replace(DEFAULT_FAULT_TOLERANCE, **values)
 
 
+class NodeLabelTaint(BaseModel):
+    """A node label `key`=`value` that flags a resource, with the effect of a taint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"]
+
+
+class AutopilotConfig(BaseModel):
+    """Codeflare's `autopilot` settings: which node labels flag which resource unhealthy
+    (its defaults without `resourceTaints`). `preferNoScheduleWeight` is accepted (a
+    file written for codeflare's controller is read as it is) and not used."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    injectAntiAffinities: bool = True
+    monitorNodes: bool = True
+    resourceTaints: dict[str, list[NodeLabelTaint]] | None = None
+    preferNoScheduleWeight: int | None = None
+
+    def resolve(self) -> Autopilot:
+        taints = DEFAULT_AUTOPILOT.resource_taints if self.resourceTaints is None else {
+            resource: tuple(ResourceTaint(t.key, t.value, t.effect) for t in listed)
+            for resource, listed in self.resourceTaints.items()}
+        return Autopilot(resource_taints=taints, avoid=self.injectAntiAffinities,
+                         migrate=self.monitorNodes)
+
+
 class DispatcherConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     allowedKinds: AllowedKinds = Field(default_factory=AllowedKinds)
     topology: TopologyLevels = Field(default_factory=TopologyLevels)
     faultTolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
+    autopilot: AutopilotConfig = Field(default_factory=AutopilotConfig)
+
+    @property
+    def node_health(self) -> Autopilot:
+        """Which node labels flag a resource unhealthy, and what that does."""
+        return self.autopilot.resolve()
 
     @property
     def fault_tolerance(self) -> FaultTolerance:
@@ -218,7 +259,9 @@ def _text(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
         return ("unknown field (a configuration has allowedKinds: {defaults, add, remove}, "
                 "topology: {levels: [node labels, outermost first]} and faultTolerance: "
-                f"{{{', '.join([*_FAULT_TOLERANCE_FIELDS, 'retryLimit'])}}})")
+                f"{{{', '.join([*_FAULT_TOLERANCE_FIELDS, 'retryLimit'])}}}, autopilot: "
+                "{injectAntiAffinities, monitorNodes, resourceTaints, "
+                "preferNoScheduleWeight})")
     if err["type"] == "value_error" and "ctx" in err:
         return str(err["ctx"]["error"])
     return err["msg"]

@@ -35,7 +35,7 @@ quota — rather than requeued; after `retryLimit` resets it fails.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -48,6 +48,7 @@ from dispatcher.api.fault_tolerance import (
     fault_tolerance,
 )
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
+from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot
 from dispatcher.kinds.completion import Outcome
 from dispatcher.queue.policy import BackfillLimitAction
 from dispatcher.queue.reservation import BACKFILLED
@@ -68,6 +69,9 @@ RETRY_LIMIT_REACHED = "RetryLimitReached"
 FAILED_PODS = "FoundFailedPods"
 PODS_NOT_PENDING = "InsufficientPodsPending"
 PODS_NOT_READY = "InsufficientPodsReady"
+MISSING_COMPONENT = "MissingComponent"  # a wrapped object deleted by someone else
+# A pod of the gang on a resource Autopilot flagged NoExecute: reset, not counted.
+AUTOPILOT_NO_EXECUTE = "AutopilotNoExecute"
 
 # Per-AppWrapper overrides of the installation's grace periods, in seconds.
 ADMISSION_GRACE_ANNOTATION = "workload.codeflare.dev/admissionGracePeriodSeconds"
@@ -87,6 +91,8 @@ class Timing:
     backfill_limit: float | None = None
     # The defaults (and the cap) of the fault-tolerance annotations of v1beta2 wrappers.
     fault_tolerance: FaultTolerance = DEFAULT_FAULT_TOLERANCE
+    # Node health (Autopilot's labels): where no new pod goes, which gangs are reset.
+    autopilot: Autopilot = DEFAULT_AUTOPILOT
     # Past that: "fail", or "requeue" (torn down and queued again).
     backfill_limit_action: BackfillLimitAction = "fail"
 
@@ -313,9 +319,14 @@ def judge_v1beta2(
     below_min_since: float | None = None,
     items: str = "its objects",
     floor: int | None = None,
+    missing: Sequence[str] = (),
+    evicted: Sequence[str] = (),
 ) -> Verdict:
     """The next step for a dispatched (or running) wrapper written as v1beta2, by
-    codeflare's rules: it is unhealthy when a wrapped object reports failure (reset at
+    codeflare's rules: once every object was made, one of them gone (`missing`: deleted
+    by someone else) fails it at once, without retry; a pod of it on a resource Autopilot
+    flagged NoExecute (on the nodes `evicted`) resets it at once — a reset not counted,
+    but none past `ft.retry_limit`; it is unhealthy when a wrapped object reports failure (reset at
     once), when a pod of it failed (since `failed_since`), when a running gang has fewer
     than minAvailable pods up (since `below_min_since`), when its pods are not all
     created `ft.admission_grace` after its objects were (`created_at`), or not all running
@@ -323,12 +334,21 @@ def judge_v1beta2(
     or, reset `ft.retry_limit` times already, failed. `aw.status.numberOfRequeueings`
     counts its resets."""
     resets = aw.status.numberOfRequeueings
+    if missing:
+        gone = ", ".join(missing)
+        return Verdict("failed", MISSING_COMPONENT,
+                       f"{gone} deleted while the wrapper ran (not by the dispatcher): a "
+                       "wrapper written as v1beta2 then fails at once, without retry")
     if outcome == "failed":
         return _reset_or_fail(resets, ft, WRAPPED_OBJECT_FAILED,
                               "a wrapped object reports failure (see its status)")
     finished = _finished(aw, pods, expected_pods, outcome)
     if finished is not None:
         return finished
+    if evicted:
+        return _reset_or_fail(resets, ft, AUTOPILOT_NO_EXECUTE,
+                                 f"a pod of it uses a resource Autopilot flagged NoExecute "
+                                 f"on {', '.join(evicted)}", tallied=False)
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
     unhealthy: tuple[float, str, str] | None = None
@@ -406,11 +426,16 @@ def _next_look(pods: PodCounts, expected_pods: int, dispatched_at: float,
     return due
 
 
-def _reset_or_fail(resets: int, ft: FaultTolerance, reason: str, short: str) -> Verdict:
+def _reset_or_fail(resets: int, ft: FaultTolerance, reason: str, short: str,
+                   tallied: bool = True) -> Verdict:
+    """Reset, or failed once `ft.retry_limit` resets were counted; a reset not
+    `tallied` (AUTOPILOT_NO_EXECUTE) leaves resettingCount as it is."""
     if resets >= ft.retry_limit:
         return Verdict("failed", RETRY_LIMIT_REACHED,
                        f"{short}; already reset {counted(resets, 'time')} "
                        f"({annotation_of('retry_limit')}: {ft.retry_limit})")
+    which = f"reset {resets + 1} of {ft.retry_limit}" if tallied \
+        else "reset (not counted against the retry limit)"
     return Verdict("reset", reason,
-                   f"{short}; reset {resets + 1} of {ft.retry_limit}: its objects are torn "
+                   f"{short}; {which}: its objects are torn "
                    f"down and created again after {span(ft.retry_pause)}")

@@ -250,6 +250,8 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
     latest = status.get("queuejobstate") or ""
     created = [w for w in status.get("wrappedItems") or [] if isinstance(w, Mapping)]
     deployed = any(w.get("uid") for w in created)
+    # Codeflare's Running: every component created (its pods may still be starting).
+    all_created = bool(created) and all(w.get("uid") for w in created)
     if metadata.get("deletionTimestamp") or state == "Deleted":
         phase = Phase.Terminating
     elif state == "Completed":
@@ -260,10 +262,10 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
         phase = Phase.Suspending
     elif latest == "Dispatched" and _reason(status) == Reason.Resetting:
         phase = Phase.Resetting
-    elif latest == "Dispatched":
+    elif latest == "Dispatched" and not all_created:
         # MCAD's state is Running from the dispatch on, before anything is created.
         phase = Phase.Resuming
-    elif state in ("Running", "RunningHoldCompletion"):
+    elif latest == "Dispatched" or state in ("Running", "RunningHoldCompletion"):
         phase = Phase.Running
     elif state or latest:
         phase = Phase.Suspended
@@ -276,8 +278,8 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
     conditions = [
         _condition(V1beta2Condition.QuotaReserved, admitted, reason, message, since),
         _condition(V1beta2Condition.ResourcesDeployed, deployed, reason, message, since),
-        _condition(V1beta2Condition.PodsReady, phase is Phase.Running, reason, message,
-                   since),
+        _condition(V1beta2Condition.PodsReady,
+                   phase is Phase.Running and latest != "Dispatched", reason, message, since),
         _condition(V1beta2Condition.Unhealthy,
                    latest in _REQUEUEING or phase is Phase.Resetting, reason, message, since),
     ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot, uses
 from dispatcher.resources import pod_request, resource_list
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -27,6 +28,10 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    # Resources Autopilot flagged (autopilot.py): no new pod asking for one goes here;
+    # a v1beta2 gang with a pod here asking for an evicting one is reset.
+    withheld: frozenset[str] = frozenset()
+    evicting: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,8 @@ class BoundPod:
         return (self.namespace, self.name)
 
 
-def node_from_object(obj: Mapping[str, Any]) -> Node:
-    """A Node as `kubectl get node -o yaml` prints it."""
+def node_from_object(obj: Mapping[str, Any], autopilot: Autopilot = DEFAULT_AUTOPILOT) -> Node:
+    """A Node as `kubectl get node -o yaml` prints it; `autopilot` reads its health labels."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -59,13 +64,22 @@ def node_from_object(obj: Mapping[str, Any]) -> Node:
     allocatable = resource_list(alloc)
     # kubelet's default pod limit, for nodes written by hand without one.
     allocatable.setdefault("pods", DEFAULT_MAX_PODS)
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     return Node(
         name=str(meta["name"]),
         allocatable=allocatable,
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels=labels,
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
+        withheld=autopilot.withheld(labels),
+        evicting=autopilot.evicting(labels),
     )
+
+
+def evicting_nodes(pods: Iterable[BoundPod], nodes: Mapping[str, Node]) -> list[str]:
+    """The nodes where one of `pods` uses a resource Autopilot flagged NoExecute."""
+    return sorted({p.node for p in pods
+                   if p.node in nodes and uses(p.request, nodes[p.node].evicting)})
 
 
 def is_terminal(obj: Mapping[str, Any]) -> bool:

@@ -487,6 +487,10 @@ class ClusterState:
         free = dict(n.allocatable)
         _add_into(free, self.used(node), -1)
         _add_into(free, self.reserved(node), -1)
+        for r in n.withheld:
+            # Flagged by Autopilot: as if the node had none (what runs there still
+            # holds its share, and freeing it frees nothing for others).
+            free[r] = free.get(r, 0) - n.allocatable.get(r, 0)
         return free
 
     def free_rows(self) -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:

@@ -15,7 +15,7 @@ Never half a job, never a second copy, never someone else's object:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,6 +45,15 @@ class Refused:
 @dataclass(frozen=True)
 class Waiting:
     """A copy from an earlier dispatch is still being deleted: try again shortly."""
+
+
+@dataclass(frozen=True)
+class ItemsRead:
+    """What the wrapped objects say: their outcome, and those that are gone ("Kind
+    'name'" each) although every item was made."""
+
+    outcome: Outcome | None
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,22 +221,29 @@ class Items:
         t.status.wrappedItems = []
         self.ownership.forget(t.key)
 
-    async def outcome(self, t: Tracked) -> Outcome | None:
+    async def read(self, t: Tracked, indexes: Sequence[int]) -> ItemsRead:
+        """The items at `indexes` as they are now: the outcome of those among them that
+        report one (t.completable), and which of them are gone — not there, being
+        deleted, or replaced by an object that is not ours. One not there or not ours
+        counts as running for the outcome (not created yet, or being recreated)."""
         assert t.aw is not None
         outcomes: list[Outcome | None] = []
+        missing: list[str] = []
         items = prepared_items(t.aw)
-        for i in t.completable:
+        for i in indexes:
             obj = items[i]
             resource = await self.kube.resource(obj["apiVersion"], obj["kind"])
             if resource is None:
                 continue
             live = await self._get(resource, t.key[0], obj["metadata"]["name"])
-            if live is None or not self._ours(t, live):
-                outcomes.append("running")  # not created yet, or being recreated
-                continue
-            item = t.aw.spec.resources.GenericItems[i]
-            outcomes.append(item_outcome(live, item.completionstatus))
-        return wrapper_outcome(outcomes)
+            ours = live is not None and self._ours(t, live)
+            if not ours or ((live or {}).get("metadata") or {}).get("deletionTimestamp"):
+                missing.append(f"{obj['kind']} {obj['metadata']['name']!r}")
+            if i in t.completable:
+                completion = t.aw.spec.resources.GenericItems[i].completionstatus
+                outcomes.append(item_outcome(live, completion) if live is not None and ours
+                                else "running")
+        return ItemsRead(wrapper_outcome(outcomes), tuple(missing))
 
     async def fetch_owner(self, ref: OwnerRef) -> Mapping[str, Any] | None:
         """An object in a pod's owner chain, or None if it does not exist."""

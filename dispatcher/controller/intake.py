@@ -137,12 +137,21 @@ class Intake:
             for claimed, on, _ in self.memory.lifted.values():
                 self._strand(claimed, on)
         else:
-            node = node_from_object(obj)
+            node = node_from_object(obj, self.timing.autopilot)
             if state.nodes.get(name) == node:
                 return  # a heartbeat: nothing the fit looks at has changed
             state.upsert_node(node)
+            if node.evicting:
+                self._judge_pods_on(name)
         self.memory.empty_answers = type(self.memory.empty_answers)()
         self.memory.wake.set()
+
+    def _judge_pods_on(self, node: str) -> None:
+        """The gangs with a pod on `node` are judged at once (Autopilot flagged it)."""
+        for pod in self.memory.state.pods():
+            t = self.memory.tracked.get((pod.namespace, pod.appwrapper or ""))
+            if pod.node == node and t is not None and t.phase in ACTIVE:
+                t.timers.check_at = 0.0
 
     # --- pods --------------------------------------------------------------------------
 
@@ -356,7 +365,9 @@ class Intake:
             self._intake(t.key, obj, keep=t)
             return
         if t.phase == "done":
-            if t.status.state == "Failed" and asked(obj)[1] is None:
+            deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+            # Being deleted bumps the generation of a custom resource: not an edit.
+            if t.status.state == "Failed" and asked(obj)[1] is None and not deleting:
                 self.memory.forget(t)
                 again = self._intake(t.key, obj, keep=t, requeue_failed=True)
                 log.info("%s/%s: spec changed after it failed; queued again", *t.key)
@@ -499,6 +510,10 @@ class Intake:
         t.completable = deciding_items(
             [(item.generictemplate, item.completionstatus)
              for item in aw.spec.resources.GenericItems])
+        t.written_as_v1beta2 = fault_tolerance_for(aw.metadata.annotations,
+                                                   self.timing) is not None
+        t.watched = tuple(range(len(aw.spec.resources.GenericItems))) \
+            if t.written_as_v1beta2 else t.completable
 
     def _resume(self, t: Tracked, aw: AppWrapper, change: Change, now: float) -> None:
         """Where its conditions say it is: dispatched or running (after a restart), a

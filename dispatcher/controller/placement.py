@@ -25,7 +25,7 @@ import numpy as np
 
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster.state import FreeMatrix, PlannedPod
-from dispatcher.fit.constraints import node_admits
+from dispatcher.fit.constraints import node_takes
 from dispatcher.kinds import PodConstraints
 from dispatcher.resources import format_resources
 
@@ -168,10 +168,12 @@ class PodPlacer:
                     self.recount(pod.obj)
                 continue  # not proven a member (yet)
 
-            def admits(node: str, c: PodConstraints = pod.constraints) -> bool:
-                return node_admits(state.nodes[node], c)
-
             request = pod.request
+
+            def admits(node: str, c: PodConstraints = pod.constraints,
+                       r: Mapping[str, int] = request) -> bool:
+                return node_takes(state.nodes[node], c, r)
+
             node = self.held_room(t.key, key, request, pod.constraints,
                                   unfit.get(t.key, ()), top_up=True)
             if node is None and t.counts().active <= max(t.expected_pods, t.made_pods):
@@ -199,7 +201,7 @@ class PodPlacer:
         state = self.memory.state
 
         def admits(node: str) -> bool:
-            return node_admits(state.nodes[node], constraints)
+            return node_takes(state.nodes[node], constraints, request)
 
         return state.pin(owner, key, request, unfit, admits, top_up)
 

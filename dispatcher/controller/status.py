@@ -107,12 +107,19 @@ def unwritten(t: Tracked, body: dict[str, Any]) -> WriteKind | None:
     if body == t.writes.written or (
             t.nothing_to_follow and _without_uids(body) == _without_uids(t.writes.written)):
         return None
-    if _without(body, details=True) != _without(t.writes.written, details=True):
+    if _without(body, details=True) != _without(t.writes.written, details=True) or (
+            t.written_as_v1beta2 and _all_created(body) and not _all_created(t.writes.written)):
+        # Every item created is a v1beta2 reader's Running phase (codeflare's).
         return "news"
     if _without(body, details=False) != _without(t.writes.written, details=False) \
             or _moved_to_note(body.get("queuePosition"), t.writes.written.get("queuePosition")):
         return "details"
     return "message"
+
+
+def _all_created(body: dict[str, Any]) -> bool:
+    items = body.get(ITEMS) or []
+    return bool(items) and all(i.get("uid") for i in items)
 
 
 def _without_uids(body: dict[str, Any]) -> dict[str, Any]:

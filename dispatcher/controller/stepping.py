@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.cluster.model import evicting_nodes
 from dispatcher.lifecycle import (
+    AUTOPILOT_NO_EXECUTE,
     ITEMS_CHANGED,
     PODS_LOST,
     PODS_NOT_CREATED,
@@ -81,12 +83,12 @@ class Stepping:
                     or (t.phase == "done" and t.timers.delete_at is not None
                         and t.timers.delete_at <= now))
                 and (self._timer_due(t, now) or t.phase == "done"
-                     or t.needs_items or (t.completable and t.reading.stale)
+                     or t.needs_items or (t.watched and t.reading.stale)
                      or t.key in requeues or t.key in edited or t.key in preempting
                      or t.teardown_due or t.room.stranded is not None or _counts_changed(t)
                      or t.cancelled_by is not None
                      or (t.room.unplaced is not None and t.room.unplaced[1] != t.room.unplaced_told)
-                     or (t.completable
+                     or (t.watched
                          and now - t.reading.read_at >= OUTCOME_REFRESH_SECONDS))]
 
     def _timer_due(self, t: Tracked, now: float) -> bool:
@@ -106,7 +108,7 @@ class Stepping:
         await self.scaling.catch_up(t, now)
         if t.needs_items and not await self._make_items(t, now):
             return
-        if t.completable and (t.reading.stale or now - t.reading.read_at
+        if t.watched and (t.reading.stale or now - t.reading.read_at
                               >= OUTCOME_REFRESH_SECONDS):
             await self._read_outcome(t, now)
         counts = t.counts()
@@ -130,8 +132,23 @@ class Stepping:
             verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.reading.outcome,
                                     t.dispatched_at, running, now, ft, t.timers.items_at,
                                     t.timers.failed_since, t.timers.below_min_since, _items_text(t),
-                                    t.floor)
+                                    t.floor, self._missing(t), self._evicted(t))
         await self._apply(t, verdict, now, timing, ft)
+
+    @staticmethod
+    def _missing(t: Tracked) -> tuple[str, ...]:
+        """Its items deleted by someone else; not while the wrapper itself is being
+        deleted (a foreground deletion removes its objects first)."""
+        assert t.aw is not None
+        return () if t.aw.metadata.deletionTimestamp else t.reading.missing
+
+    def _evicted(self, t: Tracked) -> list[str]:
+        """The nodes where a pod of the gang uses a resource Autopilot flagged NoExecute
+        (none when the installation does not migrate gangs)."""
+        if not self.timing.autopilot.migrate:
+            return []
+        state = self.memory.state
+        return evicting_nodes(state.bound_pods_of(t.key), state.nodes)
 
     async def _ended_otherwise(self, t: Tracked, now: float) -> bool:
         """What ends or restarts the gang whatever its pods say: a teardown owed, a
@@ -233,7 +250,8 @@ class Stepping:
     async def _read_outcome(self, t: Tracked, now: float) -> None:
         t.reading.stale = False
         t.reading.read_at = now
-        t.reading.outcome = await self.items.outcome(t)
+        read = await self.items.read(t, t.watched)
+        t.reading.outcome, t.reading.missing = read.outcome, read.missing
         counts = t.counts()
         done = counts.succeeded + counts.failed
         ended = not counts.active and done > 0
@@ -299,7 +317,8 @@ class Stepping:
         elif v.action == "reset":
             assert ft is not None
             await self.transitions.start_reset(t, v.reason, v.message, now, change,
-                                               ft.retry_pause)
+                                               ft.retry_pause,
+                                               tallied=v.reason != AUTOPILOT_NO_EXECUTE)
         elif v.action == "requeue":
             if v.reason in (PODS_NOT_CREATED, PODS_LOST) and await self._pods_disagree(t, v):
                 change.abandon()

@@ -49,6 +49,8 @@ class OutcomeReading:
     when to read them again."""
 
     outcome: Outcome | None = None
+    # Items made that are gone when last read ("Kind 'name'"): deleted by someone else.
+    missing: tuple[str, ...] = ()
     stale: bool = True
     read_at: float = 0.0
     pods_done: int = 0  # pods ended when the outcome was last read
@@ -63,6 +65,7 @@ class OutcomeReading:
         """A new dispatch: the last one's quick re-reads were spent (Completed would wait
         for the refresh)."""
         self.stale = True
+        self.missing = ()
         self.pods_done = self.settles = 0
         self.soon = False
         self.unsettled.clear()
@@ -144,6 +147,10 @@ class Tracked:
     # Pods proven to belong to the gang (owner chain to one of its items): name -> bucket.
     pods: dict[str, Bucket] = field(default_factory=dict)
     completable: tuple[int, ...] = ()  # items whose kind reports an outcome
+    # Items read while it is dispatched: those with an outcome; for a wrapper written as
+    # v1beta2, every item (one deleted by someone else fails it).
+    watched: tuple[int, ...] = ()
+    written_as_v1beta2: bool = False  # codeflare's rules and phases apply
     reading: OutcomeReading = field(default_factory=OutcomeReading)
     room: RoomState = field(default_factory=RoomState)
     timers: Timers = field(default_factory=Timers)

@@ -92,13 +92,13 @@ class Transitions:
         await self.finish_requeue(t, now)
 
     async def start_reset(self, t: Tracked, reason: str, message: str, now: float,
-                          change: Change, pause: float) -> None:
+                          change: Change, pause: float, tallied: bool = True) -> None:
         """A v1beta2 gang reset (codeflare's Resetting): the reset is written first and
-        counted, then its objects go; they are created again `pause` seconds later. It
-        stays dispatched meanwhile, holding its quota and room."""
+        counted (unless not `tallied`), then its objects go; they are created again
+        `pause` seconds later. It stays dispatched meanwhile, holding its quota and room."""
         change.condition(ConditionType.Dispatched, RESETTING, message)
         t.status.state = "Pending"
-        t.status.numberOfRequeueings += 1
+        t.status.numberOfRequeueings += 1 if tallied else 0
         if not await self.commit(change):
             return
         log.info("%s/%s: reset (%s): %s", *t.key, reason, message)

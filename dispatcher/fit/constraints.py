@@ -7,6 +7,9 @@ the required node affinity must match in full.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from dispatcher.cluster.autopilot import uses
 from dispatcher.cluster.model import Node, Taint
 from dispatcher.kinds.podset import PodConstraints, Requirement, Toleration
 from dispatcher.wording import counted
@@ -71,6 +74,12 @@ def node_admits(node: Node, constraints: PodConstraints) -> bool:
     if untolerated_taints(node, constraints.tolerations):
         return False
     return affinity_matches(node, constraints.affinity_terms)
+
+
+def node_takes(node: Node, constraints: PodConstraints, request: Mapping[str, int]) -> bool:
+    """node_admits, and none of what the pod asks for is flagged unhealthy there
+    (Autopilot): where a pod may be let onto now."""
+    return node_admits(node, constraints) and not uses(request, node.withheld)
 
 
 def describe(constraints: PodConstraints) -> str:

@@ -190,6 +190,7 @@ def test_teams_of_both_versions_share_a_quota_tree_and_preempt_each_other(
         reclaim = preempted(k, "bronze-big")
         assert "to reclaim the quota it borrows" in reclaim["message"]
         assert f"{k.namespace}/gold-v2" in reclaim["message"]
+        wait_condition(k, "gold-v2", "Running")  # its pods up: PodsReady
         gold = wait_phase(k, "gold-v2", "Running")
         assert v2_conditions(gold) == RUNNING
         assert len(pods_of(k, "gold-v2")) == 2

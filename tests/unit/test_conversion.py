@@ -231,7 +231,7 @@ def test_a_running_mcad_wrapper_shows_v1beta2_phase_and_conditions() -> None:
 
 @pytest.mark.parametrize(("state", "latest", "created", "phase"), [
     ("Pending", "Queueing", False, "Suspended"),
-    ("Pending", "Dispatched", True, "Resuming"),
+    ("Pending", "Dispatched", True, "Running"),  # codeflare's: every component created
     ("Running", "Dispatched", False, "Resuming"),  # MCAD's state from the dispatch on
     ("Running", "Running", True, "Running"),
     ("Pending", "PreemptCandidate", True, "Suspending"),

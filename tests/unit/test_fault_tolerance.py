@@ -13,7 +13,9 @@ from dispatcher.api.models import AppWrapper, parse_appwrapper
 from dispatcher.config import ConfigError, DispatcherConfig, load_config
 from dispatcher.kinds.completion import Outcome
 from dispatcher.lifecycle import (
+    AUTOPILOT_NO_EXECUTE,
     FAILED_PODS,
+    MISSING_COMPONENT,
     PODS_NOT_PENDING,
     PODS_NOT_READY,
     RETRY_LIMIT_REACHED,
@@ -146,6 +148,25 @@ def test_a_failed_pod_waits_the_failure_grace_then_resets() -> None:
     spent = judge_v1beta2(_aw(1), failed, 1, None, T0,
                           True, T0 + 10, ft, T0, T0)
     assert spent.action == "failed" and "already reset 1 time" in spent.message
+
+
+@given(pods, settings, st.integers(0, 5), st.sampled_from([None, "running", "failed"]))
+def test_a_wrapped_object_deleted_fails_it_at_once_without_retry(
+        counts: PodCounts, ft: FaultTolerance, resets: int, outcome: Outcome | None) -> None:
+    v = judge_v1beta2(_aw(resets), counts, 2, outcome, T0, True, T0, ft,
+                      missing=["PyTorchJob 'train'"])
+    assert (v.action, v.reason) == ("failed", MISSING_COMPONENT)
+    assert v.message.startswith("PyTorchJob 'train' deleted") and "without retry" in v.message
+
+
+def test_a_pod_on_an_evicting_node_resets_at_once_uncounted_until_the_retry_limit() -> None:
+    ft = FaultTolerance(failure_grace=60, retry_limit=2)
+    up = PodCounts(running=2)
+    v = judge_v1beta2(_aw(1), up, 2, "running", T0, True, T0, ft, evicted=["n1"])
+    assert (v.action, v.reason) == ("reset", AUTOPILOT_NO_EXECUTE)
+    assert "NoExecute on n1" in v.message and "not counted" in v.message
+    spent = judge_v1beta2(_aw(2), up, 2, "running", T0, True, T0, ft, evicted=["n1"])
+    assert (spent.action, spent.reason) == ("failed", RETRY_LIMIT_REACHED)
 
 
 def test_pods_not_created_or_not_running_in_time_are_unhealthy() -> None:

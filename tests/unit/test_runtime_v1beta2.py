@@ -55,6 +55,25 @@ def test_v1beta1_and_v1beta2_wrappers_share_one_queue_in_arrival_order() -> None
     run(scenario)
 
 
+def test_a_v1beta2_wrapper_is_running_once_its_objects_are_created_as_in_codeflare(
+) -> None:
+    """Codeflare's phases: Resuming while its components are created, Running once they
+    all are (PodsReady only once its pods run). Said at once, not with the next news: a
+    reader that sees its pods run sees the wrapper Running."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("v2", job("v2", 2, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        created_job(kube, "v2")
+        status = to_v1beta2(kube.get(*STORED, "v2") or {})["status"]
+        assert status["phase"] == "Running"
+        ready = {c["type"]: c["status"] for c in status["conditions"]}["PodsReady"]
+        assert ready == "False"
+
+    run(scenario)
+
+
 def test_a_suspended_v1beta2_wrapper_waits_until_suspend_is_false() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
@@ -160,7 +179,7 @@ def test_a_failing_v1beta2_gang_is_reset_keeping_its_room_then_fails_at_its_retr
             assert kube.get("batch/v1", "Job", "team", "flaky") is None  # still pausing
             clock.now += 1
             await d.cycle()
-            assert _phase(kube, "flaky") == ("Resuming", attempt)
+            assert _phase(kube, "flaky") == ("Running", attempt)  # created again
         status = aw_status(kube, "flaky")
         assert status["state"] == "Failed"
         assert status["conditions"][-1]["reason"] == "RetryLimitReached"
@@ -211,5 +230,104 @@ def test_a_succeeded_v1beta2_wrapper_is_deleted_after_its_success_ttl() -> None:
         await d.cycle()
         assert kube.get(*STORED, "done") is None
         assert aw_status(kube, "kept")["state"] == "Completed"  # v1beta1: no TTL
+
+    run(scenario)
+
+
+def _delete_job(kube: FakeKube, name: str) -> dict[str, Any]:
+    """The wrapped Job deleted by someone else (kubectl delete job)."""
+    j = created_job(kube, name)
+    path = next(p for p, o in kube.objects.items() if o is j)
+    del kube.objects[path]
+    return j
+
+
+def test_a_v1beta2_wrapper_whose_object_is_deleted_by_someone_else_fails_at_once() -> None:
+    """codeflare's rule: a wrapped object deleted while the wrapper runs fails it, with
+    no failure grace and no reset; a v1beta1 wrapper keeps MCAD's rules (its gang is
+    short of pods: requeued after the failure grace, not failed at once)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("v2", job("v2", 1, 1)))
+        kube.put(appwrapper("v1", job("v1", 1, 1), created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        for name in ("v2", "v1"):
+            d.on_pod("ADDED", pod(name, f"{name}-0", "n1", "Running", 1, created_job(kube, name)))
+        await d.cycle()
+        assert _phase(kube, "v2") == ("Running", 0)
+        for name in ("v2", "v1"):
+            j = _delete_job(kube, name)
+            d.on_pod("DELETED", pod(name, f"{name}-0", "n1", "Running", 1, j))
+        clock.now += 1
+        await d.cycle()
+        assert _phase(kube, "v2") == ("Failed", 0)
+        last = aw_status(kube, "v2")["conditions"][-1]
+        assert last["reason"] == "MissingComponent"
+        assert "Job 'v2'" in last["message"] and "without retry" in last["message"]
+        assert aw_status(kube, "v1")["state"] == "Running"
+
+    run(scenario)
+
+
+EVICT = {"autopilot.ibm.com/gpuhealth": "EVICT"}
+
+
+def test_a_v1beta2_gang_on_a_node_autopilot_flags_evict_is_reset_and_placed_elsewhere(
+) -> None:
+    """codeflare's Autopilot migration: a node labelled gpuhealth=EVICT resets the v1beta2
+    gangs whose pods use its GPUs, at once and without counting the reset; the gang's
+    room is held again on a healthy node, and no new GPU pod is placed on the flagged
+    one. A v1beta1 gang there keeps running (MCAD has no such rule)."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        d = await started(kube, clock)
+        kube.put(codeflare("v2", job("v2", 1, 4)))
+        kube.put(appwrapper("v1", job("v1", 1, 4), created=1))
+        d.on_appwrapper("ADDED", kube.get(*STORED, "v2") or {})
+        d.on_appwrapper("ADDED", kube.get(*STORED, "v1") or {})
+        await d.cycle()
+        for name in ("v2", "v1"):
+            d.on_pod("ADDED", pod(name, f"{name}-0", "n1", "Running", 4, created_job(kube, name)))
+        await d.cycle()
+        assert _phase(kube, "v2") == ("Running", 0)
+        d.on_node("ADDED", node("n2"))
+        flagged = node("n1")
+        flagged["metadata"]["labels"] = EVICT
+        d.on_node("MODIFIED", flagged)
+        await d.cycle()
+        assert _phase(kube, "v2") == ("Resetting", 0)  # not counted against retryLimit
+        last = aw_status(kube, "v2")["conditions"][-1]
+        assert last["reason"] == "Resetting" and "NoExecute on n1" in last["message"]
+        assert aw_status(kube, "v1")["state"] == "Running"
+        d.on_pod("DELETED", pod("v2", "v2-0", "n1", "Running", 4, None))
+        await d.cycle()
+        assert {p.node for p in d.memory.state.reserved_for(("team", "v2"))} == {"n2"}
+        assert d.memory.state.free("n1")["nvidia.com/gpu"] < 0  # none offered there
+
+    run(scenario)
+
+
+def test_a_v1beta2_wrapper_being_deleted_is_not_failed_for_the_objects_it_takes_along(
+) -> None:
+    """A foreground deletion of the wrapper removes its objects first (and bumps its
+    generation): that is neither a missing component nor an edit to queue again."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("gone", job("gone", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        d.on_pod("ADDED", pod("gone", "gone-0", "n1", "Running", 1, created_job(kube, "gone")))
+        await d.cycle()
+        stored = kube.get(*STORED, "gone")
+        assert stored is not None
+        stored["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        stored["metadata"]["generation"] += 1
+        d.on_appwrapper("MODIFIED", stored)
+        j = _delete_job(kube, "gone")
+        d.on_pod("DELETED", pod("gone", "gone-0", "n1", "Running", 1, j))
+        clock.now += 1
+        await d.cycle()
+        assert aw_status(kube, "gone")["state"] != "Failed"
 
     run(scenario)
