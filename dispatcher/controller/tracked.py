@@ -30,6 +30,12 @@ ACTIVE: tuple[Phase, ...] = ("dispatched", "running")
 Bucket = Literal["pending", "running", "succeeded", "failed"]
 
 
+def key_of(obj: Mapping[str, Any]) -> NamespacedName:
+    """(namespace, name) of an object as the API sends it."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
 def now_dt(now: float) -> datetime:
     return datetime.fromtimestamp(now, UTC)
 
