@@ -28,6 +28,7 @@ Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 # Dispatched and not ended: its items exist (or are being made) and it holds capacity.
 ACTIVE: tuple[Phase, ...] = ("dispatched", "running")
 Bucket = Literal["pending", "running", "succeeded", "failed"]
+NO_PODS = PodCounts()
 
 
 def key_of(obj: Mapping[str, Any]) -> NamespacedName:
@@ -195,6 +196,8 @@ class Tracked:
         return self.expected_pods == 0 and not self.completable
 
     def counts(self) -> PodCounts:
+        if not self.pods:
+            return NO_PODS  # most wrappers, every cycle (stepping.due)
         values = list(self.pods.values())
         return PodCounts(pending=values.count("pending"), running=values.count("running"),
                          succeeded=values.count("succeeded"), failed=values.count("failed"))
