@@ -188,7 +188,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_auth == "kubernetes":
         from dispatcher.controller.bearer import TokenReviewAuth
         from dispatcher.controller.kube import Kube
-        from dispatcher.controller.metrics import MetricsServer
+        from dispatcher.controller.metrics_server import MetricsServer
 
         MetricsServer.default_auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
 

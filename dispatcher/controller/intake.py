@@ -1,97 +1,24 @@
 """Intake: watch events and listings into memory. No API calls, no waiting.
 
-- Nodes and pods update the cluster state (free capacity per node); a pod counts for an
-  AppWrapper's gang only once its owner chain proves it (ownership.py).
-- AppWrappers are parsed and placed: queued, dispatched (its items may still need
-  creating, its unbound pods a reservation), running, or done. A restarted dispatcher
-  learns everything here from the listing, since all durable state is in the API.
-- A listing (at start, after a watch gap, or the periodic resync) is reconciled with
-  memory: what is not in it any more is dropped, as if its DELETED event had come.
-- Spec edits: a queued wrapper is re-read; a Failed one is queued again (its message
-  told the user to apply it again); a dispatched one whose items changed is torn down and
-  requeued with the new spec — an edit never swaps what was admitted for something else.
-- Holds and cancellations (holds.py): a held wrapper stays out of the queue; a cancelled
-  queued one fails here, a cancelled dispatched one in the admission loop.
+Each kind has its own: nodes and QuotaSubtrees (node_intake.py), pods (pod_intake.py),
+AppWrappers (wrapper_intake.py). A listing (at start, after a watch gap, or the periodic
+resync) is reconciled with memory: what is not in it any more is dropped, as if its
+DELETED event had come.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
-from dispatcher.api.conditions import ConditionType, Reason, latest
-from dispatcher.api.labels import APPWRAPPER_LABEL
-from dispatcher.api.management import managed_elsewhere
-from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
-from dispatcher.cluster import BoundPod, bound_pod_from_object, node_from_object
-from dispatcher.cluster.model import is_terminal
-from dispatcher.kinds import InvalidItem, PodConstraints, constraints_of
-from dispatcher.kinds.checks import pods_made
-from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
-from dispatcher.lifecycle import (
-    DEFAULT_TIMING,
-    RESETTING,
-    RETRY_LIMIT_REACHED,
-    Timing,
-    fault_tolerance_for,
-)
-from dispatcher.queue import QueuedWrapper
-from dispatcher.resources import GPU, pod_request
-from dispatcher.review import review
+from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 
-from .holds import asked, cancelled_message, held_message
-from .items import ours
-from .memory import GatedPod, Memory
-from .placement import let_onto, token_key, token_of
-from .positions import clear_position
-from .scaling import follow_size, scaled_in
-from .status import Change, copy_status, is_newer, status_body
-from .tracked import (
-    ACTIVE,
-    Bucket,
-    Key,
-    StatusWrites,
-    Tracked,
-    held_by_job,
-    items_digest,
-    now_dt,
-    pod_bucket,
-)
-
-log = logging.getLogger("dispatcher")
-
-# Failed for these reasons means the dispatcher tore (or was tearing) the items down.
-TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
-                              "RequeueLimitReached", RETRY_LIMIT_REACHED,
-                              Reason.Cancelled})
-
-
-def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
-    """The queue's arrival time. creationTimestamp has whole seconds only, so wrappers
-    created within one second would tie (and be ordered by uid); within its creation
-    second, the moment this dispatcher first saw it keeps the order they arrived in."""
-    if recorded is not None:
-        return recorded.timestamp()
-    if created is None:
-        return now
-    second = created.timestamp()
-    return min(max(now, second), second + 0.999_999)
-
-
-def _key(obj: Mapping[str, Any]) -> Key:
-    meta = obj.get("metadata") or {}
-    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
-
-
-def _status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
-    try:
-        return AppWrapperStatus.model_validate(obj.get("status") or {})
-    except ValueError:
-        return AppWrapperStatus()
+from .memory import Memory
+from .node_intake import NodeIntake
+from .pod_intake import PodIntake
+from .tracked import Key, Tracked
+from .wrapper_intake import WrapperIntake
 
 
 class Intake:
@@ -100,569 +27,50 @@ class Intake:
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  leave_kueue_labelled: bool = False, timing: Timing = DEFAULT_TIMING) -> None:
         self.memory = memory
-        self.timing = timing  # a v1beta2 wrapper's timers are rebuilt after a restart
-        self.clock = clock
-        self.on_failed = on_failed
-        self.allowed_kinds = allowed_kinds
-        # Wrappers labelled with a Kueue queue name are Kueue's (management.py).
-        self.leave_kueue_labelled = leave_kueue_labelled
-        # What the dispatcher accepts but the user should look at: (wrapper, text),
-        # posted as Warning Events by the loop, once per new spec.
-        self.warnings: list[tuple[Tracked, str]] = []
         # Dispatched wrappers to tear down and queue again (items edited, or a requeue
         # that a restart cut short).
         self.requeues_due: set[Key] = set()
         # Dispatched wrappers whose items were edited after admission: to requeue.
         self.edited: set[Key] = set()
-        # Pods whose owner chain is being looked up, and their phase (and whether a Job
-        # controller still holds them) meanwhile.
-        self._pending_buckets: dict[tuple[str, str], tuple[Bucket | None, bool]] = {}
-
-    # --- nodes -------------------------------------------------------------------------
+        self.nodes = NodeIntake(memory, timing.autopilot)
+        self.pods = PodIntake(memory, self.requeues_due)
+        self.wrappers = WrapperIntake(memory, clock, on_failed, allowed_kinds,
+                                      leave_kueue_labelled, timing, self.requeues_due,
+                                      self.edited)
 
     def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        state = self.memory.state
-        if event == "DELETED":
-            if name not in state.nodes:
-                return
-            state.remove_node(name)
-            # Capacity held on a node that is gone holds nothing: those gangs' pods will
-            # be placed elsewhere, so their hold must move there too.
-            for owner, planned in state.reservations().items():
-                t = self.memory.tracked.get(owner)
-                if t is not None and any(p.node == name for p in planned):
-                    t.room.needs_reservation = True
-                    t.room.room_lost = True
-            for claimed, on, _ in self.memory.lifted.values():
-                self._strand(claimed, on)
-        else:
-            node = node_from_object(obj, self.timing.autopilot)
-            if state.nodes.get(name) == node:
-                return  # a heartbeat: nothing the fit looks at has changed
-            state.upsert_node(node)
-            if node.evicting:
-                self._judge_pods_on(name)
-        self.memory.empty_answers = type(self.memory.empty_answers)()
-        self.memory.wake.set()
+        self.nodes.on_node(event, obj)
 
-    def _judge_pods_on(self, node: str) -> None:
-        """The gangs with a pod on `node` are judged at once (Autopilot flagged it)."""
-        for pod in self.memory.state.pods():
-            t = self.memory.tracked.get((pod.namespace, pod.appwrapper or ""))
-            if pod.node == node and t is not None and t.phase in ACTIVE:
-                t.timers.check_at = 0.0
-
-    # --- pods --------------------------------------------------------------------------
+    def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
+        self.nodes.on_quota(event, obj)
 
     def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
-        key = _key(obj)
-        gone = event == "DELETED"
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        claim = labels.get(APPWRAPPER_LABEL)
-        claimed: Key | None = (key[0], str(claim)) if claim else None
-        self._take_pin(key, obj, claimed)
-        self._gate_or_lift(key, obj, claimed, gone)
-        if gone or is_terminal(obj):
-            self.memory.state.unpin(key)  # ended without binding: its room is not its any more
-        owner = self._remember(key, obj, claimed, gone)
-        changed = self._bind(key, obj, owner, gone)
-        if claimed is not None:
-            t = self.memory.tracked.get(claimed)
-            if t is not None:
-                bucket = pod_bucket(dict(obj)) if owner is not None else None
-                changed |= self._count(t, key[1], bucket, held_by_job(obj))
-                if owner is not None and t.phase == "done" and t.teardown_due:
-                    changed = True  # pods of a failed gang appeared: tear it down again
-        if changed:
-            self.memory.wake.set()
-
-    def _take_pin(self, key: Key, obj: Mapping[str, Any], claimed: Key | None) -> None:
-        token = token_of(obj)
-        pinned = None if token is None else token_key(key[0], token)
-        if (pinned is not None and claimed is not None and pinned in self.memory.pin_tokens
-                and self.memory.state.repin(pinned, key, claimed)):
-            # Pinned by the pod webhook as it was created: its pin now goes by its name
-            # (only a pod of the gang it was made for takes it: the annotation is anyone's
-            # to write; a pin no pod took lapses).
-            del self.memory.pin_tokens[pinned]
-            self.memory.lifted.pop(pinned, None)
-            self.memory.pods_pinned["created"] += 1
-
-    def _gate_or_lift(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
-                      gone: bool) -> None:
-        """A gang's pod still gated (placement.py), or let onto a node and not bound."""
-        gated = None if gone or claimed is None else gated_pod(obj, claimed)
-        if gated is not None:
-            self.memory.gated[key] = gated
-        else:
-            self.memory.gated.pop(key, None)  # its pin, if any, stays until it binds
-        lifted = None if gone or claimed is None or gated is not None else _lifted(obj)
-        if (lifted is not None and claimed is not None and self.memory.state.pinned(key) is None
-                and self.memory.ownership.disproves(obj, claimed)):
-            lifted = None  # its label is all it has: it holds no room of the gang's
-        if lifted is None:
-            self.memory.lifted.pop(key, None)
-            return
-        assert claimed is not None
-        self.memory.lifted[key] = (claimed, *lifted)
-        t = self.memory.tracked.get(claimed)
-        if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
-            t.room.needs_reservation = True  # let go by an earlier run: hold its room again
-        self._strand(claimed, lifted[0])
-
-    def _remember(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
-                  gone: bool) -> Key | None:
-        """The pod in memory (or out of it); the wrapper it is proven to belong to."""
-        if gone:
-            self.memory.pods.pop(key, None)
-            self.memory.ownership.drop_pod(key)
-            self._pending_buckets.pop(key, None)
-            return None
-        self.memory.pods[key] = claimed
-        if claimed is None or not self._counts_pods(claimed):
-            return None
-        proven = self.memory.ownership.owner_of(obj, claimed)
-        owner = proven if isinstance(proven, tuple) and proven == claimed else None
-        if owner is None:
-            # Not proven yet, or not by what is known now: an item adopted later
-            # (after a restart) may prove it; keep its phase for then.
-            self._pending_buckets[key] = (pod_bucket(dict(obj)), held_by_job(obj))
-        else:
-            self._pending_buckets.pop(key, None)
-        return owner
-
-    def _bind(self, key: Key, obj: Mapping[str, Any], owner: Key | None, gone: bool) -> bool:
-        """The pod's place in the cluster state; whether it changed."""
-        bound = None if gone else bound_pod_from_object(obj)
-        if bound is not None:
-            # Only a proven member takes a planned pod off its gang's reservation.
-            bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
-        before = self.memory.state.pod(key)
-        if before == bound:
-            return False
-        self.memory.state.upsert_pod(key, bound)
-        if bound is None and before is not None:
-            self._lost(before, (obj.get("status") or {}).get("phase"))
-        return True
-
-    def _strand(self, claimed: Key, node: str) -> None:
-        """A pod let onto `node` that is gone can never bind: a gang not running yet is
-        requeued at once (runtime), not left waiting for its requeuing timer."""
-        t = self.memory.tracked.get(claimed)
-        if t is not None and t.phase == "dispatched" and node not in self.memory.state.nodes:
-            t.room.stranded = "a pod of it was let onto a node that went away before it was bound"
-
-    def _lost(self, pod: BoundPod, phase: str | None) -> None:
-        """A proven member stopped holding its node unfinished: whatever replaces it (the
-        Job's next pod, the operator's restart) is owed the capacity it held, or a wrapper
-        admitted meanwhile would find its promise taken (found by the node-deletion fault
-        test: a lost pod's replacement left a newer gang half-bound)."""
-        if phase == "Succeeded" or pod.appwrapper is None:
-            return
-        t = self.memory.tracked.get((pod.namespace, pod.appwrapper))
-        if (t is None or t.phase not in ACTIVE or t.teardown_due
-                or t.key in self.requeues_due or scaled_in(t, self.memory.state)):
-            return
-        t.room.lost.append(dict(pod.request))
-
-    def _counts_pods(self, claimed: Key) -> bool:
-        """Only a gang that is dispatched, running or being torn down counts its pods
-        (a finished or queued one needs no proof of what is left of it)."""
-        t = self.memory.tracked.get(claimed)
-        return t is not None and (t.phase in ACTIVE or t.teardown_due)
-
-    def _count(self, t: Tracked, pod: str, bucket: Bucket | None,
-               held: bool = False) -> bool:
-        before = t.pods.get(pod)
-        if bucket is None:
-            t.pods.pop(pod, None)
-        else:
-            t.pods[pod] = bucket
-        was_held = pod in t.reading.unsettled
-        if held and bucket in ("succeeded", "failed"):
-            t.reading.unsettled.add(pod)
-        else:
-            t.reading.unsettled.discard(pod)
-        if bucket != before:
-            # What a wrapped object reports changes when a pod of it ends or goes, not
-            # when one starts (a read per start would be a GET per pod). A success while
-            # others of the gang still wait or run is read with the last of them to end
-            # (an object that finished early on a success ends or removes the rest, which
-            # is read): one read per gang, not one per pod. Nor while a Job controller
-            # still holds an ended pod: read when it lets go.
-            if bucket == "failed" or bucket is None or (
-                    bucket == "succeeded" and not t.counts().active and not t.reading.unsettled):
-                t.reading.stale = True
-            return True
-        if was_held and not t.reading.unsettled and not t.counts().active:
-            # The Job controller let go of the last ended pod (it counted it, removed its
-            # finalizer, and writes the Job's status next): read it now; if that status
-            # is not there yet, the quick re-read (reading.soon) finds it.
-            t.reading.stale = True
-            return True
-        return False
+        self.pods.on_pod(event, obj)
 
     def proven(self, decided: Mapping[tuple[str, str], Key | None]) -> None:
         """Owner lookups finished (in the loop): count the pods now proven."""
-        for key, owner in decided.items():
-            if owner is None:
-                continue  # its phase stays kept: a later item may still prove it
-            bucket, held = self._pending_buckets.pop(key, (None, False))
-            bound = self.memory.state.pod(key)
-            if bound is not None:
-                self.memory.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
-            t = self.memory.tracked.get(owner)
-            if t is not None:
-                self._count(t, key[1], bucket, held)
-        self.memory.wake.set()
-
-    # --- AppWrappers -------------------------------------------------------------------
+        self.pods.proven(decided)
 
     def on_appwrapper(self, event: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        key = _key(obj)
-        uid = str(meta.get("uid", ""))
-        generation = int(meta.get("generation") or 0)
-        t = self.memory.tracked.get(key)
-        if event == "DELETED":
-            if t is not None and t.uid == uid:
-                self.memory.forget(t)
-                self.memory.wake.set()
-            return
-        if t is not None and t.uid == uid:
-            self._observed_status(t, obj)
-            edited = generation != t.generation
-            if edited:
-                self._edited(t, obj, generation)
-            now = self.memory.tracked.get(key)  # an edit may have taken it in anew
-            if (now is not None and self._asked(now, obj)) or edited:
-                self.memory.wake.set()
-            return  # else our own status write coming back, or a label change
-        if t is not None:
-            self.memory.forget(t)  # replaced by a new object of the same name
-        elsewhere = managed_elsewhere(meta.get("annotations") or {}, meta.get("labels") or {},
-                                      self.leave_kueue_labelled)
-        if elsewhere is not None:
-            log.debug("%s/%s: left to another controller: %s", *key, elsewhere)
-            return
-        self._intake(key, obj)
-        self.memory.wake.set()
-
-    def _observed_status(self, t: Tracked, obj: Mapping[str, Any]) -> None:
-        """The API's status is the truth about what was written: a write we thought had
-        failed (a timeout) may have landed. Late echoes of our own writes are skipped."""
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if t.writes.written_version and version and not is_newer(version, t.writes.written_version):
-            return
-        t.writes.written = status_body(_status_of(obj))
-        if version:
-            t.writes.written_version = version
-
-    def _edited(self, t: Tracked, obj: Mapping[str, Any], generation: int) -> None:
-        if t.phase == "queued":
-            self.memory.forget(t)
-            self._intake(t.key, obj, keep=t)
-            return
-        if t.phase == "done":
-            deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-            # Being deleted bumps the generation of a custom resource: not an edit.
-            if t.status.state == "Failed" and asked(obj)[1] is None and not deleting:
-                self.memory.forget(t)
-                again = self._intake(t.key, obj, keep=t, requeue_failed=True)
-                log.info("%s/%s: spec changed after it failed; queued again", *t.key)
-                if again is not None:
-                    again.generation = generation
-            else:
-                # Its end holds for the new spec too: said so (observedGeneration), or
-                # kubectl wait --for=condition=Completed would wait for ever.
-                t.generation = generation
-                last = latest(t.status.conditions)
-                if last is not None and Change(t, self.clock(), copy_status(t.status)) \
-                        .condition(last.type, last.reason, last.message):
-                    self.memory.unwritten.add(t.key)
-            return
-        # Dispatched or running: only an edit of what it creates matters now; whatever
-        # requeues it later queues the spec as it is then, as a restart would.
-        t.generation = generation
-        t.latest = obj
-        try:
-            aw = parse_appwrapper(obj)
-        except InvalidSpec:
-            self.edited.add(t.key)
-            return
-        if t.aw is not None and items_digest(aw) != items_digest(t.aw):
-            self.edited.add(t.key)
-        else:
-            self.edited.discard(t.key)  # back to the items admitted: nothing to redo
-            t.aw = aw.model_copy(update={"status": t.aw.status if t.aw else aw.status})
-            t.timers.check_at = self.clock()  # judged again now: a deadline or a minimum may be new
+        self.wrappers.on_appwrapper(event, obj)
 
     def queue_again(self, t: Tracked) -> None:
-        """A requeued wrapper (its objects torn down, Pending written) back in the queue:
-        as its spec now is, checked and fitted anew if it was edited since its dispatch."""
-        self.edited.discard(t.key)
-        if t.latest is None:
-            if t.queued is not None:
-                self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
-            return
-        self.memory.forget(t)
-        self._intake(t.key, t.latest, keep=t)
+        self.wrappers.queue_again(t)
 
-    def _intake(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None = None,
-                requeue_failed: bool = False) -> Tracked | None:
-        now = self.clock()
-        t = self._tracked(key, obj, keep, now)
-        status = t.status
-        self.memory.tracked[key] = t
-        self.memory.elastic.discard(key)
-        if status.state in ("Completed", "Failed") and not requeue_failed:
-            self._ended(t, obj)
-            return t
-        change = Change(t, now, status.model_copy(deep=True))
-        verdict = review(obj, now, self.allowed_kinds)
-        if verdict.appwrapper is None or verdict.queued is None:
-            t.aw = verdict.appwrapper
-            self.fail_spec(t, change, verdict.message)
-            return t
-        aw = verdict.appwrapper
-        t.aw = aw
-        t.first_seen = keep.first_seen if keep is not None else _first_seen(
-            status.controllerfirsttimestamp, aw.metadata.creationTimestamp, now)
-        queued = dataclasses.replace(verdict.queued, first_seen=t.first_seen)
-        if not status.conditions or keep is not None:
-            # A new spec: say once what it asks that the dispatcher will not do as
-            # written (a restart, finding conditions, does not say it again).
-            self.warnings.extend((t, w) for w in verdict.warnings)
-        self._gang(t, aw, queued)
-        if requeue_failed:
-            status.state = "Pending"
-            status.numberOfRequeueings = 0
-            status.wrappedItems = []
-            status.admittedDigest = ""
-            status.preempted = []
-            change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
-                             "the spec changed after the failure: queued again")
-            self.memory.unwritten.add(key)
-        if not status.conditions:
-            # The whole MCAD chain, written with the first decision in one PATCH.
-            change.condition(ConditionType.Init, "", "")
-            change.condition(ConditionType.Queueing, Reason.AwaitingHeadOfLine,
-                             "waiting for the first admission cycle")
-            status.controllerfirsttimestamp = now_dt(t.first_seen)
-            status.state = "Pending"
-        # What it asks for as its spec now is (an edit changes it).
-        status.requestedGPUs = sum(g.pod_set.request.get(GPU, 0) * g.pod_set.count
-                                   for g in queued.gang)
-        for uid in (i.uid for i in status.wrappedItems if i.uid):
-            self.memory.ownership.add_item(uid, key)
-        self._resume(t, aw, change, now)
-        return t
-
-    def _tracked(self, key: Key, obj: Mapping[str, Any], keep: Tracked | None,
-                 now: float) -> Tracked:
-        """A new record of the wrapper: its status as the API has it (or as `keep`, the
-        record it replaces, knew it)."""
-        meta = obj.get("metadata") or {}
-        if keep is not None:
-            status = keep.status
-            written = keep.writes.written
-        else:
-            status = _status_of(obj)
-            written = status_body(status)
-        t = Tracked(key=key, uid=str(meta.get("uid", "")),
-                    generation=int(meta.get("generation") or 0), aw=None,
-                    status=status, writes=StatusWrites(written), first_seen=now)
-        t.held_by, t.cancelled_by = asked(obj)
-        # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
-        t.preempted = tuple((ns, name) for ns, _, name in
-                            (k.partition("/") for k in status.preempted) if name)
-        if keep is not None:
-            t.writes.written_version = keep.writes.written_version
-            t.writes.last_write_at = keep.writes.last_write_at
-        else:
-            last = latest(status.conditions)
-            stamp = last.lastUpdateMicroTime if last is not None else None
-            t.writes.last_write_at = stamp.timestamp() if stamp is not None else 0.0
-        return t
-
-    def _ended(self, t: Tracked, obj: Mapping[str, Any]) -> None:
-        """Completed or Failed: nothing to do, unless a failure left objects behind."""
-        t.phase = "done"
-        last = latest(t.status.conditions)
-        t.teardown_due = t.status.state == "Failed" and last is not None \
-            and last.reason in TEARDOWN_REASONS
-        if t.teardown_due:
-            try:
-                t.aw = parse_appwrapper(obj)
-            except InvalidSpec:
-                t.teardown_due = False
-        self._ended_timers(t, (obj.get("metadata") or {}).get("annotations") or {})
-
-    def _gang(self, t: Tracked, aw: AppWrapper, queued: QueuedWrapper) -> None:
-        """What the dispatcher follows of it: its queue entry, pods, items with an outcome."""
-        t.queued = queued
-        if queued.elastic:
-            self.memory.elastic.add(t.key)
-        t.expected_pods = sum(g.pod_set.count for g in queued.gang)
-        t.made_pods = pods_made(aw)
-        follow_size(t)  # an elastic gang's pods follow its size
-        t.completable = deciding_items(
-            [(item.generictemplate, item.completionstatus)
-             for item in aw.spec.resources.GenericItems])
-        t.written_as_v1beta2 = fault_tolerance_for(aw.metadata.annotations,
-                                                   self.timing) is not None
-        t.watched = tuple(range(len(aw.spec.resources.GenericItems))) \
-            if t.written_as_v1beta2 else t.completable
-
-    def _resume(self, t: Tracked, aw: AppWrapper, change: Change, now: float) -> None:
-        """Where its conditions say it is: dispatched or running (after a restart), a
-        requeue cut short, or queued."""
-        status = t.status
-        last = latest(status.conditions)
-        kind = last.type if last is not None else ""
-        if kind in (ConditionType.Dispatched, ConditionType.Running,
-                    ConditionType.RunningHoldCompletion):
-            since = next((c.lastTransitionMicroTime for c in reversed(status.conditions)
-                          if c.type == ConditionType.Dispatched), None)
-            t.dispatched_at = since.timestamp() if since is not None else now
-            t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
-            t.needs_items = True
-            t.room.needs_reservation = t.phase == "dispatched"
-            if last is not None and last.reason == RESETTING:
-                # A reset's pause, cut short by a restart: it goes on from when it began.
-                stamp = last.lastUpdateMicroTime or last.lastTransitionMicroTime
-                t.timers.reset_at = stamp.timestamp() if stamp is not None else now
-                t.needs_items = False
-            if status.admittedDigest and status.admittedDigest != items_digest(aw):
-                self.edited.add(t.key)  # edited while this dispatcher was down
-        elif kind == ConditionType.PreemptCandidate:
-            # A requeue was cut short by a restart: finish the teardown first.
-            t.phase = "dispatched"
-            t.teardown_due = True
-            self.requeues_due.add(t.key)
-        else:
-            self._enqueue(t, change)
-
-    def _ended_timers(self, t: Tracked, annotations: Mapping[str, str]) -> None:
-        """A v1beta2 wrapper's timers once it ended, from when it ended: the deletion of
-        a succeeded one (its success TTL), the teardown of a failed one (its
-        deletion-on-failure grace)."""
-        ft = fault_tolerance_for(annotations, self.timing)
-        last = latest(t.status.conditions)
-        stamp = last.lastTransitionMicroTime if last is not None else None
-        if ft is None or stamp is None:
-            return
-        if t.status.state == "Completed":
-            t.timers.delete_at = stamp.timestamp() + ft.success_ttl
-        elif t.teardown_due and ft.deletion_on_failure_grace:
-            t.timers.teardown_at = stamp.timestamp() + ft.deletion_on_failure_grace
-
-    def fail_spec(self, t: Tracked, change: Change, message: str,
-                  reason: str = Reason.InvalidSpec) -> None:
-        t.phase = "done"
-        if t.queued is not None and self.memory.queue.get(t.key) is t.queued:
-            self.memory.queue.remove(t.key)
-        t.queued = None
-        self.memory.elastic.discard(t.key)
-        self.memory.sharing.release(t.key)  # room held for it while it preempted is free again
-        t.status.state = "Failed"
-        clear_position(t.status)
-        change.condition(ConditionType.Failed, reason, message)
-        self.memory.unwritten.add(t.key)
-        self.on_failed(reason)
-
-    # --- holds and cancellations (holds.py) --------------------------------------------
-
-    def _enqueue(self, t: Tracked, change: Change) -> None:
-        """A queued wrapper into the queue, unless it is held or cancelled."""
-        assert t.queued is not None
-        if t.cancelled_by is not None:
-            self.fail_spec(t, change, cancelled_message(t.cancelled_by, created=False),
-                           Reason.Cancelled)
-        elif t.held_by is not None:
-            self.memory.queue.remove(t.key)
-            self.memory.sharing.release(t.key)
-            clear_position(t.status)
-            change.condition(ConditionType.Queueing, Reason.Held,
-                             held_message(t.held_by, t.key[1]))
-            self.memory.unwritten.add(t.key)
-        else:
-            self.memory.queue.put(t.queued)
-
-    def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
-        """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
-        held_by, cancelled_by = asked(obj)
-        if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
-            return False
-        t.held_by, t.cancelled_by = held_by, cancelled_by
-        if t.phase == "queued" and t.queued is not None:
-            # Released: back in the queue in its place; the next cycle says why it waits.
-            self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
-        # Dispatched: a cancellation is the admission loop's to carry out; a hold waits
-        # for a requeue, if any.
-        return True
-
-    # --- QuotaSubtrees ------------------------------------------------------------------
-
-    def on_quota(self, event: str, obj: Mapping[str, Any]) -> None:
-        if self.memory.sharing.on_subtree(event, obj):
-            self.memory.wake.set()
-
-    # --- listings ------------------------------------------------------------------------
+    def take_warnings(self) -> list[tuple[Tracked, str]]:
+        """What to post as Warning Events (once per new spec), taken out."""
+        warnings, self.wrappers.warnings = self.wrappers.warnings, []
+        return warnings
 
     def relisted(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
-        """A complete listing of `kind` (Node, Pod, AppWrapper): reconcile memory."""
-        objs = list(objects)
+        """A complete listing of `kind` (Node, Pod, QuotaSubtree, AppWrapper): reconcile
+        memory."""
         if kind == "Node":
-            present = {str((o.get("metadata") or {}).get("name")) for o in objs}
-            for name in [n for n in self.memory.state.nodes if n not in present]:
-                self.on_node("DELETED", {"metadata": {"name": name}})
-            for o in objs:
-                self.on_node("ADDED", o)
+            self.nodes.relisted(objects)
         elif kind == "Pod":
-            present_pods = {_key(o) for o in objs}
-            for key in [k for k in self.memory.pods if k not in present_pods]:
-                labels = _claim_labels(self.memory.pods[key])
-                self.on_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1],
-                                                     "labels": labels}})
-            for o in objs:
-                self.on_pod("ADDED", o)
+            self.pods.relisted(objects)
         elif kind == "QuotaSubtree":
-            self.memory.sharing.relisted(objs)
+            self.nodes.relisted_quotas(objects)
         elif kind == "AppWrapper":
-            present_uids = {(_key(o), str((o.get("metadata") or {}).get("uid", "")))
-                            for o in objs}
-            for t in [t for t in self.memory.tracked.values()
-                      if (t.key, t.uid) not in present_uids]:
-                self.memory.forget(t)
-            for o in objs:
-                self.on_appwrapper("ADDED", o)
+            self.wrappers.relisted(objects)
         self.memory.wake.set()
-
-
-def _claim_labels(claimed: Key | None) -> dict[str, str]:
-    return {APPWRAPPER_LABEL: claimed[1]} if claimed is not None else {}
-
-
-def gated_pod(obj: Mapping[str, Any], claimed: Key) -> GatedPod | None:
-    """The pod as waiting at the placement gate, or None: it carries no such gate."""
-    spec = obj.get("spec") or {}
-    gates = spec.get("schedulingGates") or []
-    if not any(ours(g) for g in gates):
-        return None
-    try:
-        constraints: PodConstraints | None = constraints_of(spec)
-    except InvalidItem:
-        constraints = None
-    return GatedPod(claimed, obj, dict(pod_request(spec)), constraints)
-
-
-def _lifted(obj: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
-    """The node a pod was let onto and its request, while it is not bound and not
-    finished; None otherwise."""
-    spec = obj.get("spec") or {}
-    if spec.get("nodeName") or is_terminal(obj):
-        return None
-    node = let_onto(spec)
-    return None if node is None else (node, dict(pod_request(spec)))

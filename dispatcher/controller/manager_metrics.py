@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from dispatcher.wording import span
 
-from .metrics import PREFIX, exposition
+from .metric_labels import PREFIX
+from .metrics_server import exposition
 
 log = logging.getLogger("dispatcher.manager")
 

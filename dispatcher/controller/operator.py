@@ -40,7 +40,8 @@ from .runtime import APPWRAPPERS, Dispatcher, Observer
 from .startup import Stopped, Trouble, reach, stop_on_signals, until_stopped
 
 if TYPE_CHECKING:
-    from .metrics import MetricsServer, PrometheusObserver
+    from .metrics import PrometheusObserver
+    from .metrics_server import MetricsServer
 
 log = logging.getLogger("dispatcher")
 
@@ -130,7 +131,7 @@ class Operator:
         if metrics is None:
             return None
         from .bearer import TokenReviewAuth
-        from .metrics import MetricsServer
+        from .metrics_server import MetricsServer
         from .visibility_api import VisibilityApi
 
         # The queue as this process numbers it, to users RBAC lets list AppWrappers.

@@ -56,6 +56,9 @@ class Ownership:
         # uid of an item or of an object below one -> its AppWrapper; None: proven not
         # below any item (a pod under it never counts).
         self._root: dict[str, NamespacedName | None] = {}
+        # The uids set to None in _root (a superset: some may have been set since), so
+        # learning an item does not go through every uid known.
+        self._disproven: set[str] = set()
         self._unknown: dict[str, OwnerRef] = {}  # owners to look up
         # owner uid -> pods claiming an AppWrapper
         self._waiting: dict[str, dict[NamespacedName, NamespacedName]] = {}
@@ -67,8 +70,10 @@ class Ownership:
         if self._root.get(uid) == owner:
             return
         self._root[uid] = owner
-        for u in [u for u, k in self._root.items() if k is None]:
-            del self._root[u]
+        for u in self._disproven:
+            if u in self._root and self._root[u] is None:
+                del self._root[u]
+        self._disproven.clear()
         for pod, (claimed, ref) in list(self._rejected.items()):
             if claimed == owner:
                 del self._rejected[pod]
@@ -186,4 +191,6 @@ class Ownership:
                 break
         for uid in chain:
             self._root[uid] = root
+        if root is None:
+            self._disproven.update(chain)
         return root

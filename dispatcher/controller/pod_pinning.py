@@ -38,7 +38,6 @@ from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster import PlannedPod
 from dispatcher.resources import pod_request
 
-from .intake import gated_pod
 from .items import PLACEMENT_GATE, ours
 from .memory import Memory
 from .ownership import controller_ref
@@ -50,6 +49,7 @@ from .placement import (
     token_key,
     token_of,
 )
+from .pod_intake import gated_pod
 from .tracked import ACTIVE, Key, NamespacedName, Tracked
 
 log = logging.getLogger("dispatcher.pinning")

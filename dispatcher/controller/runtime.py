@@ -327,7 +327,7 @@ class Dispatcher:
                 self.memory.unwritten.add(t.key)  # busy: next cycle
         for t in ripe:
             self.tasks.spawn(t, self._write(t, now, force=False))
-        warnings, self.intake.warnings = self.intake.warnings, []
+        warnings = self.intake.take_warnings()
         for t, text in warnings:
             if self.memory.current(t):
                 self.tasks.spawn_side(self.writer.warn(t, SPEC_WARNING, text, now))

@@ -222,11 +222,13 @@ class Scaling:
 
     def due(self, t: Tracked) -> bool:
         """Whether `catch_up` has work for `t` at its next step."""
-        return t.key in self.deferred or t.key in self.owed or self._unsynced(t)
+        # Asked of every dispatched wrapper each cycle (stepping.due): cheap tests first.
+        return (bool(self.deferred) and t.key in self.deferred) \
+            or (bool(self.owed) and t.key in self.owed) or self._unsynced(t)
 
     def _unsynced(self, t: Tracked) -> bool:
-        return t.key not in self.synced and t.queued is not None \
-            and bool(t.queued.elastic) and bool(t.status.elasticPods) and not t.needs_items
+        return t.queued is not None and bool(t.queued.elastic) \
+            and t.key not in self.synced and bool(t.status.elasticPods) and not t.needs_items
 
     async def catch_up(self, t: Tracked, now: float) -> None:
         """At a wrapper's step: a deferred scale-in, then a patch still owed (or, for a

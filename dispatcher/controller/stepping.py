@@ -73,23 +73,22 @@ class Stepping:
 
     def due(self, now: float) -> list[Tracked]:
         """The dispatched wrappers (and failed ones with a teardown owed) that something
-        happened to, or whose timer ran out."""
-        requeues, edited = self.intake.requeues_due, self.intake.edited
-        preempting = self.memory.sharing.preempting
+        happened to, or whose timer ran out. Runs over every wrapper each cycle: the
+        cheap flags are looked at first, the timers and pod counts last."""
+        owed = {*self.intake.requeues_due, *self.intake.edited, *self.memory.sharing.preempting}
         return [t for t in self.memory.tracked.values()
                 if (t.phase in ACTIVE or (t.phase == "done" and t.teardown_due
                                           and t.aw is not None
                                           and (t.timers.teardown_at or 0) <= now)
                     or (t.phase == "done" and t.timers.delete_at is not None
                         and t.timers.delete_at <= now))
-                and (self._timer_due(t, now) or t.phase == "done"
-                     or t.needs_items or (t.watched and t.reading.stale)
-                     or t.key in requeues or t.key in edited or t.key in preempting
-                     or t.teardown_due or t.room.stranded is not None or _counts_changed(t)
-                     or t.cancelled_by is not None
+                and (t.phase == "done" or t.needs_items or t.teardown_due
+                     or t.cancelled_by is not None or t.room.stranded is not None
+                     or (t.watched and (t.reading.stale or now - t.reading.read_at
+                                        >= OUTCOME_REFRESH_SECONDS))
                      or (t.room.unplaced is not None and t.room.unplaced[1] != t.room.unplaced_told)
-                     or (t.watched
-                         and now - t.reading.read_at >= OUTCOME_REFRESH_SECONDS))]
+                     or (bool(owed) and t.key in owed)
+                     or self._timer_due(t, now) or _counts_changed(t))]
 
     def _timer_due(self, t: Tracked, now: float) -> bool:
         """Its timer has run out; with none set, an elastic patch is owed or it has not
@@ -353,8 +352,10 @@ class Stepping:
 
 
 def _counts_changed(t: Tracked) -> bool:
-    counts = t.counts()
     s = t.status
+    if not t.pods:  # most wrappers, every cycle: nothing to count
+        return (s.pending, s.running, s.Succeeded, s.failed) != (0, 0, 0, 0)
+    counts = t.counts()
     return (s.pending, s.running, s.Succeeded, s.failed) != (
         counts.pending, counts.running, counts.succeeded, counts.failed)
 

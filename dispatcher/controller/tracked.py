@@ -28,6 +28,13 @@ Phase = Literal["queued", "dispatching", "dispatched", "running", "done"]
 # Dispatched and not ended: its items exist (or are being made) and it holds capacity.
 ACTIVE: tuple[Phase, ...] = ("dispatched", "running")
 Bucket = Literal["pending", "running", "succeeded", "failed"]
+NO_PODS = PodCounts()
+
+
+def key_of(obj: Mapping[str, Any]) -> NamespacedName:
+    """(namespace, name) of an object as the API sends it."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
 
 
 def now_dt(now: float) -> datetime:
@@ -196,6 +203,8 @@ class Tracked:
         return self.expected_pods == 0 and not self.completable
 
     def counts(self) -> PodCounts:
+        if not self.pods:
+            return NO_PODS  # most wrappers, every cycle (stepping.due)
         values = list(self.pods.values())
         return PodCounts(pending=values.count("pending"), running=values.count("running"),
                          succeeded=values.count("succeeded"), failed=values.count("failed"))

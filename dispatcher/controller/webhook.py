@@ -39,8 +39,9 @@ from .access import Access
 from .admission_review import AppWrapperReview, ReviewAnswer
 from .certs import SecretCertificates, service_hosts
 from .kube import Kube
-from .metrics import RequestMetrics, exposition
+from .metrics_server import exposition
 from .pod_pinning import PodPinning
+from .request_metrics import RequestMetrics
 from .startup import Stopped, Trouble, reach, retry, stop_on_signals, until_stopped
 
 log = logging.getLogger("dispatcher.webhook")

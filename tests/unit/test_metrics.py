@@ -13,7 +13,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.controller.kube import Resource
-from dispatcher.controller.metrics import MetricsServer, PrometheusObserver
+from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.metrics_server import MetricsServer
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.queue import Policy
 
@@ -419,7 +420,7 @@ def test_quota_nodes_show_use_and_the_wrappers_waiting_under_them() -> None:
 
 
 def test_quota_node_series_are_capped_upper_levels_first(caplog: Any) -> None:
-    from dispatcher.controller.metrics import MAX_QUOTA_NODES
+    from dispatcher.controller.metrics_snapshot import MAX_QUOTA_NODES
 
     teams = [(f"team-{i:03}", {"hardLimit": True, "requests": {"nvidia.com/gpu": 1}})
              for i in range(MAX_QUOTA_NODES + 50)]

@@ -15,7 +15,8 @@ from dispatcher.controller.bearer import (
     TokenReviewAuth,
 )
 from dispatcher.controller.kube import ApiError
-from dispatcher.controller.metrics import MetricsServer, PrometheusObserver
+from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.metrics_server import MetricsServer
 
 from .fake_authz import FakeApi
 

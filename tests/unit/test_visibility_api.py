@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 
-from dispatcher.controller.metrics import MetricsServer, PrometheusObserver
+from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.metrics_server import MetricsServer
 from dispatcher.controller.runtime import Dispatcher
 from dispatcher.controller.visibility_api import BASE, VisibilityApi
 from dispatcher.queue import Policy
