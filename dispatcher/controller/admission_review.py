@@ -215,11 +215,11 @@ class AppWrapperReview:
             state = latest_condition(old)
             if state not in EDITABLE:
                 return ReviewAnswer(False, code=403, message=(
-                    f"spec.resources.GenericItems (spec.components in v1beta2: templates, "
-                    f"podSets and podSetInfos) cannot change once the AppWrapper is past "
-                    f"the queue (its latest condition is {state}): what was checked is "
-                    "what the dispatcher creates; delete the AppWrapper and apply the new "
-                    "one"))
+                    f"spec.resources.GenericItems cannot change once the AppWrapper is past "
+                    f"the queue (its latest condition is {state}), nor in v1beta2 "
+                    "spec.components (templates, podSets and podSetInfos): what was "
+                    "checked is what the dispatcher creates; delete the AppWrapper and "
+                    "apply the new one"))
         spec_changed = old.get("spec") != obj.get("spec")
         if items_changed or spec_changed or _labels(old) != _labels(obj):
             return await self._judge([], obj, user, namespace, check_items=items_changed,

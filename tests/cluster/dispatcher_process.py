@@ -8,6 +8,7 @@ log directory and quoted when a test fails waiting for it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,15 @@ def install_crd(kubectl: Kubectl) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kubectl("wait", "--for=condition=Established", "--timeout=60s",
             "crd/appwrappers.workload.codeflare.dev")
+    forget_discovery()
+
+
+def forget_discovery() -> None:
+    """kubectl caches which versions each API group serves (~/.kube/cache/discovery) and
+    would go on asking for AppWrappers in v1beta2 once the CRD serves v1beta1 only (the
+    server answers NotFound): forgotten whenever the CRD's versions change."""
+    home = Path(os.environ.get("KUBECACHEDIR", Path.home() / ".kube" / "cache"))
+    shutil.rmtree(home / "discovery", ignore_errors=True)
 
 
 class DispatcherProcess:

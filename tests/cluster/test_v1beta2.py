@@ -19,7 +19,14 @@ import yaml
 from localcluster import Cluster, Kubectl, wait_for
 
 from ..shared_files import APPWRAPPER_V1BETA2, require
-from .dispatcher_process import QUOTA_CRD, REPO, DispatcherProcess, install_crd, wait_quiet
+from .dispatcher_process import (
+    QUOTA_CRD,
+    REPO,
+    DispatcherProcess,
+    forget_discovery,
+    install_crd,
+    wait_quiet,
+)
 from .test_controller import appwrapper, job, pods_of
 from .test_sharing import subtree
 from .webhook_process import SECRET, free_port, register_url_webhooks, unregister_webhooks
@@ -59,6 +66,7 @@ def v1beta2_served(local_cluster: Cluster, kubectl: Kubectl,
         kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                 input=yaml.safe_dump_all(v1beta2_crds(kubectl, port, ca)))
         kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+        forget_discovery()
         wait_for(lambda: _converts(kubectl), 60,
                  f"kube-apiserver to convert a v1beta2 AppWrapper; log: {d.log_path}")
         yield d

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from localcluster import Cluster, Kubectl, build, config, wait_for
-from tests.cluster.dispatcher_process import REPO, DispatcherProcess
+from tests.cluster.dispatcher_process import REPO, DispatcherProcess, forget_discovery
 from tests.cluster.webhook_process import (
     CONFIGURATION,
     free_port,
@@ -149,6 +149,7 @@ def v1beta1_only(kubectl: Kubectl) -> None:
         {"op": "replace", "path": "/spec/conversion", "value": {"strategy": "None"}}]))
     kubectl("apply", "--server-side", "--force-conflicts", "-f",
             str(REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml"))
+    forget_discovery()
 
 
 # ------------------------------------------------------------------ the suite
