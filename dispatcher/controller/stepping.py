@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.labels import APPWRAPPER_LABEL
+from dispatcher.api.management import SUSPENDED_BY
 from dispatcher.cluster.model import evicting_nodes
 from dispatcher.lifecycle import (
     AUTOPILOT_NO_EXECUTE,
@@ -50,6 +51,8 @@ OUTCOME_SETTLES = 5  # quick reads after a gang's last pod ended, before the ref
 # every cycle.
 IDLE_STEP_SECONDS = 30.0
 PODS = Resource("v1", "Pod", "pods", True)
+# Why a dispatched v1beta2 wrapper whose spec.suspend became true is torn down and queued.
+SUSPENDED = "Suspended"
 
 
 class Stepping:
@@ -83,6 +86,7 @@ class Stepping:
                     or (t.phase == "done" and t.timers.delete_at is not None
                         and t.timers.delete_at <= now))
                 and (t.phase == "done" or t.needs_items or t.teardown_due
+                     or t.held_by == SUSPENDED_BY
                      or t.cancelled_by is not None or t.room.stranded is not None
                      or (t.watched and (t.reading.stale or now - t.reading.read_at
                                         >= OUTCOME_REFRESH_SECONDS))
@@ -176,6 +180,10 @@ class Stepping:
                           counted=False)
             self.memory.sharing.preempting.pop(t.key, None)
             self.observer.preempted("reclaim" if reclaim else "priority")
+        elif t.held_by == SUSPENDED_BY:  # a v1beta2 wrapper suspended while it ran
+            await requeue(t, SUSPENDED, "spec.suspend is true: what it created is deleted "
+                          "and it waits in its place until spec.suspend is false", now,
+                          self.timing, counted=False)
         elif t.key in self.intake.edited:
             # What runs is not what the spec now says: run the new spec from the queue.
             await requeue(t, ITEMS_CHANGED, "spec.resources.GenericItems changed after "

@@ -96,6 +96,38 @@ def test_a_suspended_v1beta2_wrapper_waits_until_suspend_is_false() -> None:
     run(scenario)
 
 
+def test_a_running_v1beta2_wrapper_suspended_is_torn_down_and_waits_until_resumed(
+) -> None:
+    """codeflare's suspend of a running AppWrapper: its objects go, it is Suspended, and it
+    runs again once spec.suspend is false."""
+    def set_suspend(kube: FakeKube, value: bool) -> dict[str, Any]:
+        wanted = codeflare("train", job("train", 1, 1), suspend=value)
+        stored = kube.get(*STORED, "train")
+        assert stored is not None
+        stored["metadata"]["annotations"] = wanted["metadata"]["annotations"]
+        return kube.put(stored)
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("train", job("train", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        created_job(kube, "train")
+        assert kube.get("batch/v1", "Job", "team", "train") is not None
+        d.on_appwrapper("MODIFIED", set_suspend(kube, True))
+        await d.cycle()
+        await d.cycle()
+        assert kube.get("batch/v1", "Job", "team", "train") is None
+        shown = to_v1beta2(kube.get(*STORED, "train") or {})["status"]
+        assert shown["phase"] == "Suspended"
+        assert "spec.suspend is true" in aw_status(kube, "train")["message"]
+        d.on_appwrapper("MODIFIED", set_suspend(kube, False))
+        await d.cycle()
+        assert kube.get("batch/v1", "Job", "team", "train") is not None
+
+    run(scenario)
+
+
 def test_a_wrapper_managed_by_another_controller_is_left_alone() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
