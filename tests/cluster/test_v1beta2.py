@@ -279,7 +279,10 @@ def test_codeflares_samples_run_to_their_end(v1beta2_served: DispatcherProcess,
         done = wait_phase(k, name, end, timeout=300)
         assert done["status"]["resettingCount"] == resets, name
         if end == "Running":
-            assert v2_conditions(done) == RUNNING, name
+            # Running once its objects are created (as codeflare's); PodsReady once its
+            # pods run.
+            wait_for(lambda n=name: v2_conditions(as_v2(k, n)) == RUNNING, 60,
+                     f"{name}'s pods to be ready")
             assert pods_of(k, name), name
         if end == "Failed":
             v1 = as_v1(k, name)
