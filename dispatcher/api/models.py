@@ -12,6 +12,7 @@ user's YAML terms (``spec.resources.GenericItems[1].replicas: must be ≥ 0, got
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -69,11 +70,15 @@ def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
+# Cached: a wrapper's status is serialised at every write and every check for a change
+# to write, with the same few condition times each time.
+@functools.lru_cache(maxsize=8192)
 def _format_micro(value: datetime) -> str:
     """metav1.MicroTime's wire format: RFC 3339 with exactly six fractional digits."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@functools.lru_cache(maxsize=8192)
 def _format_time(value: datetime) -> str:
     """metav1.Time's wire format: RFC 3339 to the second."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

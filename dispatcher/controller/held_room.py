@@ -37,7 +37,9 @@ class HeldRoom:
         went away, and for the replacements of pods a gang lost unfinished."""
         self._replace_unfit()
         state = self.memory.state
-        due = [t for t in self.memory.tracked.values() if t.room.needs_reservation or t.room.lost]
+        owed, self.memory.room_owed = self.memory.room_owed, {}
+        due = [t for key in owed if (t := self.memory.tracked.get(key)) is not None
+               and (t.room.needs_reservation or t.room.lost)]
         if not due:
             return
         held = {}
@@ -78,6 +80,7 @@ class HeldRoom:
                 # held anyway it would be promised twice.
                 t.room.stranded = ("its room went with a deleted node and no other node has "
                               "room for it")
+                self.memory.attention.touch(t.key)
             take(capacity, planned)
             planned = [*held_pinned, *planned]
         elif t.phase in ACTIVE:

@@ -73,4 +73,5 @@ class Intake:
             self.nodes.relisted_quotas(objects)
         elif kind == "AppWrapper":
             self.wrappers.relisted(objects)
+        self.memory.attention.touch_all()
         self.memory.wake.set()

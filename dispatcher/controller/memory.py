@@ -16,6 +16,7 @@ from dispatcher.cluster import ClusterState
 from dispatcher.kinds import PodConstraints
 from dispatcher.queue import AdmissionQueue, Policy
 
+from .attention import Attention
 from .ownership import Ownership
 from .sharing import Sharing
 from .tracked import Key, Tracked
@@ -67,6 +68,21 @@ class Memory:
         # Wrappers whose spec is elastic: what the admission loop looks through each cycle
         # for one that may grow, rather than every wrapper.
         self.elastic: set[Key] = set()
+        # Which wrappers a cycle looks at for a step due (attention.py).
+        self.attention = Attention()
+        # Gangs whose room is to be held again (held_room.py): their hold was lost, or
+        # pods of theirs went away unfinished.
+        self.room_owed: dict[Key, None] = {}
+
+    def hold_again(self, t: Tracked) -> None:
+        """`t`'s room is to be held again from scratch (a restart, its node gone)."""
+        t.room.needs_reservation = True
+        self.room_owed[t.key] = None
+
+    def lost_pod(self, t: Tracked, request: Mapping[str, int]) -> None:
+        """A member pod of `t` went away unfinished: its replacement is owed its room."""
+        t.room.lost.append(dict(request))
+        self.room_owed[t.key] = None
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer

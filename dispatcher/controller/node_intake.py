@@ -35,7 +35,7 @@ class NodeIntake:
             for owner, planned in state.reservations().items():
                 t = self.memory.tracked.get(owner)
                 if t is not None and any(p.node == name for p in planned):
-                    t.room.needs_reservation = True
+                    self.memory.hold_again(t)
                     t.room.room_lost = True
             for claimed, on, _ in self.memory.lifted.values():
                 strand(self.memory, claimed, on)
@@ -47,6 +47,7 @@ class NodeIntake:
             if node.evicting:
                 self._judge_pods_on(name)
         self.memory.empty_answers = type(self.memory.empty_answers)()
+        self.memory.attention.touch_all()
         self.memory.wake.set()
 
     def _judge_pods_on(self, node: str) -> None:

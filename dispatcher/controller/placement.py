@@ -213,11 +213,13 @@ class PodPlacer:
         for key in self._unplaced - unplaced.keys():
             if (t := self.memory.tracked.get(key)) is not None:
                 t.room.unplaced = None
+                self.memory.attention.touch(key)
         for key, message in unplaced.items():
             t = self.memory.tracked[key]
             if t.room.unplaced is None or t.room.unplaced[1] != message:
                 since = now if t.room.unplaced is None else t.room.unplaced[0]
                 t.room.unplaced = (since, message)
+                self.memory.attention.touch(key)
         self._unplaced = set(unplaced)
 
     def lapsing_tokens(self, now: float) -> list[NamespacedName]:

@@ -48,6 +48,7 @@ class PodIntake:
         owner = self._remember(key, obj, claimed, gone)
         changed = self._bind(key, obj, owner, gone)
         if claimed is not None:
+            self.memory.attention.touch(claimed)
             t = self.memory.tracked.get(claimed)
             if t is not None:
                 bucket = pod_bucket(dict(obj)) if owner is not None else None
@@ -88,7 +89,7 @@ class PodIntake:
         self.memory.lifted[key] = (claimed, *lifted)
         t = self.memory.tracked.get(claimed)
         if t is not None and t.phase == "running" and self.memory.state.pinned(key) is None:
-            t.room.needs_reservation = True  # let go by an earlier run: hold its room again
+            self.memory.hold_again(t)  # let go by an earlier run: hold its room again
         strand(self.memory, claimed, lifted[0])
 
     def _remember(self, key: Key, obj: Mapping[str, Any], claimed: Key | None,
@@ -137,7 +138,7 @@ class PodIntake:
         if (t is None or t.phase not in ACTIVE or t.teardown_due
                 or t.key in self.requeues_due or scaled_in(t, self.memory.state)):
             return
-        t.room.lost.append(dict(pod.request))
+        self.memory.lost_pod(t, pod.request)
 
     def _counts_pods(self, claimed: Key) -> bool:
         """Only a gang that is dispatched, running or being torn down counts its pods
@@ -185,6 +186,7 @@ class PodIntake:
             bound = self.memory.state.pod(key)
             if bound is not None:
                 self.memory.state.upsert_pod(key, dataclasses.replace(bound, appwrapper=owner[1]))
+            self.memory.attention.touch(owner)
             t = self.memory.tracked.get(owner)
             if t is not None:
                 self._count(t, key[1], bucket, held)

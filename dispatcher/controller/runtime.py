@@ -42,6 +42,7 @@ from dispatcher.queue import AdmissionQueue, Policy
 
 from .admitting import Admitting
 from .creation import Items
+from .due import IDLE_STEP_SECONDS, OUTCOME_REFRESH_SECONDS, DueSteps
 from .estimates import Estimates, EstimateSettings
 from .grant_screen import GrantScreen
 from .held_room import HeldRoom
@@ -53,7 +54,7 @@ from .placement import PodPlacer
 from .positions import Positions
 from .scaling import Scaling
 from .status import APPWRAPPERS, StatusWriter
-from .stepping import IDLE_STEP_SECONDS, OUTCOME_REFRESH_SECONDS, OUTCOME_SETTLE_SECONDS, Stepping
+from .stepping import OUTCOME_SETTLE_SECONDS, Stepping
 from .tasks import Tasks
 from .tracked import ACTIVE, Key, Tracked
 from .transitions import Transitions
@@ -107,7 +108,7 @@ class Dispatcher:
             timing, backfill_limit=policy.backfill_limit_seconds,
             backfill_limit_action=policy.backfill_limit_action)
         self.memory = Memory(policy)
-        self.tasks = Tasks(clock, self.memory.wake)
+        self.tasks = Tasks(clock, self.memory.wake, self.memory.attention.touch)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled,
@@ -128,9 +129,10 @@ class Dispatcher:
         self.held_room = HeldRoom(self.memory, fit_rules("per-node", topology)[0])
         self.transitions = Transitions(self.memory, self.writer, self.items, self.scaling,
                                        self.intake, self.observer)
+        self.due_steps = DueSteps(self.memory, self.intake, self.scaling)  # due.py
         self.stepping = Stepping(self.memory, self.intake, self.items, self.scaling, self.writer,
                                  self.transitions, self.tasks, self.observer, self.timing,
-                                 kube, clock)
+                                 kube, clock, self.due_steps)
         self.admitting = Admitting(self.memory, self.tasks, self.transitions, self.stepping,
                                    self.estimates, self.grants, self.scaling, self.writer,
                                    self.intake, self.observer, kube, policy, fit, topology,
@@ -143,6 +145,7 @@ class Dispatcher:
         self.last_cycle_seconds = 0.0  # how long the last cycle took (wall time)
         self.blind = blind
         self._blind_since: float | None = None
+        self._unsaid: set[Key] = set()  # minor writes owed that may not be made yet
 
     # --- what the rest of the controller reads -----------------------------------------
 
@@ -236,22 +239,14 @@ class Dispatcher:
     def _next_timer(self) -> float:
         now = self.clock()
         soonest = now + TICK_SECONDS
-        # A minor write that is due waits for the shared rate's next token: waking before
-        # it would run a cycle that can write nothing.
-        token_at = self.writer.minor_write_at(now)
-        for t in self.memory.tracked.values():
-            if t.timers.check_at is not None and t.timers.check_at < soonest:
-                soonest = t.timers.check_at
-            if t.reading.soon and t.phase in ACTIVE:
-                # A quick read of its object after pods ended (the regular refresh waits
-                # for the tick); one due already is read by the cycle this wakes for, or
-                # waits for a busy step.
-                again = t.reading.read_at + OUTCOME_REFRESH_SECONDS
-                if now < again < soonest:
-                    soonest = again
-            due = t.writes.minor_due_at
-            if due is not None and max(due, token_at) < soonest and _may_write(t):
-                soonest = max(due, token_at)
+        step = self.memory.attention.waking.next_at()  # a step owed at a given moment
+        if step is not None and step < soonest:
+            soonest = step
+        minor = self.writer.minor_owed.next_at()
+        if minor is not None:
+            # A minor write that is due waits for the shared rate's next token: waking
+            # before it would run a cycle that can write nothing.
+            soonest = min(soonest, max(minor, self.writer.minor_write_at(now)))
         return max(0.0, min(soonest - now, TICK_SECONDS))
 
     async def cycle(self, wait: bool = True) -> None:
@@ -277,7 +272,7 @@ class Dispatcher:
             await self._resolving
         self.held_room.keep()
         self.pod_placer.cycle(self.held_room.unfit, self.tasks.spawn_side)
-        for t in self.stepping.due(now):
+        for t in self.due_steps.take(now):
             self.tasks.spawn(t, self.stepping.step(t, now))
         queued, decisions = len(self.memory.queue), await self.admitting.cycle(now)
         memory = self.memory
@@ -315,22 +310,35 @@ class Dispatcher:
         owed = [t for k in list(self.memory.unwritten)
                 if (t := self.memory.tracked.get(k)) is not None]
         self.memory.unwritten.clear()
-        ripe = sorted((t for t in self.memory.tracked.values()
-                       if t.writes.minor_due_at is not None and t.writes.minor_due_at <= now
-                       and t.key not in self.memory.unwritten and _may_write(t)),
-                      key=lambda t: t.writes.last_write_at)
-        # Only as many as the shared rate lets through: the rest would be started only
-        # to find no token, every cycle.
-        ripe = ripe[:self.writer.minor_writes_available(now)]
         for t in owed:
             if not self.tasks.spawn(t, self._write(t, now)):
                 self.memory.unwritten.add(t.key)  # busy: next cycle
-        for t in ripe:
-            self.tasks.spawn(t, self._write(t, now, force=False))
+        for t in self._ripe_minor_writes(now):
+            if not self.tasks.spawn(t, self._write(t, now, force=False)):
+                self.writer.minor_owed.set(t.key, t.writes.minor_due_at)  # busy: later
         warnings = self.intake.take_warnings()
         for t, text in warnings:
             if self.memory.current(t):
                 self.tasks.spawn_side(self.writer.warn(t, SPEC_WARNING, text, now))
+
+    def _ripe_minor_writes(self, now: float) -> list[Tracked]:
+        """The wrappers whose minor write is due, as many as the shared rate lets
+        through, the longest unwritten first; the others stay owed."""
+        minor_owed, tracked = self.writer.minor_owed, self.memory.tracked
+        ripe = [t for key in dict.fromkeys((*minor_owed.rung(now), *self._unsaid))
+                if (t := tracked.get(key)) is not None and t.writes.minor_due_at is not None
+                and t.writes.minor_due_at <= now]
+        # A newly arrived wrapper may not say it waits before a cycle decided so: kept
+        # aside (the loop must not wake for it) until it may.
+        self._unsaid = {t.key for t in ripe if not _may_write(t)}
+        ripe = sorted((t for t in ripe if _may_write(t) and t.key not in self.memory.unwritten),
+                      key=lambda t: t.writes.last_write_at)
+        # Only as many as the shared rate lets through: the rest would be started only
+        # to find no token, every cycle.
+        taken = self.writer.minor_writes_available(now)
+        for t in ripe[taken:]:
+            minor_owed.set(t.key, t.writes.minor_due_at)
+        return ripe[:taken]
 
     async def _write(self, t: Tracked, now: float, force: bool = True) -> None:
         try:
@@ -356,6 +364,7 @@ class Dispatcher:
                 t.timers.below_min_since += seconds
             if t.timers.check_at is not None:
                 t.timers.check_at += seconds
+        self.memory.attention.touch_all()
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 

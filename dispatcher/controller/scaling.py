@@ -222,7 +222,7 @@ class Scaling:
 
     def due(self, t: Tracked) -> bool:
         """Whether `catch_up` has work for `t` at its next step."""
-        # Asked of every dispatched wrapper each cycle (stepping.due): cheap tests first.
+        # Asked of every dispatched wrapper each cycle (due.py): cheap tests first.
         return (bool(self.deferred) and t.key in self.deferred) \
             or (bool(self.owed) and t.key in self.owed) or self._unsynced(t)
 

@@ -36,6 +36,7 @@ from dispatcher.api.conditions import ConditionType, latest, set_condition
 from dispatcher.api.conditions import says as already_says
 from dispatcher.api.models import AppWrapperStatus
 
+from .attention import Alarms
 from .kube import EVENT, STATUS, URGENT, ApiError, Kube, Resource
 from .tracked import Tracked, now_dt
 
@@ -203,6 +204,9 @@ class StatusWriter:
         # wait behind it for a token.
         self._writes = {URGENT: asyncio.Semaphore(parallel), STATUS: asyncio.Semaphore(parallel)}
         self.patches = 0  # status PATCHes sent, for benchmarks and tests
+        # Who has a minor write owed, by when: the loop wakes for the soonest and writes
+        # the ripe ones without looking through every wrapper.
+        self.minor_owed = Alarms()
         # ... by what made them: news, or details or a message alone (the metrics).
         self.written: Counter[WriteKind] = Counter(dict.fromkeys(WRITE_KINDS, 0))
         # Events being posted: off the path of what the write lets happen next (a
@@ -246,12 +250,12 @@ class StatusWriter:
         body = status_body(t.status)
         what = unwritten(t, body)
         if what is None:
-            t.writes.minor_due_at = None
+            self._owe_minor(t, None)
             return True
         due_at = self._due(t, what)
         assert due_at is not None
         if not force and (now < due_at or not self._minor_token(now)):
-            t.writes.minor_due_at = due_at
+            self._owe_minor(t, due_at)
             return True
         # A Dispatched write comes before the items it lets be created.
         priority = URGENT if t.phase == "dispatching" else STATUS
@@ -287,12 +291,16 @@ class StatusWriter:
         due = self._due(t, what)
         assert due is not None
         owed = t.writes.minor_due_at
-        t.writes.minor_due_at = due if owed is None else min(owed, due)
+        self._owe_minor(t, due if owed is None else min(owed, due))
 
     def owe(self, t: Tracked) -> None:
         """`t`'s status in memory may differ from what was written by details or its
         message alone: written when `due_at` says (by `_flush`, or with the next news)."""
-        t.writes.minor_due_at = self.due_at(t)
+        self._owe_minor(t, self.due_at(t))
+
+    def _owe_minor(self, t: Tracked, at: float | None) -> None:
+        t.writes.minor_due_at = at
+        self.minor_owed.set(t.key, at)
 
     def minor_writes_available(self, now: float) -> int:
         """How many minor writes the shared rate lets through now."""

@@ -1,6 +1,6 @@
-"""The lifecycle step of a dispatched AppWrapper: which ones are due, and one step of
-each — its items created, its objects' outcome read, its pods judged (lifecycle.judge)
-and the verdict carried out through the durable transitions."""
+"""The lifecycle step of a dispatched AppWrapper (due.py says which are due): its items
+created, its objects' outcome read, its pods judged (lifecycle.judge) and the verdict
+carried out through the durable transitions."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from dispatcher.lifecycle import (
 )
 
 from .creation import Items, Made, Refused, Waiting
+from .due import OUTCOME_REFRESH_SECONDS, DueSteps
 from .holds import cancelled_message
 from .intake import Intake
 from .kube import ApiError, Kube, Resource
@@ -37,19 +38,13 @@ from .observer import Observer
 from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter
 from .tasks import RETRY_SECONDS, Tasks
-from .tracked import ACTIVE, Tracked, pod_bucket
+from .tracked import Tracked, pod_bucket
 from .transitions import Transitions, set_counts
 
 log = logging.getLogger("dispatcher")
 
-# How often a running wrapper's objects are read for their outcome without pod news.
-OUTCOME_REFRESH_SECONDS = 15.0
 OUTCOME_SETTLE_SECONDS = 2.0
 OUTCOME_SETTLES = 5  # quick reads after a gang's last pod ended, before the refresh's pace
-# A running wrapper with nothing due (no deadline, no pod news) is judged again this often
-# all the same: judging each at every cycle would serialise every running wrapper's status
-# every cycle.
-IDLE_STEP_SECONDS = 30.0
 PODS = Resource("v1", "Pod", "pods", True)
 # Why a dispatched v1beta2 wrapper whose spec.suspend became true is torn down and queued.
 SUSPENDED = "Suspended"
@@ -59,8 +54,9 @@ class Stepping:
     def __init__(self, memory: Memory, intake: Intake, items: Items, scaling: Scaling,
                  writer: StatusWriter, transitions: Transitions, tasks: Tasks,
                  observer: Observer, timing: Timing, kube: Kube,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], due: DueSteps) -> None:
         self.memory = memory
+        self.due = due  # its alarms are set after each step
         self.intake = intake
         self.items = items
         self.scaling = scaling
@@ -72,38 +68,17 @@ class Stepping:
         self.kube = kube
         self.clock = clock
 
-    # --- which are due ------------------------------------------------------------------
-
-    def due(self, now: float) -> list[Tracked]:
-        """The dispatched wrappers (and failed ones with a teardown owed) that something
-        happened to, or whose timer ran out. Runs over every wrapper each cycle: the
-        cheap flags are looked at first, the timers and pod counts last."""
-        owed = {*self.intake.requeues_due, *self.intake.edited, *self.memory.sharing.preempting}
-        return [t for t in self.memory.tracked.values()
-                if (t.phase in ACTIVE or (t.phase == "done" and t.teardown_due
-                                          and t.aw is not None
-                                          and (t.timers.teardown_at or 0) <= now)
-                    or (t.phase == "done" and t.timers.delete_at is not None
-                        and t.timers.delete_at <= now))
-                and (t.phase == "done" or t.needs_items or t.teardown_due
-                     or t.held_by == SUSPENDED_BY
-                     or t.cancelled_by is not None or t.room.stranded is not None
-                     or (t.watched and (t.reading.stale or now - t.reading.read_at
-                                        >= OUTCOME_REFRESH_SECONDS))
-                     or (t.room.unplaced is not None and t.room.unplaced[1] != t.room.unplaced_told)
-                     or (bool(owed) and t.key in owed)
-                     or self._timer_due(t, now) or _counts_changed(t))]
-
-    def _timer_due(self, t: Tracked, now: float) -> bool:
-        """Its timer has run out; with none set, an elastic patch is owed or it has not
-        been judged for a while."""
-        if t.timers.check_at is not None:
-            return t.timers.check_at <= now
-        return self.scaling.due(t) or now - t.timers.stepped_at >= IDLE_STEP_SECONDS
-
     # --- one step -----------------------------------------------------------------------
 
     async def step(self, t: Tracked, now: float) -> None:
+        """Judge a dispatched wrapper and act on the verdict; then its alarms are set for
+        the timers the step left (the loop wakes for them)."""
+        try:
+            await self._step(t, now)
+        finally:
+            self.due.set_alarms(t, self.clock())
+
+    async def _step(self, t: Tracked, now: float) -> None:
         assert t.aw is not None
         t.timers.stepped_at = now
         if await self._ended_otherwise(t, now) or await self._resetting(t, now):
@@ -357,15 +332,6 @@ class Stepping:
             log.info("%s/%s: the API server lists pods the watch has not shown yet; "
                      "not requeued (%s)", *t.key, v.reason)
         return disagree
-
-
-def _counts_changed(t: Tracked) -> bool:
-    s = t.status
-    if not t.pods:  # most wrappers, every cycle: nothing to count
-        return (s.pending, s.running, s.Succeeded, s.failed) != (0, 0, 0, 0)
-    counts = t.counts()
-    return (s.pending, s.running, s.Succeeded, s.failed) != (
-        counts.pending, counts.running, counts.succeeded, counts.failed)
 
 
 def _items_text(t: Tracked) -> str:

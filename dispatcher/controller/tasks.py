@@ -23,9 +23,11 @@ Work = Coroutine[Any, Any, None]
 
 
 class Tasks:
-    def __init__(self, clock: Callable[[], float], wake: asyncio.Event) -> None:
+    def __init__(self, clock: Callable[[], float], wake: asyncio.Event,
+                 touch: Callable[[Key], None]) -> None:
         self.clock = clock
         self.wake = wake  # set when a step ends: what it changed may be decided on
+        self.touch = touch  # ... and its wrapper looked at (attention.py)
         self.busy: dict[Key, asyncio.Task[None]] = {}
         self.side: set[asyncio.Task[None]] = set()
 
@@ -40,6 +42,7 @@ class Tasks:
         def done(_: asyncio.Task[None], key: Key = t.key) -> None:
             if self.busy.get(key) is task:
                 del self.busy[key]
+            self.touch(key)
             self.wake.set()
 
         task.add_done_callback(done)

@@ -204,7 +204,7 @@ class Tracked:
 
     def counts(self) -> PodCounts:
         if not self.pods:
-            return NO_PODS  # most wrappers, every cycle (stepping.due)
+            return NO_PODS  # most wrappers, every cycle (due.py)
         values = list(self.pods.values())
         return PodCounts(pending=values.count("pending"), running=values.count("running"),
                          succeeded=values.count("succeeded"), failed=values.count("failed"))

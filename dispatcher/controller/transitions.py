@@ -122,7 +122,7 @@ class Transitions:
         t.reading.outcome = None
         t.timers.below_min_since = t.timers.failed_since = None
         self.memory.state.release(t.key)
-        t.room.needs_reservation = True
+        self.memory.hold_again(t)
 
     async def resume(self, t: Tracked, message: str, now: float) -> bool:
         """After a reset's pause: its objects are to be created again (False: it is gone)."""

@@ -90,6 +90,7 @@ class WrapperIntake:
         uid = str(meta.get("uid", ""))
         generation = int(meta.get("generation") or 0)
         t = self.memory.tracked.get(key)
+        self.memory.attention.touch(key)
         if event == "DELETED":
             if t is not None and t.uid == uid:
                 self.memory.forget(t)
@@ -293,7 +294,10 @@ class WrapperIntake:
             t.dispatched_at = since.timestamp() if since is not None else now
             t.phase = "dispatched" if kind == ConditionType.Dispatched else "running"
             t.needs_items = True
-            t.room.needs_reservation = t.phase == "dispatched"
+            if t.phase == "dispatched":
+                self.memory.hold_again(t)
+            else:
+                t.room.needs_reservation = False
             if last is not None and last.reason == RESETTING:
                 # A reset's pause, cut short by a restart: it goes on from when it began.
                 stamp = last.lastUpdateMicroTime or last.lastTransitionMicroTime
