@@ -122,7 +122,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from dispatcher.config import ConfigError, load_config
-    from dispatcher.controller.estimates import EstimateSettings
+    from dispatcher.controller.estimate_round import EstimateSettings
     from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.operator import Settings, operate

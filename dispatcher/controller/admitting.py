@@ -20,7 +20,8 @@ from dispatcher.lifecycle import judge
 from dispatcher.queue import Policy, QueuedWrapper
 
 from .access import creator_denials
-from .estimates import Estimates, cycle_reservations
+from .estimate_round import cycle_reservations
+from .estimates import Estimates
 from .grant_screen import GrantScreen
 from .intake import Intake
 from .items import prepared_items

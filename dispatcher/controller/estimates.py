@@ -36,38 +36,30 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dispatcher.admission import NO_TOPOLOGY, EmptyClusterAnswers, Fit, queued_from_appwrapper
+from dispatcher.admission import EmptyClusterAnswers, Fit, queued_from_appwrapper
 from dispatcher.api.conditions import ConditionType, latest
 from dispatcher.api.durations import (
     EXPECTED_DURATION_ANNOTATION,
-    DeclaredDuration,
-    declared_duration,
 )
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.cluster import PlannedPod
 from dispatcher.eta import (
     DurationHistory,
-    DurationRule,
     Estimate,
     Forecast,
-    Limits,
     RunningWrapper,
-    forecast,
     shape_of,
 )
-from dispatcher.eta.reserve import planner, reservations
 from dispatcher.eta.text import describe, outcome_of
 from dispatcher.fit import Capacity
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds import InvalidItem
-from dispatcher.preemption import AdmittedWrapper, Hold
-from dispatcher.queue import Policy, QueuedWrapper
-from dispatcher.queue.reservation import Reservations
-from dispatcher.quota import QuotaForest
+from dispatcher.queue import Policy
 
+from .estimate_round import EstimateRound, EstimateSettings, Spec, replay_round
 from .memory import Memory
 from .status import StatusWriter
 from .tracked import Key, Tracked, now_dt
@@ -81,26 +73,6 @@ KNOWN_COMPLETIONS = 65536
 # A round may use at most this share of the time: the next waits 1/share of its length.
 MAX_SHARE = 0.2
 WAITING_TYPES = (ConditionType.Queueing, ConditionType.Backoff)
-
-
-# What a cycle's reservation pass may take of its admission cycle's time, in seconds.
-RESERVE_BUDGET = 0.5
-
-@dataclass(frozen=True)
-class EstimateSettings:
-    """`dispatcher run --estimate-interval / --default-duration / --estimate-horizon`."""
-
-    interval: float = 10.0  # 0: no estimates
-    rule: DurationRule = field(default_factory=DurationRule)
-    limits: Limits = field(default_factory=Limits)
-    min_change_seconds: float = 60.0
-    min_change_fraction: float = 0.1
-    max_writes: int = 100
-    history_per_shape: int = 32
-
-    @property
-    def enabled(self) -> bool:
-        return self.interval > 0
 
 
 @dataclass(frozen=True)
@@ -235,15 +207,15 @@ class Estimates:
     def _inputs(self, now: float) -> functools.partial[Forecast] | None:
         """What a round needs, taken on the event loop (references to what memory holds
         now, and copies of what it changes in place); the rest is done in the round's
-        thread (`_round`)."""
+        thread (`replay_round`)."""
         r = self.taken(now)
         if r is None:
             self._prune()
             return None
-        return functools.partial(_round, r, self.policy, self.fit, self.s, now,
+        return functools.partial(replay_round, r, self.policy, self.fit, self.s, now,
                                  self._empty_answers(), self.topology)
 
-    def taken(self, now: float) -> _Round | None:
+    def taken(self, now: float) -> EstimateRound | None:
         """The queue, what runs and the rest a round (or reservations) needs, taken on the
         event loop; None when nothing is queued."""
         memory = self.memory
@@ -263,10 +235,10 @@ class Estimates:
                    for key in memory.state.owners()
                    if (gone := memory.tracked.get(key)) is not None
                    and gone.phase not in ("dispatching", "dispatched", "running")]
-        return _Round(queued, specs, admitted, leaving, Capacity.of(memory.state),
+        return EstimateRound(queued, specs, admitted, leaving, Capacity.of(memory.state),
                       memory.sharing.forest(), dict(memory.sharing.holds), self.history.copy())
 
-    def _spec(self, t: Tracked | None) -> _Spec:
+    def _spec(self, t: Tracked | None) -> Spec:
         """Where `t` may declare its duration: its spec, and newer annotations if seen."""
         if t is None or t.aw is None:
             return None
@@ -359,67 +331,6 @@ class Estimates:
                 del book[key]
         for key in [k for k in self._annotations if k not in memory.tracked]:
             del self._annotations[key]
-
-
-# An AppWrapper as read on the event loop (specs are replaced, never changed in place) and
-# the newer annotations seen of it, if any.
-_Spec = tuple[AppWrapper, Mapping[str, str] | None] | None
-
-
-@dataclass(frozen=True)
-class _Round:
-    queued: list[QueuedWrapper]
-    specs: dict[Key, _Spec]
-    admitted: list[tuple[AdmittedWrapper, QueuedWrapper, float, _Spec]]  # with dispatched_at
-    leaving: list[RunningWrapper]
-    capacity: Capacity
-    forest: QuotaForest | None
-    holds: dict[Key, Hold]
-    history: DurationHistory
-
-
-def _round(r: _Round, policy: Policy, fit: Fit, s: EstimateSettings, now: float,
-           answers: EmptyClusterAnswers, topology: Topology) -> Forecast:
-    """One round of estimates, in the round's thread: expected durations, then the replay."""
-    durations, running = expected(r, s, now)
-    return forecast(r.queued, running, r.capacity, policy, now, durations, fit=fit,
-                    forest=r.forest, holds=r.holds, empty_answers=answers, limits=s.limits,
-                    topology=topology, planner=planner(policy, fit, limits=s.limits))
-
-
-def expected(r: _Round, s: EstimateSettings, now: float
-             ) -> tuple[dict[Key, float], list[RunningWrapper]]:
-    """The expected duration of each queued wrapper, and what runs with when it ends."""
-    rule, history = s.rule, r.history
-
-    def declared(spec: _Spec) -> DeclaredDuration:
-        return DeclaredDuration() if spec is None else declared_duration(*spec)
-
-    durations = {w.key: rule.expected(declared(r.specs[w.key]), w.namespace,
-                                      shape_of(w.demand), history).seconds for w in r.queued}
-    running = list(r.leaving)
-    for record, gang, dispatched_at, spec in r.admitted:
-        shape = shape_of(gang.demand)
-        expected = rule.expected(declared(spec), record.namespace, shape, history)
-        left = rule.remaining(expected, now - dispatched_at, record.namespace, shape, history)
-        running.append(RunningWrapper(record.key, record.holdings, now + left, record, gang,
-                                      expected.seconds))
-    return durations, running
-
-
-def cycle_reservations(r: _Round | None, s: EstimateSettings, ordered: list[QueuedWrapper],
-                       capacity: Capacity, policy: Policy, now: float, fit: Fit,
-                       holds: Mapping[Key, Hold], topology: Topology = NO_TOPOLOGY
-                       ) -> Reservations | None:
-    """An admission cycle's reservations (off the loop) under a policy that reserves,
-    planned from `r` (`Estimates.taken`) with the estimates' durations."""
-    if r is None or not policy.reserve:
-        return None
-    durations, running = expected(r, s, now)
-    return reservations(ordered, running, capacity, policy, now, durations, fit=fit,
-                        holds=holds, limits=Limits(s.limits.horizon_seconds,
-                                                   s.limits.max_cycles, RESERVE_BUDGET),
-                        topology=topology)
 
 
 def _adopted(t: Tracked, text: str) -> Shown | None:

@@ -29,7 +29,7 @@ from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 from dispatcher.wording import counted
 
-from .estimates import EstimateSettings
+from .estimate_round import EstimateSettings
 from .grants import QUOTA_SUBTREES
 from .informer import Informer
 from .kube import Kube, Resource

@@ -43,7 +43,8 @@ from dispatcher.queue import AdmissionQueue, Policy
 from .admitting import Admitting
 from .creation import Items
 from .due import IDLE_STEP_SECONDS, OUTCOME_REFRESH_SECONDS, DueSteps
-from .estimates import Estimates, EstimateSettings
+from .estimate_round import EstimateSettings
+from .estimates import Estimates
 from .grant_screen import GrantScreen
 from .held_room import HeldRoom
 from .intake import Intake

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dispatcher.api.durations import EXPECTED_DURATION_ANNOTATION
-from dispatcher.controller.estimates import EstimateSettings
+from dispatcher.controller.estimate_round import EstimateSettings
 from dispatcher.controller.kube import Resource
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.runtime import Dispatcher
