@@ -28,7 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .access import SUBJECT_ACCESS_REVIEWS, UserInfo
-from .kube import ApiError, Kube, Resource, TokenBucket
+from .kube import ApiError, Kube, Resource
+from .pacing import TokenBucket
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False)
 CACHE_SECONDS = 60.0

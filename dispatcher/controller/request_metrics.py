@@ -19,7 +19,7 @@ API_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 1
 WEBHOOK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,
                    10.0)
 VERBS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-PACING_PRIORITIES = ("urgent", "status", "event")  # kube.URGENT, STATUS, EVENT
+PACING_PRIORITIES = ("urgent", "status", "event")  # pacing.URGENT, STATUS, EVENT
 WEBHOOK_ENDPOINTS = ("mutate", "validate", "pin-pods", "convert")
 WEBHOOK_RESULTS = ("allowed", "denied", "error", "bad_request")
 NO_ANSWER_CODE = "none"  # a refused or cut connection, or a timeout

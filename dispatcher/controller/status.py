@@ -37,7 +37,8 @@ from dispatcher.api.conditions import says as already_says
 from dispatcher.api.models import AppWrapperStatus
 
 from .attention import Alarms
-from .kube import EVENT, STATUS, URGENT, ApiError, Kube, Resource
+from .kube import ApiError, Kube, Resource
+from .pacing import EVENT, STATUS, URGENT
 from .tracked import Tracked, now_dt
 
 log = logging.getLogger("dispatcher")

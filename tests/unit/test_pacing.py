@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.controller.kube import EVENT, STATUS, URGENT, TokenBucket
+from dispatcher.controller.pacing import EVENT, STATUS, URGENT, TokenBucket
 
 if TYPE_CHECKING:
     from dispatcher.controller.runtime import Dispatcher

@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.controller.access import Access
 from dispatcher.controller.admission_review import AppWrapperReview
-from dispatcher.controller.kube import STATUS, ApiError, Kube
+from dispatcher.controller.kube import ApiError, Kube
+from dispatcher.controller.pacing import STATUS
 from dispatcher.controller.request_metrics import RequestMetrics
 from dispatcher.controller.webhook import MUTATE_PATH, VALIDATE_PATH, WebhookServer
 
