@@ -47,7 +47,8 @@ from dispatcher.fleet import copies as rules
 from dispatcher.queue.queue import QueuedWrapper
 from dispatcher.resources import GPU
 
-from .kube import ApiError, Kube, Resource
+from .heartbeats import Heartbeats
+from .kube import ApiError, Kube
 from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
 from .status import APPWRAPPERS, EVENTS
 from .worker_quota import worker_quota
@@ -59,13 +60,13 @@ from .workers import (
     WorkerLink,
     connect,
     digest,
+    ensure_namespace,
     kubeconfig_of,
     secret_reference,
 )
 
 log = logging.getLogger("dispatcher.manager")
 
-NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 READY = "dispatcher ready: manager of worker clusters"
 #: Writes about different wrappers in flight at once (the client paces them).
 PARALLEL = 16
@@ -105,9 +106,11 @@ class Manager:
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
         self.mirrored: dict[str, set[str]] = {}
+        self.heartbeats = Heartbeats(settings.grace, clock, wall)
 
     async def run(self, stop: asyncio.Event) -> int:
-        log.info("%s (grace %.0fs)", READY, self.settings.grace)
+        log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
+                 READY, self.settings.grace, self.heartbeats.seconds)
         try:
             while not stop.is_set():
                 try:
@@ -126,13 +129,17 @@ class Manager:
         await self._sync_links()
         now = self.clock()
         await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
+        await asyncio.gather(*(self.heartbeats.renew(link) for link in self.links.values()
+                               if link.reachable))
         for name, link in self.links.items():
             if link.reachable:
                 if self.down_since.pop(name, None) is not None:
                     # Its stale copies go in this same pass (_delete_stray_copies).
                     log.info("pass %d: worker cluster %s answers", self.passes, name)
             else:
-                self.down_since.setdefault(name, now)
+                # The grace runs from the last renewal it acknowledged: the worker's fence
+                # runs from when it saw that one, no sooner (heartbeats.py).
+                self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
             await self._report(link)
         wrappers = await self.kube.list(APPWRAPPERS)
         queued: list[dict[str, Any]] = []
@@ -273,7 +280,7 @@ class Manager:
             except ApiError as e:
                 if e.status != 404:
                     raise
-                await _ensure_namespace(link.kube, meta["namespace"])
+                await ensure_namespace(link.kube, meta["namespace"])
                 await link.kube.request("POST", path, body)
         except ApiError as e:
             if e.status == 409:
@@ -413,13 +420,6 @@ async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
             return await step
 
     return list(await asyncio.gather(*(one(s) for s in steps)))
-
-
-async def _ensure_namespace(kube: Kube, namespace: str) -> None:
-    with contextlib.suppress(ApiError):
-        await kube.request("POST", NAMESPACES.path(),
-                           {"apiVersion": "v1", "kind": "Namespace",
-                            "metadata": {"name": namespace}})
 
 
 async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:

@@ -67,6 +67,9 @@ class Memory:
         # Wrappers whose spec is elastic: what the admission loop looks through each cycle
         # for one that may grow, rather than every wrapper.
         self.elastic: set[Key] = set()
+        # The manager of the copies held here has not renewed its heartbeat within its
+        # grace (manager_fence.py): those copies stop and stay held.
+        self.manager_stale = False
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer

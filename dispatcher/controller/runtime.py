@@ -47,6 +47,7 @@ from .grant_screen import GrantScreen
 from .held_room import HeldRoom
 from .intake import Intake
 from .kube import ApiError, Kube
+from .manager_fence import ManagerFence
 from .memory import Memory
 from .observer import Observer
 from .placement import PodPlacer
@@ -112,6 +113,8 @@ class Dispatcher:
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled,
                              timing=self.timing)
+        # A manager's copies here stop when its heartbeat goes stale (manager_fence.py).
+        self.fence = ManagerFence(kube, self.memory, self.intake.rehold)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.memory.ownership, pin=pin_pods)
@@ -196,11 +199,13 @@ class Dispatcher:
         and pods first, so nothing is decided on a partial view."""
         self.ready = True
         self._task = asyncio.create_task(self._run(), name="dispatcher-admission-loop")
+        self.fence.start()
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop the loop; steps under way get `grace` seconds to finish (each is
         durable either way: a restart finishes what one started)."""
         await self.estimates.stop()
+        await self.fence.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

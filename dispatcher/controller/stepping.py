@@ -12,6 +12,7 @@ from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.management import SUSPENDED_BY
 from dispatcher.cluster.model import evicting_nodes
+from dispatcher.fleet.fence import LOST_MESSAGE, MANAGER_LOST
 from dispatcher.lifecycle import (
     AUTOPILOT_NO_EXECUTE,
     ITEMS_CHANGED,
@@ -86,7 +87,7 @@ class Stepping:
                     or (t.phase == "done" and t.timers.delete_at is not None
                         and t.timers.delete_at <= now))
                 and (t.phase == "done" or t.needs_items or t.teardown_due
-                     or t.held_by == SUSPENDED_BY
+                     or t.held_by in (SUSPENDED_BY, MANAGER_LOST)
                      or t.cancelled_by is not None or t.room.stranded is not None
                      or (t.watched and (t.reading.stale or now - t.reading.read_at
                                         >= OUTCOME_REFRESH_SECONDS))
@@ -180,6 +181,8 @@ class Stepping:
                           counted=False)
             self.memory.sharing.preempting.pop(t.key, None)
             self.observer.preempted("reclaim" if reclaim else "priority")
+        elif t.held_by == MANAGER_LOST:  # a manager's copy cut off from it (fence.py)
+            await requeue(t, MANAGER_LOST, LOST_MESSAGE, now, self.timing, counted=False)
         elif t.held_by == SUSPENDED_BY:  # a v1beta2 wrapper suspended while it ran
             await requeue(t, SUSPENDED, "spec.suspend is true: what it created is deleted "
                           "and it waits in its place until spec.suspend is false", now,

@@ -21,6 +21,7 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
+from dispatcher.fleet.fence import MANAGER_LOST, fenced
 from dispatcher.kinds.checks import pods_made
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import GroupKind
@@ -238,7 +239,7 @@ class WrapperIntake:
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, writes=StatusWrites(written), first_seen=now)
-        t.held_by, t.cancelled_by = asked(obj)
+        t.held_by, t.cancelled_by = self._asked_of(obj, status)
         # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
@@ -349,7 +350,8 @@ class WrapperIntake:
             self.memory.queue.remove(t.key)
             self.memory.sharing.release(t.key)
             clear_position(t.status)
-            change.condition(ConditionType.Queueing, Reason.Held,
+            change.condition(ConditionType.Queueing,
+                             MANAGER_LOST if t.held_by == MANAGER_LOST else Reason.Held,
                              held_message(t.held_by, t.key[1]))
             self.memory.unwritten.add(t.key)
         else:
@@ -357,7 +359,7 @@ class WrapperIntake:
 
     def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
         """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
-        held_by, cancelled_by = asked(obj)
+        held_by, cancelled_by = self._asked_of(obj, t.status)
         if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
             return False
         t.held_by, t.cancelled_by = held_by, cancelled_by
@@ -367,6 +369,25 @@ class WrapperIntake:
         # Dispatched: a cancellation is the admission loop's to carry out; a hold waits
         # for a requeue, if any.
         return True
+
+    def _asked_of(self, obj: Mapping[str, Any], status: AppWrapperStatus
+                  ) -> tuple[str | None, str | None]:
+        """Who holds and who cancelled it; a manager's copy whose manager is lost, or that
+        was stopped for that, is held by ManagerLost (dispatcher.fleet.fence)."""
+        held_by, cancelled_by = asked(obj)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if fenced(labels, (c.reason for c in status.conditions), self.memory.manager_stale):
+            held_by = MANAGER_LOST
+        return held_by, cancelled_by
+
+    def rehold(self, t: Tracked) -> bool:
+        """The manager's heartbeat went stale or was heard again: hold (or release) its
+        copy as its labels and annotations say now; whether that is news."""
+        if t.aw is None or t.phase == "done":
+            return False
+        meta = t.aw.metadata
+        return self._asked(t, {"metadata": {"labels": dict(meta.labels),
+                                            "annotations": dict(meta.annotations)}})
 
     # --- listings ------------------------------------------------------------------------
 
