@@ -386,6 +386,10 @@ class WrapperIntake:
         if t.aw is None or t.phase == "done":
             return False
         meta = t.aw.metadata
+        lost = fenced(meta.labels, (c.reason for c in t.status.conditions),
+                      self.memory.manager_stale)
+        if lost == (t.held_by == MANAGER_LOST):
+            return False  # a user's hold or cancel stays as their last event set it
         return self._asked(t, {"metadata": {"labels": dict(meta.labels),
                                             "annotations": dict(meta.annotations)}})
 
