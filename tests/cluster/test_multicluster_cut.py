@@ -24,11 +24,18 @@ from typing import Any
 import pytest
 
 from localcluster import Cluster, Kubectl, wait_for
-from localcluster import config as lc_config
 from localcluster.testing import register_workers
 
-from .dispatcher_process import DispatcherProcess, install_crd
-from .test_multicluster import AW_LABEL, WORKER_CRD, WORKERS, gpus_gang, sent_to
+from .dispatcher_process import DispatcherProcess
+from .test_multicluster import (
+    AW_LABEL,
+    WORKER_CRD,
+    WORKERS,
+    fleet_clusters,
+    gpus_gang,
+    sent_to,
+    start_dispatchers,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GRACE = 12  # --worker-grace of the manager: the workers stop its copies after 6 s
@@ -82,26 +89,16 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    base = lc_config.cluster_name()
-    manager = Cluster(f"{base}-manager")
-    workers = {w: Cluster(f"{base}-{w}") for w in WORKERS}
-    for c in (manager, *workers.values()):
-        c.up(profile="pool", operators=False)
-        install_crd(c.kubectl())
+    manager, workers = fleet_clusters()
     d = tmp_path_factory.mktemp("paths")
     paths = {w: ManagerPath(c, d / f"{w}.yaml") for w, c in workers.items()}
     for p in paths.values():
         p.open()
     register_workers(manager.kubectl(), {w: p.out for w, p in paths.items()}, WORKER_CRD)
-    worker_processes = [DispatcherProcess(c.kubeconfig, c.logs, f"dispatcher-{w}")
-                        for w, c in workers.items()]
-    for wp in worker_processes:
-        wp.start("fifo")
-    process = DispatcherProcess(manager.kubeconfig, manager.logs, "manager")
-    process.start("fifo", extra_args=["--manager", "--worker-grace", str(GRACE)])
+    process, worker_processes = start_dispatchers(manager, workers, GRACE)
     yield Fleet(manager, workers, paths, process)
     process.stop()
-    for wp in worker_processes:
+    for wp in worker_processes.values():
         wp.stop()
     for p in paths.values():
         p.cut()
@@ -149,6 +146,10 @@ def test_a_worker_cut_off_from_the_manager_stops_its_copy_before_it_runs_elsewhe
         assert sampler.twice() == [], f"g ran in two clusters at once: {sampler.twice()}"
     finally:
         mk("delete", "aw", "--all", "--wait=false")
+        for w, c in fleet.workers.items():  # the manager deletes the copies: GPUs free again
+            k = c.kubectl(ns)
+            wait_for(lambda k=k: not k.items("aw") and not k.items("pods"), 90,
+                     f"the copies and pods in {w}/{ns} to be gone")
 
 
 def cut_off_then_healed(fleet: Fleet, mk: Kubectl, ns: str, first: str, other: str) -> None:
