@@ -213,16 +213,22 @@ def test_a_queued_copy_whose_manager_goes_quiet_is_held_not_admitted() -> None:
     run(scenario)
 
 
+async def looked_at_for_long(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """A worker's dispatcher, started, its fence looking every 100 s for 500 s."""
+    d = await started(kube, clock)
+    fence = fence_of(d, kube, clock)
+    for _ in range(5):
+        await fence.look()
+        await settle(d)
+        clock.now += 100
+    return d
+
+
 def test_a_dispatcher_holding_no_copy_never_reads_the_heartbeat() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
         kube.put(plain("mine"))
-        d = await started(kube, clock)
-        fence = fence_of(d, kube, clock)
-        for _ in range(5):
-            await fence.look()
-            await settle(d)
-            clock.now += 100
+        await looked_at_for_long(kube, clock)
         assert LEASE_PATH not in kube.reads and jobs(kube) == {"mine"}
 
     run(scenario)
@@ -233,12 +239,7 @@ def test_a_copy_with_no_heartbeat_in_its_worker_runs_as_before() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
         kube.put(copy_of("copy"))
-        d = await started(kube, clock)
-        fence = fence_of(d, kube, clock)
-        for _ in range(4):
-            await fence.look()
-            await settle(d)
-            clock.now += 100
+        d = await looked_at_for_long(kube, clock)
         assert jobs(kube) == {"copy"} and not d.memory.manager_stale
 
     run(scenario)
