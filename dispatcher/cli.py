@@ -234,10 +234,12 @@ def _run_manager(args: argparse.Namespace) -> int:
     from dispatcher.controller.logs import configure as configure_logging
     from dispatcher.controller.manager import ManagerSettings, manage
     from dispatcher.controller.startup import stop_on_signals
+    from dispatcher.fleet.fence import check_grace
 
-    if not args.worker_grace > 0:
-        print("dispatcher run: --worker-grace must be a number of seconds above 0",
-              file=sys.stderr)
+    try:
+        check_grace(args.worker_grace)
+    except ValueError as e:
+        print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
     configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
     if not 0 <= args.metrics_port <= 65535:
@@ -478,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "to a worker where its whole gang fits now, and mirror its status back")
     r.add_argument("--worker-grace", type=float, default=60.0, metavar="SECONDS",
                    help="with --manager: how long a worker may not answer before its "
-                   "AppWrappers are requeued (default 60)")
+                   "AppWrappers are requeued (default 60, at least 10); a worker cut off "
+                   "from the manager stops them after half of it")
     r.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")
     r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from dispatcher.api.management import SUSPENDED_BY
+from dispatcher.fleet.fence import MANAGER_LOST
 
 from .intake import Intake
 from .memory import Memory
@@ -57,7 +58,7 @@ class DueSteps:
                     and (t.timers.teardown_at or 0) <= now) \
                 or (t.timers.delete_at is not None and t.timers.delete_at <= now)
         return t.phase in ACTIVE and (
-            t.needs_items or t.teardown_due or t.held_by == SUSPENDED_BY
+            t.needs_items or t.teardown_due or t.held_by in (SUSPENDED_BY, MANAGER_LOST)
             or t.cancelled_by is not None or t.room.stranded is not None
             or (t.watched and (t.reading.stale or now - t.reading.read_at
                                >= OUTCOME_REFRESH_SECONDS))

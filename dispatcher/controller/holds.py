@@ -11,7 +11,8 @@ annotations that name who asks (``kubectl appwrapper hold|release|cancel`` sets 
   AppWrapper that will not run. It is final: an edit of its spec does not queue it again.
 
 A v1beta2 AppWrapper whose ``spec.suspend`` is true is held the same way (held by
-``spec.suspend``) until it is set to false.
+``spec.suspend``) until it is set to false. A manager's copy whose manager is lost is
+held by ``ManagerLost`` (dispatcher.fleet.fence) until its manager deletes it.
 
 Who may ask is plain Kubernetes RBAC: ``patch`` on ``appwrappers`` in its namespace.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
 from dispatcher.api.management import SUSPENDED_BY, suspended
+from dispatcher.fleet.fence import LOST_MESSAGE, MANAGER_LOST
 
 SOMEONE = "someone"  # an annotation set with no name
 
@@ -41,6 +43,8 @@ def asked(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 
 def held_message(held_by: str, name: str) -> str:
+    if held_by == MANAGER_LOST:
+        return LOST_MESSAGE
     if held_by == SUSPENDED_BY:
         return ("suspended (spec.suspend is true): it keeps its place in the queue and is not "
                 "dispatched until spec.suspend is false")

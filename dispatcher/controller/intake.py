@@ -57,6 +57,9 @@ class Intake:
     def queue_again(self, t: Tracked) -> None:
         self.wrappers.queue_again(t)
 
+    def rehold(self, t: Tracked) -> bool:
+        return self.wrappers.rehold(t)
+
     def take_warnings(self) -> list[tuple[Tracked, str]]:
         """What to post as Warning Events (once per new spec), taken out."""
         warnings, self.wrappers.warnings = self.wrappers.warnings, []

@@ -12,6 +12,9 @@ No wrapper runs in two clusters because the manager's wrapper names its worker (
 CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
 kept only in the worker its wrapper names. A manager killed between the two writes finds the
 label when it starts again and makes the copy then; one killed after both adopts the copy.
+A worker cut off from the manager stops its copies before the grace runs out: the manager
+renews a heartbeat there each pass (heartbeats.py) and counts the grace from the last
+renewal the worker acknowledged.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
-from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL, MANAGER_UID_LABEL
+from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import Placer
@@ -47,9 +50,11 @@ from dispatcher.fleet import copies as rules
 from dispatcher.queue.queue import QueuedWrapper
 from dispatcher.resources import GPU
 
-from .kube import ApiError, Kube, Resource
+from .copying import Copying
+from .heartbeats import Heartbeats
+from .kube import ApiError, Kube
 from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
-from .status import APPWRAPPERS, EVENTS
+from .status import APPWRAPPERS
 from .worker_quota import worker_quota
 from .workers import (
     SECRETS,
@@ -65,7 +70,6 @@ from .workers import (
 
 log = logging.getLogger("dispatcher.manager")
 
-NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 READY = "dispatcher ready: manager of worker clusters"
 #: Writes about different wrappers in flight at once (the client paces them).
 PARALLEL = 16
@@ -103,11 +107,12 @@ class Manager:
         self.down_since: dict[str, float] = {}
         self._reported: dict[str, tuple[str, str]] = {}
         self.passes = 0  # numbered in the log: what a returning worker's pass did
-        #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
-        self.mirrored: dict[str, set[str]] = {}
+        self.copying = Copying(kube)
+        self.heartbeats = Heartbeats(settings.grace, clock, wall)
 
     async def run(self, stop: asyncio.Event) -> int:
-        log.info("%s (grace %.0fs)", READY, self.settings.grace)
+        log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
+                 READY, self.settings.grace, self.heartbeats.seconds)
         try:
             while not stop.is_set():
                 try:
@@ -126,13 +131,17 @@ class Manager:
         await self._sync_links()
         now = self.clock()
         await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
+        await asyncio.gather(*(self.heartbeats.renew(link) for link in self.links.values()
+                               if link.reachable))
         for name, link in self.links.items():
             if link.reachable:
                 if self.down_since.pop(name, None) is not None:
-                    # Its stale copies go in this same pass (_delete_stray_copies).
+                    # Its stale copies go in this same pass (Copying.delete_strays).
                     log.info("pass %d: worker cluster %s answers", self.passes, name)
             else:
-                self.down_since.setdefault(name, now)
+                # The grace runs from the last renewal it acknowledged: the worker's fence
+                # runs from when it saw that one, no sooner (heartbeats.py).
+                self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
             await self._report(link)
         wrappers = await self.kube.list(APPWRAPPERS)
         queued: list[dict[str, Any]] = []
@@ -152,8 +161,8 @@ class Manager:
                 sent[meta["uid"]] = obj
         kept = await _bounded([self._keep_copy(obj) for obj in sent.values()])
         sent = {uid: obj for (uid, obj), keep in zip(sent.items(), kept, strict=True) if keep}
-        self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
-        await self._delete_stray_copies(sent)
+        self.copying.keep_only(sent)
+        await self.copying.delete_strays(self.links.values(), sent, self.passes)
         workers = self._workers(sent)
         self.metrics.observe({w.name: WorkerFigures(
             w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
@@ -227,75 +236,15 @@ class Manager:
         match rules.step(link.name, meta["uid"], mine, copy,
                          int(limit.get("maxNumRequeuings") or 0)):
             case rules.Make():
-                await self._create_copy(link, obj)
+                await self.copying.make(link, obj)
             case rules.Mirror(status) | rules.GiveUp(status):
                 await self._write_status(obj, status)
             case rules.TakeBack(status):
                 if await self._requeue(obj, str(status["message"])):
                     return False
         if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
-            await self._mirror_events(link, obj, copy)
+            await self.copying.mirror_events(link, obj, copy)
         return True
-
-    async def _mirror_events(self, link: WorkerLink, obj: dict[str, Any],
-                             copy: dict[str, Any]) -> None:
-        assert link.look is not None
-        meta = obj["metadata"]
-        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
-            return
-        seen = self.mirrored.setdefault(meta["uid"], set())
-        for event in rules.new_events(link.look.events, copy["metadata"]["uid"], seen):
-            try:
-                await self.kube.request("POST", EVENTS.path(meta["namespace"]),
-                                        rules.mirrored_event(event, link.name, obj))
-            except ApiError as e:
-                if e.status != 409:  # 409: mirrored before this manager started
-                    log.info("event of %s/%s from %s not mirrored: %s", meta["namespace"],
-                             meta["name"], link.name, e)
-                    continue
-            seen.add(event["metadata"]["uid"])
-
-    async def _create_copy(self, link: WorkerLink, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != CLUSTER_LABEL}
-        body = {
-            "apiVersion": obj.get("apiVersion", APPWRAPPERS.api_version),
-            "kind": "AppWrapper",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "labels": {**labels, MANAGER_UID_LABEL: meta["uid"]},
-                         "annotations": dict(meta.get("annotations") or {})},
-            "spec": obj["spec"],
-        }
-        path = APPWRAPPERS.path(meta["namespace"])
-        try:
-            try:
-                await link.kube.request("POST", path, body)
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-                await _ensure_namespace(link.kube, meta["namespace"])
-                await link.kube.request("POST", path, body)
-        except ApiError as e:
-            if e.status == 409:
-                return  # made already: the next look adopts it
-            log.warning("copy of %s/%s in %s not made yet: %s", meta["namespace"],
-                        meta["name"], link.name, e)
-            return
-        log.info("%s/%s copied to worker cluster %s", meta["namespace"], meta["name"],
-                 link.name)
-
-    async def _delete_stray_copies(self, sent: dict[str, dict[str, Any]]) -> None:
-        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
-        for link in self.links.values():
-            if not link.reachable or link.look is None:
-                continue
-            for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
-                log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
-                         "is no longer sent there", self.passes, namespace, name, link.name)
-                with contextlib.suppress(ApiError):
-                    await link.kube.request(
-                        "DELETE", APPWRAPPERS.path(namespace, name),
-                        {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
 
     # ------------------------------------------------------------------ dispatching
     async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker]) -> None:
@@ -357,7 +306,7 @@ class Manager:
         log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
                  chosen.cluster)
         obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
-        await self._create_copy(self.links[chosen.cluster], obj)
+        await self.copying.make(self.links[chosen.cluster], obj)
 
     async def _waiting(self, obj: dict[str, Any], message: str) -> None:
         if (obj.get("status") or {}).get("message") != message:
@@ -413,13 +362,6 @@ async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
             return await step
 
     return list(await asyncio.gather(*(one(s) for s in steps)))
-
-
-async def _ensure_namespace(kube: Kube, namespace: str) -> None:
-    with contextlib.suppress(ApiError):
-        await kube.request("POST", NAMESPACES.path(),
-                           {"apiVersion": "v1", "kind": "Namespace",
-                            "metadata": {"name": namespace}})
 
 
 async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:

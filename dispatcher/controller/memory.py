@@ -73,6 +73,9 @@ class Memory:
         # Gangs whose room is to be held again (held_room.py): their hold was lost, or
         # pods of theirs went away unfinished.
         self.room_owed: dict[Key, None] = {}
+        # The manager of the copies held here has not renewed its heartbeat within its
+        # grace (manager_fence.py): those copies stop and stay held.
+        self.manager_stale = False
 
     def hold_again(self, t: Tracked) -> None:
         """`t`'s room is to be held again from scratch (a restart, its node gone)."""

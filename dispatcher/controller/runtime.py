@@ -49,6 +49,7 @@ from .grant_screen import GrantScreen
 from .held_room import HeldRoom
 from .intake import Intake
 from .kube import ApiError, Kube
+from .manager_fence import ManagerFence
 from .memory import Memory
 from .observer import Observer
 from .placement import PodPlacer
@@ -104,23 +105,21 @@ class Dispatcher:
         self.fit: Fit = fit
         self.topology = topology
         self.clock = clock
-        # A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit).
-        self.timing = timing if policy.backfill_limit_seconds is None else dataclasses.replace(
-            timing, backfill_limit=policy.backfill_limit_seconds,
-            backfill_limit_action=policy.backfill_limit_action)
+        self.timing = _with_backfill_limit(timing, policy)
         self.memory = Memory(policy)
         self.tasks = Tasks(clock, self.memory.wake, self.memory.attention.touch)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled,
                              timing=self.timing)
+        # A manager's copies here stop when its heartbeat goes stale (manager_fence.py).
+        self.fence = ManagerFence(kube, self.memory, self.intake.rehold)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
         self.items = Items(kube, self.memory.ownership, pin=pin_pods)
         self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
             kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
-        self.require_creator = require_creator
         # Quota nodes and priorities only as granted (grant_screen.py).
         self.grants = GrantScreen(kube, require_creator, clock, self.tasks.spawn_side,
                                   self.memory.wake.set)
@@ -200,11 +199,13 @@ class Dispatcher:
         and pods first, so nothing is decided on a partial view."""
         self.ready = True
         self._task = asyncio.create_task(self._run(), name="dispatcher-admission-loop")
+        self.fence.start()
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop the loop; steps under way get `grace` seconds to finish (each is
         durable either way: a restart finishes what one started)."""
         await self.estimates.stop()
+        await self.fence.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -369,6 +370,14 @@ class Dispatcher:
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 
+
+
+def _with_backfill_limit(timing: Timing, policy: Policy) -> Timing:
+    """A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit)."""
+    if policy.backfill_limit_seconds is None:
+        return timing
+    return dataclasses.replace(timing, backfill_limit=policy.backfill_limit_seconds,
+                               backfill_limit_action=policy.backfill_limit_action)
 
 
 def _may_write(t: Tracked) -> bool:

@@ -12,6 +12,7 @@ from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.api.management import SUSPENDED_BY
 from dispatcher.cluster.model import evicting_nodes
+from dispatcher.fleet.fence import LOST_MESSAGE, MANAGER_LOST
 from dispatcher.lifecycle import (
     AUTOPILOT_NO_EXECUTE,
     ITEMS_CHANGED,
@@ -155,6 +156,8 @@ class Stepping:
                           counted=False)
             self.memory.sharing.preempting.pop(t.key, None)
             self.observer.preempted("reclaim" if reclaim else "priority")
+        elif t.held_by == MANAGER_LOST:  # a manager's copy cut off from it (fence.py)
+            await requeue(t, MANAGER_LOST, LOST_MESSAGE, now, self.timing, counted=False)
         elif t.held_by == SUSPENDED_BY:  # a v1beta2 wrapper suspended while it ran
             await requeue(t, SUSPENDED, "spec.suspend is true: what it created is deleted "
                           "and it waits in its place until spec.suspend is false", now,

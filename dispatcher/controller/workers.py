@@ -11,6 +11,7 @@ a worker's wrappers only once it has been unreachable for its grace period (mana
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -34,6 +35,7 @@ log = logging.getLogger("dispatcher.manager")
 WORKER_CLUSTERS = Resource("workload.codeflare.dev/v1beta1", "WorkerCluster", "workerclusters",
                            False)
 SECRETS = Resource("v1", "Secret", "secrets", True)
+NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 #: A worker that does not answer must not hold the manager's loop up: a short budget.
 WORKER_RETRY = RetryPolicy(first_delay=0.2, max_delay=1.0, budget=2.0, request_timeout=5.0)
 
@@ -158,3 +160,11 @@ async def connect(worker: Mapping[str, Any], kubeconfig: bytes, directory: Path)
     kube = await Kube.connect(path, retry=WORKER_RETRY)
     return WorkerLink(name, dict(worker["metadata"].get("labels") or {}), kube,
                       digest(kubeconfig), _files=[Path(path)])
+
+
+async def ensure_namespace(kube: Kube, namespace: str) -> None:
+    """Make the namespace in the worker (one that exists already: nothing to do)."""
+    with contextlib.suppress(ApiError):
+        await kube.request("POST", NAMESPACES.path(),
+                           {"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": namespace}})

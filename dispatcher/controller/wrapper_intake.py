@@ -15,24 +15,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
-from dispatcher.kinds.checks import pods_made
-from dispatcher.kinds.completion import deciding_items
+from dispatcher.fleet.fence import MANAGER_LOST, fenced
 from dispatcher.kinds.scope import GroupKind
-from dispatcher.lifecycle import RESETTING, RETRY_LIMIT_REACHED, Timing, fault_tolerance_for
-from dispatcher.queue import QueuedWrapper
+from dispatcher.lifecycle import RESETTING, RETRY_LIMIT_REACHED, Timing
 from dispatcher.resources import GPU
 from dispatcher.review import review
 
+from .following import first_seen, follow, set_ended_timers, status_of
 from .holds import asked, cancelled_message, held_message
 from .memory import Memory
 from .positions import clear_position
-from .scaling import follow_size
 from .status import Change, copy_status, is_newer, status_body
 from .tracked import Key, StatusWrites, Tracked, items_digest, key_of, now_dt
 
@@ -42,25 +39,6 @@ log = logging.getLogger("dispatcher")
 TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
                               "RequeueLimitReached", RETRY_LIMIT_REACHED,
                               Reason.Cancelled})
-
-
-def _first_seen(recorded: datetime | None, created: datetime | None, now: float) -> float:
-    """The queue's arrival time. creationTimestamp has whole seconds only, so wrappers
-    created within one second would tie (and be ordered by uid); within its creation
-    second, the moment this dispatcher first saw it keeps the order they arrived in."""
-    if recorded is not None:
-        return recorded.timestamp()
-    if created is None:
-        return now
-    second = created.timestamp()
-    return min(max(now, second), second + 0.999_999)
-
-
-def _status_of(obj: Mapping[str, Any]) -> AppWrapperStatus:
-    try:
-        return AppWrapperStatus.model_validate(obj.get("status") or {})
-    except ValueError:
-        return AppWrapperStatus()
 
 
 class WrapperIntake:
@@ -121,7 +99,7 @@ class WrapperIntake:
         version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if t.writes.written_version and version and not is_newer(version, t.writes.written_version):
             return
-        t.writes.written = status_body(_status_of(obj))
+        t.writes.written = status_body(status_of(obj))
         if version:
             t.writes.written_version = version
 
@@ -193,14 +171,16 @@ class WrapperIntake:
             return t
         aw = verdict.appwrapper
         t.aw = aw
-        t.first_seen = keep.first_seen if keep is not None else _first_seen(
+        t.first_seen = keep.first_seen if keep is not None else first_seen(
             status.controllerfirsttimestamp, aw.metadata.creationTimestamp, now)
         queued = dataclasses.replace(verdict.queued, first_seen=t.first_seen)
         if not status.conditions or keep is not None:
             # A new spec: say once what it asks that the dispatcher will not do as
             # written (a restart, finding conditions, does not say it again).
             self.warnings.extend((t, w) for w in verdict.warnings)
-        self._gang(t, aw, queued)
+        follow(t, aw, queued, self.timing)
+        if queued.elastic:
+            self.memory.elastic.add(t.key)
         if requeue_failed:
             status.state = "Pending"
             status.numberOfRequeueings = 0
@@ -234,12 +214,12 @@ class WrapperIntake:
             status = keep.status
             written = keep.writes.written
         else:
-            status = _status_of(obj)
+            status = status_of(obj)
             written = status_body(status)
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, writes=StatusWrites(written), first_seen=now)
-        t.held_by, t.cancelled_by = asked(obj)
+        t.held_by, t.cancelled_by = self._asked_of(obj, status)
         # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
@@ -263,23 +243,7 @@ class WrapperIntake:
                 t.aw = parse_appwrapper(obj)
             except InvalidSpec:
                 t.teardown_due = False
-        self._ended_timers(t, (obj.get("metadata") or {}).get("annotations") or {})
-
-    def _gang(self, t: Tracked, aw: AppWrapper, queued: QueuedWrapper) -> None:
-        """What the dispatcher follows of it: its queue entry, pods, items with an outcome."""
-        t.queued = queued
-        if queued.elastic:
-            self.memory.elastic.add(t.key)
-        t.expected_pods = sum(g.pod_set.count for g in queued.gang)
-        t.made_pods = pods_made(aw)
-        follow_size(t)  # an elastic gang's pods follow its size
-        t.completable = deciding_items(
-            [(item.generictemplate, item.completionstatus)
-             for item in aw.spec.resources.GenericItems])
-        t.written_as_v1beta2 = fault_tolerance_for(aw.metadata.annotations,
-                                                   self.timing) is not None
-        t.watched = tuple(range(len(aw.spec.resources.GenericItems))) \
-            if t.written_as_v1beta2 else t.completable
+        set_ended_timers(t, (obj.get("metadata") or {}).get("annotations") or {}, self.timing)
 
     def _resume(self, t: Tracked, aw: AppWrapper, change: Change, now: float) -> None:
         """Where its conditions say it is: dispatched or running (after a restart), a
@@ -313,20 +277,6 @@ class WrapperIntake:
         else:
             self._enqueue(t, change)
 
-    def _ended_timers(self, t: Tracked, annotations: Mapping[str, str]) -> None:
-        """A v1beta2 wrapper's timers once it ended, from when it ended: the deletion of
-        a succeeded one (its success TTL), the teardown of a failed one (its
-        deletion-on-failure grace)."""
-        ft = fault_tolerance_for(annotations, self.timing)
-        last = latest(t.status.conditions)
-        stamp = last.lastTransitionMicroTime if last is not None else None
-        if ft is None or stamp is None:
-            return
-        if t.status.state == "Completed":
-            t.timers.delete_at = stamp.timestamp() + ft.success_ttl
-        elif t.teardown_due and ft.deletion_on_failure_grace:
-            t.timers.teardown_at = stamp.timestamp() + ft.deletion_on_failure_grace
-
     def fail_spec(self, t: Tracked, change: Change, message: str,
                   reason: str = Reason.InvalidSpec) -> None:
         t.phase = "done"
@@ -353,7 +303,8 @@ class WrapperIntake:
             self.memory.queue.remove(t.key)
             self.memory.sharing.release(t.key)
             clear_position(t.status)
-            change.condition(ConditionType.Queueing, Reason.Held,
+            change.condition(ConditionType.Queueing,
+                             MANAGER_LOST if t.held_by == MANAGER_LOST else Reason.Held,
                              held_message(t.held_by, t.key[1]))
             self.memory.unwritten.add(t.key)
         else:
@@ -361,7 +312,7 @@ class WrapperIntake:
 
     def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
         """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
-        held_by, cancelled_by = asked(obj)
+        held_by, cancelled_by = self._asked_of(obj, t.status)
         if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
             return False
         t.held_by, t.cancelled_by = held_by, cancelled_by
@@ -371,6 +322,30 @@ class WrapperIntake:
         # Dispatched: a cancellation is the admission loop's to carry out; a hold waits
         # for a requeue, if any.
         return True
+
+    def _asked_of(self, obj: Mapping[str, Any], status: AppWrapperStatus
+                  ) -> tuple[str | None, str | None]:
+        """Who holds and who cancelled it; a manager's copy whose manager is lost, or that
+        was stopped for that, is held by ManagerLost (dispatcher.fleet.fence)."""
+        held_by, cancelled_by = asked(obj)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if fenced(labels, (c.reason for c in status.conditions), self.memory.manager_stale):
+            held_by = MANAGER_LOST
+        return held_by, cancelled_by
+
+    def rehold(self, t: Tracked) -> bool:
+        """The manager's heartbeat went stale or was heard again: hold (or release) its
+        copy as its labels and annotations say now; whether that is news."""
+        if t.aw is None or t.phase == "done":
+            return False
+        meta = t.aw.metadata
+        lost = fenced(meta.labels, (c.reason for c in t.status.conditions),
+                      self.memory.manager_stale)
+        if lost == (t.held_by == MANAGER_LOST):
+            return False  # a user's hold or cancel stays as their last event set it
+        self.memory.attention.touch(t.key)
+        return self._asked(t, {"metadata": {"labels": dict(meta.labels),
+                                            "annotations": dict(meta.annotations)}})
 
     # --- listings ------------------------------------------------------------------------
 

@@ -6,9 +6,10 @@ pass, from the worker's last look:
 - no copy: make it (the second step of the fence; a manager that died between the two
   steps makes it now, one that died after both finds it here and adopts it);
 - a copy being deleted, or one of an earlier wrapper of that name: wait until it is gone;
-- a copy the worker requeued or failed: take the wrapper back to the manager's queue, so it
-  may go to another worker (its copy is then no longer sent there and is deleted), unless
-  the wrapper's requeue limit is reached: then it fails in the manager too;
+- a copy the worker requeued, failed, or stopped because it lost its manager (fence.py):
+  take the wrapper back to the manager's queue, so it may go to another worker (its copy
+  is then no longer sent there and is deleted), unless the wrapper's requeue limit is
+  reached: then it fails in the manager too;
 - otherwise: mirror the copy's status to the manager's wrapper when it differs (all of it
   but the requeue count, which is the manager's: copies start from none).
 
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.api.labels import MANAGER_UID_LABEL
+
+from .fence import stopped
 
 #: The worker's own count of requeues of its copy: not mirrored (the manager keeps its own).
 REQUEUES = "numberOfRequeueings"
@@ -83,6 +86,7 @@ def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | 
         return Wait()
     theirs: Status = copy.get("status") or {}
     what = ("failed" if theirs.get("state") == "Failed"
+            else "stopped" if stopped(theirs)
             else "requeued" if int(theirs.get(REQUEUES) or 0) > 0 else None)
     if what is not None:
         why = f"worker cluster {worker} {what} it"

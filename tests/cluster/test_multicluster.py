@@ -60,22 +60,35 @@ class Fleet:
         return out
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet_clusters() -> tuple[Cluster, dict[str, Cluster]]:
+    """The manager's and the workers' local clusters, up, with the AppWrapper CRD."""
     base = lc_config.cluster_name()
     manager = Cluster(f"{base}-manager")
     workers = {w: Cluster(f"{base}-{w}") for w in WORKERS}
     for c in (manager, *workers.values()):
         c.up(profile="pool", operators=False)
         install_crd(c.kubectl())
-    register_workers(manager.kubectl(), {w: c.kubeconfig for w, c in workers.items()},
-                     WORKER_CRD)
+    return manager, workers
+
+
+def start_dispatchers(manager: Cluster, workers: dict[str, Cluster], grace: float
+                      ) -> tuple[DispatcherProcess, dict[str, DispatcherProcess]]:
+    """Each worker's `dispatcher run`, then the manager's `dispatcher run --manager`."""
     worker_processes = {w: DispatcherProcess(c.kubeconfig, c.logs, f"dispatcher-{w}")
                         for w, c in workers.items()}
     for p in worker_processes.values():
         p.start("fifo")
     process = DispatcherProcess(manager.kubeconfig, manager.logs, "manager")
-    process.start("fifo", extra_args=["--manager", "--worker-grace", str(GRACE)])
+    process.start("fifo", extra_args=["--manager", "--worker-grace", str(grace)])
+    return process, worker_processes
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    manager, workers = fleet_clusters()
+    register_workers(manager.kubectl(), {w: c.kubeconfig for w, c in workers.items()},
+                     WORKER_CRD)
+    process, worker_processes = start_dispatchers(manager, workers, GRACE)
     yield Fleet(manager, workers, process, worker_processes)
     process.stop()
     for p in worker_processes.values():

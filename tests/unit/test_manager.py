@@ -30,6 +30,7 @@ from dispatcher.controller.manager import Manager, ManagerSettings
 from dispatcher.controller.workers import WorkerLink, digest
 from dispatcher.fit.topology import Topology
 from dispatcher.fleet.copies import EVENTS_PER_PASS
+from dispatcher.fleet.fence import LEASE_NAME, LEASE_NAMESPACE
 
 from .fake_kube import FakeKube
 from .quota_world import subtree
@@ -230,6 +231,68 @@ def test_a_failed_copy_is_taken_back_until_the_wrappers_requeue_limit() -> None:
     writes = fleet.manager.status_writes("a")
     fleet.cycle(3)  # failed for good: nothing more is written or made
     assert fleet.manager.status_writes("a") == writes and w1.copies_made() == 2
+
+
+def test_each_pass_renews_the_heartbeat_in_every_answering_worker() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    versions = []
+    for _ in range(3):
+        fleet.cycle()
+        leases = {w: worker.get("coordination.k8s.io/v1", "Lease", LEASE_NAMESPACE, LEASE_NAME)
+                  for w, worker in fleet.workers.items()}
+        assert all(lease is not None and lease["spec"]["leaseDurationSeconds"] == GRACE / 2
+                   for lease in leases.values())
+        versions.append({w: lease["metadata"]["resourceVersion"]  # type: ignore[index]
+                         for w, lease in leases.items()})
+    assert all(len({v[w] for v in versions}) == 3 for w in fleet.workers)  # a new record each
+
+
+def test_a_copy_its_worker_stopped_for_a_lost_manager_is_taken_back() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2", gpus=4))
+    fleet.submit("a")  # 8 GPUs: only w1 has them
+    fleet.cycle()
+    requeue_copy(fleet.workers["w1"], "a", numberOfRequeueings=0, message="cut off",
+                 conditions=[{"type": "PreemptCandidate", "reason": "ManagerLost"},
+                             {"type": "Queueing", "reason": "ManagerLost"}])
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert fleet.target("a") is None and fleet.holding("a") == set()
+    assert status["message"] == "requeued: worker cluster w1 stopped it: cut off"
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
+
+
+def test_a_worker_whose_heartbeat_cannot_be_renewed_counts_as_not_answering() -> None:
+    w1 = Worker("w1")
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle()
+    assert fleet.target("a") == "w1"
+    w1.fail[("PATCH", "/apis/coordination.k8s.io/")] = ApiError(403, "Forbidden", "no leases")
+    fleet.cycle()
+    worker = fleet.manager.get("workload.codeflare.dev/v1beta1", "WorkerCluster", None, "w1")
+    assert worker is not None and worker["status"]["reachable"] == "False"
+    assert "its heartbeat (Lease dispatcher-system/dispatcher-manager) cannot be renewed" \
+        in worker["status"]["message"]
+    fleet.now += GRACE + 1  # its lists still answer: the grace runs all the same
+    fleet.cycle()
+    assert fleet.target("a") is None
+
+
+def test_the_grace_runs_from_the_last_renewal_the_worker_acknowledged() -> None:
+    """The worker's fence runs from the last renewal it saw; the manager's grace from the
+    last one acknowledged, not from the first look that failed after it."""
+    w1 = Worker("w1")
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle()
+    fleet.now += GRACE - 1  # a long pause of the manager itself: no pass, no renewal
+    w1.down = True
+    fleet.cycle()
+    assert fleet.target("a") == "w1"
+    fleet.now += 2  # GRACE + 1 after the last renewal, 2 s after the first failed look
+    fleet.cycle()
+    assert fleet.target("a") is None
 
 
 def test_status_comes_back_without_the_workers_requeue_count_and_only_when_changed() -> None:

@@ -1,0 +1,94 @@
+"""The manager's writes about its copies: each made in its worker, the strays deleted, and
+the copies' Events mirrored to the manager's wrappers (each once: a copy's Event makes an
+Event of a fixed name on the wrapper, so a restarted manager is refused a second)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
+from dispatcher.fleet import copies as rules
+
+from .kube import ApiError, Kube
+from .status import APPWRAPPERS, EVENTS
+from .workers import WorkerLink, ensure_namespace
+
+log = logging.getLogger("dispatcher.manager")
+
+
+class Copying:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube  # the manager's API server: the mirrored Events go there
+        #: Per sent wrapper (manager uid): the uids of its copy's Events mirrored already.
+        self.mirrored: dict[str, set[str]] = {}
+
+    def keep_only(self, sent: dict[str, dict[str, Any]]) -> None:
+        """Forget the mirrored Events of wrappers no longer sent."""
+        self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
+
+    async def mirror_events(self, link: WorkerLink, obj: dict[str, Any],
+                            copy: dict[str, Any]) -> None:
+        """The copy's Events not mirrored yet, posted on the manager's wrapper."""
+        assert link.look is not None
+        meta = obj["metadata"]
+        if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
+            return
+        seen = self.mirrored.setdefault(meta["uid"], set())
+        for event in rules.new_events(link.look.events, copy["metadata"]["uid"], seen):
+            try:
+                await self.kube.request("POST", EVENTS.path(meta["namespace"]),
+                                        rules.mirrored_event(event, link.name, obj))
+            except ApiError as e:
+                if e.status != 409:  # 409: mirrored before this manager started
+                    log.info("event of %s/%s from %s not mirrored: %s", meta["namespace"],
+                             meta["name"], link.name, e)
+                    continue
+            seen.add(event["metadata"]["uid"])
+
+    async def make(self, link: WorkerLink, obj: dict[str, Any]) -> None:
+        """The copy of the sent wrapper in its worker (one made already is adopted)."""
+        meta = obj["metadata"]
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != CLUSTER_LABEL}
+        body = {
+            "apiVersion": obj.get("apiVersion", APPWRAPPERS.api_version),
+            "kind": "AppWrapper",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "labels": {**labels, MANAGER_UID_LABEL: meta["uid"]},
+                         "annotations": dict(meta.get("annotations") or {})},
+            "spec": obj["spec"],
+        }
+        path = APPWRAPPERS.path(meta["namespace"])
+        try:
+            try:
+                await link.kube.request("POST", path, body)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                await ensure_namespace(link.kube, meta["namespace"])
+                await link.kube.request("POST", path, body)
+        except ApiError as e:
+            if e.status == 409:
+                return  # made already: the next look adopts it
+            log.warning("copy of %s/%s in %s not made yet: %s", meta["namespace"],
+                        meta["name"], link.name, e)
+            return
+        log.info("%s/%s copied to worker cluster %s", meta["namespace"], meta["name"],
+                 link.name)
+
+    async def delete_strays(self, links: Iterable[WorkerLink], sent: dict[str, dict[str, Any]],
+                            passes: int) -> None:
+        """Every copy in an answering worker whose wrapper is not sent there now."""
+        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
+        for link in links:
+            if not link.reachable or link.look is None:
+                continue
+            for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
+                log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
+                         "is no longer sent there", passes, namespace, name, link.name)
+                with contextlib.suppress(ApiError):
+                    await link.kube.request(
+                        "DELETE", APPWRAPPERS.path(namespace, name),
+                        {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
