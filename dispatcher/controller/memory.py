@@ -18,7 +18,7 @@ from dispatcher.queue import AdmissionQueue, Policy
 
 from .ownership import Ownership
 from .sharing import Sharing
-from .tracked import Key, Tracked
+from .tracked import Key, Leftover, Tracked
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,21 @@ class Memory:
         # Wrappers whose spec is elastic: what the admission loop looks through each cycle
         # for one that may grow, rather than every wrapper.
         self.elastic: set[Key] = set()
+        # Pods of deleted objects, per wrapper, until they are gone (leftovers.py).
+        self.leftovers: dict[Key, Leftover] = {}
+
+    def objects_deleted(self, key: Key, grace: float, now: float) -> None:
+        """The objects of wrapper `key` were deleted: the pods its label claims now are
+        watched until they are gone, deleted at once if still there `grace` seconds on
+        (a new deletion adds its pods and keeps the first deadline)."""
+        pods = {pod for pod, claim in self.pods.items() if claim == key}
+        if not pods:
+            return
+        left = self.leftovers.get(key)
+        if left is None:
+            self.leftovers[key] = Leftover(now, grace, pods)
+        else:
+            left.pods |= pods
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer

@@ -47,6 +47,7 @@ from .grant_screen import GrantScreen
 from .held_room import HeldRoom
 from .intake import Intake
 from .kube import ApiError, Kube
+from .leftovers import Leftovers
 from .memory import Memory
 from .observer import Observer
 from .placement import PodPlacer
@@ -114,7 +115,10 @@ class Dispatcher:
                              timing=self.timing)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
-        self.items = Items(kube, self.memory.ownership, pin=pin_pods)
+        # Pods left after their objects were deleted (leftovers.py).
+        self.leftovers = Leftovers(self.memory, kube, self.writer, self.timing, clock)
+        self.items = Items(kube, self.memory.ownership, pin=pin_pods,
+                           deleted=self.leftovers.objects_deleted)
         self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
             kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
@@ -130,7 +134,7 @@ class Dispatcher:
                                        self.intake, self.observer)
         self.stepping = Stepping(self.memory, self.intake, self.items, self.scaling, self.writer,
                                  self.transitions, self.tasks, self.observer, self.timing,
-                                 kube, clock)
+                                 kube, self.leftovers, clock)
         self.admitting = Admitting(self.memory, self.tasks, self.transitions, self.stepping,
                                    self.estimates, self.grants, self.scaling, self.writer,
                                    self.intake, self.observer, kube, policy, fit, topology,
@@ -236,6 +240,9 @@ class Dispatcher:
     def _next_timer(self) -> float:
         now = self.clock()
         soonest = now + TICK_SECONDS
+        forceful = self.leftovers.next_due()  # pods to delete at once (leftovers.py)
+        if forceful is not None and forceful < soonest:
+            soonest = forceful
         # A minor write that is due waits for the shared rate's next token: waking before
         # it would run a cycle that can write nothing.
         token_at = self.writer.minor_write_at(now)
@@ -277,6 +284,7 @@ class Dispatcher:
             await self._resolving
         self.held_room.keep()
         self.pod_placer.cycle(self.held_room.unfit, self.tasks.spawn_side)
+        self.leftovers.cycle(now, self.tasks.spawn_side)
         for t in self.stepping.due(now):
             self.tasks.spawn(t, self.stepping.step(t, now))
         queued, decisions = len(self.memory.queue), await self.admitting.cycle(now)

@@ -24,12 +24,18 @@ from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, par
 from dispatcher.kinds.checks import pods_made
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.kinds.scope import GroupKind
-from dispatcher.lifecycle import RESETTING, RETRY_LIMIT_REACHED, Timing, fault_tolerance_for
+from dispatcher.lifecycle import (
+    RESETTING,
+    RETRY_LIMIT_REACHED,
+    Timing,
+    fault_tolerance_for,
+)
 from dispatcher.queue import QueuedWrapper
 from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .holds import asked, cancelled_message, held_message
+from .leftovers import watch as watch_leftovers
 from .memory import Memory
 from .positions import clear_position
 from .scaling import follow_size
@@ -92,6 +98,9 @@ class WrapperIntake:
         t = self.memory.tracked.get(key)
         if event == "DELETED":
             if t is not None and t.uid == uid:
+                # The garbage collector deletes its objects: their pods are watched as
+                # those of objects the dispatcher deleted (leftovers.py).
+                watch_leftovers(self.memory, t, self.timing, self.clock())
                 self.memory.forget(t)
                 self.memory.wake.set()
             return

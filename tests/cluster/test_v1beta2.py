@@ -234,6 +234,44 @@ def test_teams_of_both_versions_share_a_quota_tree_and_preempt_each_other(
         k("delete", "quotasubtrees", "--all", "--wait=false")
 
 
+# --- progress guarantee -------------------------------------------------------------------
+
+FT = "workload.codeflare.dev.appwrapper/"
+
+
+def test_pods_that_never_terminate_are_deleted_at_once_after_the_forceful_deletion_grace(
+        v1beta2_served: DispatcherProcess, k: Kubectl) -> None:
+    """A pod whose node never confirms its deletion (kwok: `dispatcher.local/on-delete:
+    hang`) stays Terminating when the reset deletes its Job; the forceful-deletion grace
+    later the dispatcher deletes it with gracePeriodSeconds 0 (a Warning Event names it),
+    and the wrapper goes on: created again, then Failed at its retry limit, no pod left."""
+    stuck = job("stuck", 1, 1, "pending")  # bound, never Running: past its warmup grace
+    stuck["spec"]["template"]["metadata"]["annotations"]["dispatcher.local/on-delete"] = "hang"
+    wrapper = v1beta2("stuck", stuck)
+    wrapper["metadata"]["annotations"] = {
+        FT + "warmupGracePeriodDuration": "2s", FT + "retryLimit": "1",
+        FT + "forcefulDeletionGracePeriodDuration": "3s"}
+    k.apply(wrapper)
+    first = wait_for(lambda: pods_of(k, "stuck") or None, 60, "the pod of stuck")[0]
+    name, uid = first["metadata"]["name"], first["metadata"]["uid"]
+
+    def terminating() -> bool:
+        pod = k.run("get", "pod", name, "-o", "json", check=False)
+        return pod.returncode == 0 and "deletionTimestamp" in pod.stdout
+
+    wait_for(terminating, 60, f"the reset to delete the Job, leaving {name} Terminating")
+    wait_for(lambda: uid not in {p["metadata"]["uid"] for p in pods_of(k, "stuck")}, 60,
+             f"{name} to be deleted at once after the forceful-deletion grace")
+    failed = wait_phase(k, "stuck", "Failed", timeout=120)
+    assert failed["status"]["resettingCount"] == 1
+    wait_for(lambda: not pods_of(k, "stuck"), 60, "the pods of the failed wrapper to go")
+    told = k.items("events", "--field-selector",
+                   "involvedObject.name=stuck,reason=ForcefulDeletion")
+    # One for the reset's deletion (naming the first pod), one for the failure's.
+    assert any(name in e["message"] for e in told), told
+    assert {e["type"] for e in told} == {"Warning"}
+
+
 # --- codeflare's samples -----------------------------------------------------------------
 
 SAMPLES = APPWRAPPER_V1BETA2 / "samples"
