@@ -42,12 +42,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dispatcher.api.conditions import Reason
-from dispatcher.api.conversion import ConversionError, v1beta2_fields
 from dispatcher.api.fault_tolerance import (
     DEFAULT_FAULT_TOLERANCE,
     FaultTolerance,
     annotation_of,
-    fault_tolerance,
+    v1beta2_fault_tolerance,
 )
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot
@@ -300,13 +299,8 @@ def fault_tolerance_for(annotations: Mapping[str, str],
                         timing: Timing = DEFAULT_TIMING) -> FaultTolerance | None:
     """The fault-tolerance settings of a wrapper written as v1beta2 with these
     annotations (None: it was written as v1beta1, MCAD's rules apply)."""
-    try:
-        written_as_v1beta2 = v1beta2_fields(annotations).written_as_v1beta2
-    except ConversionError:
-        return None
-    if not written_as_v1beta2:
-        return None
-    return fault_tolerance(annotations, timing.fault_tolerance)[0]
+    found = v1beta2_fault_tolerance(annotations, timing.fault_tolerance)
+    return None if found is None else found[0]
 
 
 def forceful_deletion_grace(annotations: Mapping[str, str],

@@ -194,7 +194,7 @@ class WrapperIntake:
             self._ended(t, obj)
             return t
         change = Change(t, now, status.model_copy(deep=True))
-        verdict = review(obj, now, self.allowed_kinds)
+        verdict = review(obj, now, self.allowed_kinds, faults=self.timing.fault_tolerance)
         if verdict.appwrapper is None or verdict.queued is None:
             t.aw = verdict.appwrapper
             self.fail_spec(t, change, verdict.message)
