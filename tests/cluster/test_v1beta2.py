@@ -36,9 +36,12 @@ CRD_NAME = "appwrappers.workload.codeflare.dev"
 V1BETA1 = "appwrappers.v1beta1.workload.codeflare.dev"
 V1BETA2 = "appwrappers.v1beta2.workload.codeflare.dev"
 # Installation defaults for wrappers that set no annotation, and the most any annotation
-# may ask for: seconds, so the samples' 10 s graces and pauses take 3 s here.
+# may ask for: seconds, so the samples' 10 s graces and pauses take 3 s here. A
+# LeaderWorkerSet (a kind the dispatcher does not know: it counts the pods its pod sets
+# declare) is allowed, as codeflare's sample needs.
 CONFIG = {"faultTolerance": {"failureGracePeriod": "2s", "retryPausePeriod": "2s",
-                             "gracePeriodMaximum": "3s"}}
+                             "gracePeriodMaximum": "3s"},
+          "allowedKinds": {"add": ["LeaderWorkerSet.leaderworkerset.x-k8s.io"]}}
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +286,8 @@ ENDS: dict[str, tuple[str, int]] = {
     "wrapped-gpu-job.yaml": ("Running", 0),        # the same, on 4 GPUs
     "wrapped-pod.yaml": ("Running", 0),            # `sleep 600` after its init container
     "wrapped-jobset.yaml": ("Succeeded", 0),       # 5 pods `sleep 100`
+    # 2 groups of a leader and 2 workers (nginx: they run until deleted).
+    "wrapped-leader-worker-set.yaml": ("Running", 0),
     "wrapped-failing-job.yaml": ("Failed", 3),     # `sleep 15; exit 1`, retryLimit 3
     "wrapped-failing-pod.yaml": ("Failed", 1),     # `sleep 5; exit 1`, retryLimit 1
     # The Worker's command `sleep 10; exit 1` fails; the default retryLimit is 3.
@@ -292,8 +297,6 @@ EXCLUDED = {
     # Its end, Succeeded, is the real image training MNIST for an epoch; here python3 runs
     # forever.
     "wrapped-pytorch-job.yaml": "needs its real image (mnist.py) to succeed",
-    # No LeaderWorkerSet controller (nor CRD) runs on the local cluster.
-    "wrapped-leader-worker-set.yaml": "needs the LeaderWorkerSet controller",
 }
 
 
