@@ -34,13 +34,13 @@ FORCE_AGAIN_SECONDS = 30.0
 
 
 def watch(memory: Memory, t: Tracked, timing: Timing, now: float) -> None:
-    """`t`'s objects were deleted (by the dispatcher, or with the wrapper): the pods its
-    label claims are watched until they are gone (a wrapper written as v1beta1 leaves them
-    to the garbage collector)."""
+    """`t`'s objects were deleted (by the dispatcher, or with the wrapper): the pods of its
+    gang (proven to be its objects', not merely labelled) are watched until they are gone
+    (a wrapper written as v1beta1 leaves them to the garbage collector)."""
     grace = forceful_deletion_grace(t.aw.metadata.annotations, timing) \
         if t.aw is not None else None
     if grace is not None:
-        memory.objects_deleted(t.key, grace, now)
+        memory.objects_deleted(t.key, {(t.key[0], pod) for pod in t.pods}, grace, now)
 
 
 class Leftovers:

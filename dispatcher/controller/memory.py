@@ -70,11 +70,11 @@ class Memory:
         # Pods of deleted objects, per wrapper, until they are gone (leftovers.py).
         self.leftovers: dict[Key, Leftover] = {}
 
-    def objects_deleted(self, key: Key, grace: float, now: float) -> None:
-        """The objects of wrapper `key` were deleted: the pods its label claims now are
-        watched until they are gone, deleted at once if still there `grace` seconds on
-        (a new deletion adds its pods and keeps the first deadline)."""
-        pods = {pod for pod, claim in self.pods.items() if claim == key}
+    def objects_deleted(self, key: Key, pods: set[tuple[str, str]], grace: float,
+                        now: float) -> None:
+        """The objects of wrapper `key` were deleted: its `pods` are watched until they are
+        gone, deleted at once if still there `grace` seconds on (a new deletion adds its
+        pods and keeps the first deadline)."""
         if not pods:
             return
         left = self.leftovers.get(key)

@@ -380,7 +380,7 @@ def test_pods_still_there_after_the_forceful_deletion_grace_are_deleted_at_once_
     """codeflare's progress guarantee: a reset waits until the pods of its old objects
     are gone; one still there forcefulDeletionGracePeriod after their deletion (a node that
     never confirms) is deleted with gracePeriodSeconds 0, an Event says so, and the reset
-    goes on."""
+    goes on. Only pods its objects made: one that merely wears its label is left alone."""
     annotations = {FT + "failureGracePeriodDuration": "10s",
                    FT + "retryPausePeriodDuration": "5s",
                    FT + "forcefulDeletionGracePeriodDuration": "30s"}
@@ -390,6 +390,9 @@ def test_pods_still_there_after_the_forceful_deletion_grace_are_deleted_at_once_
         kube.put(codeflare("stuck", job("stuck", 1, 4), annotations=annotations))
         d = await started(kube, clock)
         live = await _running_pod(kube, d, "stuck")
+        # Someone's pod wearing the gang's label, made by none of its objects: not its.
+        stray = kube.put(pod("stuck", "stray", "n1", "Running", 0))
+        d.on_pod("ADDED", stray)
         d.on_pod("MODIFIED", {**live, "status": {"phase": "Failed"}})
         await d.cycle()
         clock.now += 10
@@ -407,6 +410,8 @@ def test_pods_still_there_after_the_forceful_deletion_grace_are_deleted_at_once_
         assert (pod_path, {"gracePeriodSeconds": 0,
                            "preconditions": {"uid": live["metadata"]["uid"]}}) in kube.deletes
         assert kube.get("v1", "Pod", "team", "p1") is None
+        assert kube.get("v1", "Pod", "team", "stray") is not None  # left alone
+        assert not [p for p, _ in kube.deletes if p.endswith("/stray")]
         told = [e for e in kube.of_kind("Event") if e["reason"] == "ForcefulDeletion"]
         assert len(told) == 1 and "p1" in told[0]["message"]
         assert "forceful deletion grace 30s" in told[0]["message"]
