@@ -27,7 +27,7 @@ from .dispatcher_process import (
     install_crd,
     wait_quiet,
 )
-from .test_controller import appwrapper, job, pods_of
+from .test_controller import LABEL, appwrapper, job, pods_of
 from .test_sharing import subtree
 from .webhook_process import SECRET, free_port, register_url_webhooks, unregister_webhooks
 
@@ -255,24 +255,30 @@ def test_pods_that_never_terminate_are_deleted_at_once_after_the_forceful_deleti
         FT + "warmupGracePeriodDuration": "2s", FT + "retryLimit": "1",
         FT + "forcefulDeletionGracePeriodDuration": "3s"}
     k.apply(wrapper)
-    first = wait_for(lambda: pods_of(k, "stuck") or None, 60, "the pod of stuck")[0]
-    name, uid = first["metadata"]["name"], first["metadata"]["uid"]
+    try:
+        first = wait_for(lambda: pods_of(k, "stuck") or None, 60, "the pod of stuck")[0]
+        name, uid = first["metadata"]["name"], first["metadata"]["uid"]
 
-    def terminating() -> bool:
-        pod = k.run("get", "pod", name, "-o", "json", check=False)
-        return pod.returncode == 0 and "deletionTimestamp" in pod.stdout
+        def terminating() -> bool:
+            pod = k.run("get", "pod", name, "-o", "json", check=False)
+            return pod.returncode == 0 and "deletionTimestamp" in pod.stdout
 
-    wait_for(terminating, 60, f"the reset to delete the Job, leaving {name} Terminating")
-    wait_for(lambda: uid not in {p["metadata"]["uid"] for p in pods_of(k, "stuck")}, 60,
-             f"{name} to be deleted at once after the forceful-deletion grace")
-    failed = wait_phase(k, "stuck", "Failed", timeout=120)
-    assert failed["status"]["resettingCount"] == 1
-    wait_for(lambda: not pods_of(k, "stuck"), 60, "the pods of the failed wrapper to go")
-    told = k.items("events", "--field-selector",
-                   "involvedObject.name=stuck,reason=ForcefulDeletion")
-    # One for the reset's deletion (naming the first pod), one for the failure's.
-    assert any(name in e["message"] for e in told), told
-    assert {e["type"] for e in told} == {"Warning"}
+        wait_for(terminating, 60, f"the reset to delete the Job, leaving {name} Terminating")
+        wait_for(lambda: uid not in {p["metadata"]["uid"] for p in pods_of(k, "stuck")}, 60,
+                 f"{name} to be deleted at once after the forceful-deletion grace")
+        failed = wait_phase(k, "stuck", "Failed", timeout=120)
+        assert failed["status"]["resettingCount"] == 1
+        wait_for(lambda: not pods_of(k, "stuck"), 60, "the pods of the failed wrapper to go")
+        told = k.items("events", "--field-selector",
+                       "involvedObject.name=stuck,reason=ForcefulDeletion")
+        # One for the reset's deletion (naming the first pod), one for the failure's.
+        assert any(name in e["message"] for e in told), told
+        assert {e["type"] for e in told} == {"Warning"}
+    finally:
+        # Without the forceful deletion its pods would stay for ever, and every later
+        # test would wait for them.
+        k("delete", "pods", "-l", f"{LABEL}=stuck", "--force", "--grace-period=0",
+          "--ignore-not-found")
 
 
 # --- codeflare's samples -----------------------------------------------------------------
