@@ -115,10 +115,9 @@ class Dispatcher:
                              timing=self.timing)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
-        # Pods left after their objects were deleted (leftovers.py).
-        self.leftovers = Leftovers(self.memory, kube, self.writer, self.timing, clock)
-        self.items = Items(kube, self.memory.ownership, pin=pin_pods,
-                           deleted=self.leftovers.objects_deleted)
+        self.leftovers = Leftovers(  # pods left after their objects went (leftovers.py)
+            self.memory, kube, self.writer, self.timing, clock)
+        self.items = Items(kube, self.memory.ownership, pin_pods, self.leftovers.objects_deleted)
         self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
             kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
