@@ -442,3 +442,30 @@ def test_a_v1beta1_wrapper_leaves_the_pods_of_its_deleted_objects_to_the_garbage
         assert not [p for p, _ in kube.deletes if "/pods/" in p]
 
     run(scenario)
+
+
+def test_pods_left_by_a_deleted_v1beta2_wrapper_are_deleted_at_once_after_the_grace(
+) -> None:
+    """The garbage collector deletes a deleted wrapper's objects; a pod of them still
+    there forcefulDeletionGracePeriod later is deleted with gracePeriodSeconds 0."""
+    annotations = {FT + "forcefulDeletionGracePeriodDuration": "30s"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("gone", job("gone", 1, 4), annotations=annotations))
+        d = await started(kube, clock)
+        live = await _running_pod(kube, d, "gone")
+        stored = kube.get(*STORED, "gone")
+        assert stored is not None
+        d.on_appwrapper("DELETED", stored)
+        clock.now += 29
+        await d.cycle()
+        assert kube.get("v1", "Pod", "team", "p1") is not None  # within its grace
+        clock.now += 1
+        await d.cycle()
+        assert ("/api/v1/namespaces/team/pods/p1", {
+            "gracePeriodSeconds": 0, "preconditions": {"uid": live["metadata"]["uid"]}}
+                ) in kube.deletes
+        assert kube.get("v1", "Pod", "team", "p1") is None
+
+    run(scenario)
