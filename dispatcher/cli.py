@@ -299,7 +299,8 @@ def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
         configuration=args.webhook_configuration or None,
         cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
         cert_hosts=tuple(args.webhook_cert_host or ()),
-        allowed_kinds=config.allowed_kinds, topology=config.topology_levels)
+        allowed_kinds=config.allowed_kinds, topology=config.topology_levels,
+        faults=config.fault_tolerance)
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:

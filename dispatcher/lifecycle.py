@@ -30,7 +30,9 @@ every timing rule is unit-tested without a cluster and the simulator could reuse
 A wrapper written as v1beta2 follows codeflare's rules instead (:func:`judge_v1beta2`,
 its settings in :mod:`dispatcher.api.fault_tolerance`): an unhealthy gang is *reset* — its
 objects torn down and, after the retry pause, created again, while it keeps its room and
-quota — rather than requeued; after `retryLimit` resets it fails.
+quota — rather than requeued; after `retryLimit` resets it fails. Pods of its deleted
+objects still there `forcefulDeletionGracePeriod` after the deletion are deleted at once
+(:func:`leftover_step`), and a reset waits for them to be gone.
 """
 
 from __future__ import annotations
@@ -40,12 +42,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dispatcher.api.conditions import Reason
-from dispatcher.api.conversion import ConversionError, v1beta2_fields
 from dispatcher.api.fault_tolerance import (
     DEFAULT_FAULT_TOLERANCE,
     FaultTolerance,
     annotation_of,
-    fault_tolerance,
+    v1beta2_fault_tolerance,
 )
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot
@@ -55,6 +56,8 @@ from dispatcher.queue.reservation import BACKFILLED
 from dispatcher.wording import all_of, counted, plural, span
 
 Action = Literal["wait", "running", "holding", "completed", "failed", "requeue", "reset"]
+# What is done about the pods left after a wrapper's objects were deleted.
+LeftoverStep = Literal["gone", "wait", "force"]
 
 # Reasons beyond dispatcher.api.conditions.Reason that only the lifecycle produces.
 WRAPPED_OBJECT_FAILED = "WrappedObjectFailed"
@@ -296,13 +299,29 @@ def fault_tolerance_for(annotations: Mapping[str, str],
                         timing: Timing = DEFAULT_TIMING) -> FaultTolerance | None:
     """The fault-tolerance settings of a wrapper written as v1beta2 with these
     annotations (None: it was written as v1beta1, MCAD's rules apply)."""
-    try:
-        written_as_v1beta2 = v1beta2_fields(annotations).written_as_v1beta2
-    except ConversionError:
-        return None
-    if not written_as_v1beta2:
-        return None
-    return fault_tolerance(annotations, timing.fault_tolerance)[0]
+    found = v1beta2_fault_tolerance(annotations, timing.fault_tolerance)
+    return None if found is None else found[0]
+
+
+def forceful_deletion_grace(annotations: Mapping[str, str],
+                            timing: Timing = DEFAULT_TIMING) -> float | None:
+    """How long pods of a v1beta2 wrapper's deleted objects may take to go before they are
+    deleted at once (None: a v1beta1 wrapper, left to the garbage collector)."""
+    ft = fault_tolerance_for(annotations, timing)
+    return None if ft is None else ft.forceful_deletion_grace
+
+
+def leftover_step(pods_left: int, deleted_at: float, now: float,
+                  grace: float) -> tuple[LeftoverStep, float | None]:
+    """Codeflare's progress guarantee for pods still there after their wrapper's objects
+    were deleted at `deleted_at`: "gone" once none is left; "force" (deleted with
+    gracePeriodSeconds 0) once `grace` has passed; else "wait", to look again then."""
+    if pods_left <= 0:
+        return "gone", None
+    due = deleted_at + grace
+    if now >= due:
+        return "force", None
+    return "wait", due
 
 
 def judge_v1beta2(

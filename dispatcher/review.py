@@ -4,7 +4,9 @@
 AppWrappers with the same words and warn about the same things; they all call
 `review`, which runs, in order: the API's validation (`parse_appwrapper`), the
 installation's kinds (`check_kinds`), the pod counting of every item
-(`queued_from_appwrapper`), and `warnings`. Pure: no I/O, no clock.
+(`queued_from_appwrapper`), and `warnings` (with, for a wrapper written as v1beta2, its
+fault-tolerance annotations that are ignored or cut to the installation's maximum). Pure:
+no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
 from dispatcher.api.conversion import stored_form
+from dispatcher.api.fault_tolerance import (
+    DEFAULT_FAULT_TOLERANCE,
+    FaultTolerance,
+    v1beta2_fault_tolerance,
+)
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.fit.topology import Topology
@@ -49,6 +56,7 @@ def review(
     cluster_scoped: Collection[GroupKind] = CLUSTER_SCOPED_KINDS,
     topology: Topology | None = None,
     warn: bool = True,
+    faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE,
 ) -> Review:
     """Validate `obj` (an AppWrapper from the API server or a file) for this installation.
 
@@ -57,12 +65,16 @@ def review(
     `topology`, a topology level it asks for must be one of the installation's (without,
     admission checks that). Without `warn`, no warnings are looked for (they cost a walk
     of the whole object, which listing many wrappers for their shapes does not need).
+    `faults`: the installation's fault-tolerance defaults and maximum.
     """
     try:
         aw = parse_appwrapper(stored_form(obj))
     except InvalidSpec as e:
         return Review(None, None, e.problems)
-    found = warnings(aw) if warn else []
+    # A v1beta2 wrapper's fault-tolerance annotations ignored or capped, as codeflare's
+    # webhook warns.
+    faulty = v1beta2_fault_tolerance(aw.metadata.annotations, faults) if warn else None
+    found = [*warnings(aw), *(faulty[1] if faulty else [])] if warn else []
     queued = queued_from_appwrapper(aw, first_seen_of(aw, default_first_seen))
     refused = check_kinds(aw, allowed, cluster_scoped)
     # queued.invalid is the items' counting problems, already one bounded message.
@@ -75,3 +87,4 @@ def review(
     if counting:
         return Review(aw, None, counting, found)
     return Review(aw, queued, [], found)
+

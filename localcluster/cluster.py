@@ -30,8 +30,10 @@ from typing import Any
 
 import yaml
 
-from . import build, config, jobset, ports, profiles, users, versions
+from . import build, config, ports, profiles, users, versions
+from .jobset import JOBSET
 from .kube import Kubectl, KubectlError, wait_for
+from .lws import LWS
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
@@ -98,7 +100,7 @@ class Cluster:
         return (f"component logs: {self.logs}/ (kwokctl.log, etcd.log, kube-apiserver.log, "
                 f"kube-controller-manager.log, kube-scheduler.log, kwok-controller.log, "
                 f"crds.log, kuberay-operator.log, training-operator.log, "
-                f"mxjob-operator.log, jobset-controller.log)")
+                f"mxjob-operator.log, jobset-controller.log, lws-controller.log)")
 
     # ------------------------------------------------------------------ state
     def ready_info(self) -> dict[str, Any] | None:
@@ -267,8 +269,9 @@ class Cluster:
     def _operators(self) -> list[Operator]:
         kc = str(self.kubeconfig)
         block = ports.block_of(self.name)
-        kuberay_probe, training_probe, mxjob_probe, jobset_probe = (
-            block.port(f"{op}-probe") for op in ("kuberay", "training", "mxjob", "jobset"))
+        kuberay_probe, training_probe, mxjob_probe, jobset_probe, lws_probe = (
+            block.port(f"{op}-probe")
+            for op in ("kuberay", "training", "mxjob", "jobset", "lws"))
         return [
             Operator(
                 "kuberay-operator", "kuberay", "ray-operator",
@@ -294,10 +297,15 @@ class Cluster:
                 env=_TRAINING_ENV, probe_port=mxjob_probe, after_training_certs=True,
             ),
             Operator(
-                jobset.NAME, "jobset", "jobset",
-                jobset.arguments(self.dir, self.kubeconfig, jobset_probe,
+                JOBSET.name, "jobset", "jobset",
+                JOBSET.arguments(self.dir, self.kubeconfig, jobset_probe,
                                  block.port("jobset-webhook")),
                 probe_port=jobset_probe,
+            ),
+            Operator(
+                LWS.name, "lws", "cmd",
+                LWS.arguments(self.dir, self.kubeconfig, lws_probe, block.port("lws-webhook")),
+                probe_port=lws_probe,
             ),
         ]
 
@@ -323,7 +331,8 @@ class Cluster:
                 self._spawn(op)
         for op in ops:
             self._wait_operator(op, timeout)
-        jobset.register_webhooks(kubectl, self.dir)
+        JOBSET.register_webhooks(kubectl, self.dir)
+        LWS.register_webhooks(kubectl, self.dir)
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
 

@@ -35,7 +35,7 @@ RECORD = "ports.json"
 ROLES = (
     "kube-apiserver", "etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler",
     "kwok-controller", "kuberay-probe", "training-probe", "training-webhook", "mxjob-probe",
-    "mxjob-webhook", "jobset-probe", "jobset-webhook",
+    "mxjob-webhook", "jobset-probe", "jobset-webhook", "lws-probe", "lws-webhook",
 )
 
 

@@ -26,6 +26,9 @@ TRAINING_OPERATOR = "v1.9.3"
 TRAINING_OPERATOR_MXJOB = "v1.8.1"
 #: JobSet controller and CRD (``sigs.k8s.io/jobset``).
 JOBSET = "v0.10.1"
+#: LeaderWorkerSet controller and CRD (``sigs.k8s.io/lws``); the newest release the module
+#: proxy serves whole (v0.10.0's zip is refused).
+LWS = "v0.9.0"
 #: kuttl, the test tool MCAD's end-to-end suites are written for (``github.com/kudobuilder/kuttl``).
 KUTTL = "v0.24.0"
 #: kuttl up to v0.24.0 does not compile with Go 1.26 (``testing.MainStart``'s deps interface
@@ -40,7 +43,7 @@ APPWRAPPER = "v1.2.1"
 HELM = "v3.22.0"
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
-                "appwrapper-e2e": "1.26.0"}
+                "appwrapper-e2e": "1.26.0", "lws": "1.26.0"}
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -158,6 +161,14 @@ WRAPPERS: dict[str, Wrapper] = {
             binaries=("jobset",),
         ),
         Wrapper(
+            name="lws",
+            requires={"sigs.k8s.io/lws": LWS},
+            # The controller's main package is the module's cmd/, built as `cmd`.
+            packages=("sigs.k8s.io/lws/cmd",),
+            binaries=("cmd",),
+            go=GO_DIRECTIVE["lws"],
+        ),
+        Wrapper(
             name="kuttl",
             requires={"github.com/kudobuilder/kuttl": KUTTL},
             packages=("github.com/kudobuilder/kuttl/cmd/kubectl-kuttl",),
@@ -197,7 +208,7 @@ WRAPPERS: dict[str, Wrapper] = {
 #: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
     "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset", "helm", "appwrapper-e2e",
+    "mxjob-operator", "jobset", "lws", "helm", "appwrapper-e2e",
 )
 
 
@@ -236,5 +247,13 @@ CRDS: tuple[CrdSource, ...] = (
         "crds",
         "sigs.k8s.io/jobset",
         ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",),
+    ),
+    # Its controller also runs DisaggregatedSet's, which needs that CRD to start.
+    CrdSource(
+        "lws",
+        "sigs.k8s.io/lws",
+        tuple(f"config/crd/bases/{k}.yaml" for k in (
+            "leaderworkerset.x-k8s.io_leaderworkersets",
+            "disaggregatedset.x-k8s.io_disaggregatedsets")),
     ),
 )

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dispatcher.api.conversion import ConversionError, v1beta2_fields
+
 PREFIX = "workload.codeflare.dev.appwrapper/"
 _ANNOTATIONS = {
     "admission_grace": "admissionGracePeriodDuration",
@@ -86,6 +88,18 @@ def fault_tolerance(annotations: Mapping[str, str],
             seconds = cap
         overrides[setting] = seconds
     return replace(base, **overrides), warnings
+
+
+def v1beta2_fault_tolerance(annotations: Mapping[str, str],
+                            base: FaultTolerance = DEFAULT_FAULT_TOLERANCE
+                            ) -> tuple[FaultTolerance, list[str]] | None:
+    """:func:`fault_tolerance` for a wrapper written as v1beta2 with these annotations
+    (None: written as v1beta1, MCAD's rules apply)."""
+    try:
+        written_as_v1beta2 = v1beta2_fields(annotations).written_as_v1beta2
+    except ConversionError:
+        return None
+    return fault_tolerance(annotations, base) if written_as_v1beta2 else None
 
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,

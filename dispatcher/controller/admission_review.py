@@ -42,6 +42,7 @@ from typing import Any
 
 from dispatcher.api.conditions import ConditionType
 from dispatcher.api.conversion import V1BETA2_FIELDS_ANNOTATION, ConversionError, v1beta2_fields
+from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, PREFIX, FaultTolerance
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
 from dispatcher.fit.topology import Topology
@@ -142,6 +143,10 @@ def _v1beta2_sensitive(obj: Mapping[str, Any]) -> object:
     return _items(obj), [c.pod_sets for c in fields.components]
 
 
+def _fault_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in _annotations(obj).items() if k.startswith(PREFIX)}
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -151,10 +156,12 @@ class AppWrapperReview:
 
     def __init__(self, access: Access,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
-                 topology: Topology | None = None) -> None:
+                 topology: Topology | None = None,
+                 faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE) -> None:
         self.access = access
         self.allowed_kinds = allowed_kinds
         self.topology = topology
+        self.faults = faults  # the installation's fault-tolerance defaults and maximum
 
     @staticmethod
     def _ours(request: Mapping[str, Any]) -> bool:
@@ -221,6 +228,8 @@ class AppWrapperReview:
                     "checked is what the dispatcher creates; delete the AppWrapper and "
                     "apply the new one"))
         spec_changed = old.get("spec") != obj.get("spec")
+        # New fault-tolerance annotations are looked at for warnings (kubectl annotate).
+        spec_changed |= _fault_annotations(old) != _fault_annotations(obj)
         if items_changed or spec_changed or _labels(old) != _labels(obj):
             return await self._judge([], obj, user, namespace, check_items=items_changed,
                                      check_spec=spec_changed, old=old)
@@ -239,8 +248,8 @@ class AppWrapperReview:
     async def _judge(self, problems: list[str], obj: Mapping[str, Any], user: UserInfo,
                      namespace: str, check_items: bool, check_spec: bool = True,
                      old: Mapping[str, Any] | None = None) -> ReviewAnswer:
-        checked = (review(obj, 0.0, self.allowed_kinds, topology=self.topology)
-                   if check_spec else None)
+        checked = (review(obj, 0.0, self.allowed_kinds, topology=self.topology,
+                          faults=self.faults) if check_spec else None)
         spec = checked.problems if checked is not None else []
         denied: list[str] = []
         if check_items:

@@ -15,7 +15,7 @@ Never half a job, never a second copy, never someone else's object:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -84,10 +84,14 @@ def _left_by_predecessor(obj: Mapping[str, Any], t: Tracked) -> bool:
 
 
 class Items:
-    def __init__(self, kube: Kube, ownership: Ownership, pin: bool = False) -> None:
+    def __init__(self, kube: Kube, ownership: Ownership, pin: bool = False,
+                 deleted: Callable[[Tracked], None] = lambda t: None) -> None:
+        """`deleted(t)`: told once `t`'s objects were deleted (leftovers.py watches the
+        pods that are left)."""
         self.kube = kube
         self.ownership = ownership
         self.pin = pin  # pods made gated, let onto their planned nodes (placement.py)
+        self.deleted = deleted
 
     async def _resource(self, obj: Mapping[str, Any]) -> Resource | None:
         resource = await self.kube.resource(obj["apiVersion"], obj["kind"])
@@ -220,6 +224,7 @@ class Items:
                     raise
         t.status.wrappedItems = []
         self.ownership.forget(t.key)
+        self.deleted(t)
 
     async def read(self, t: Tracked, indexes: Sequence[int]) -> ItemsRead:
         """The items at `indexes` as they are now: the outcome of those among them that

@@ -19,7 +19,7 @@ from dispatcher.queue import AdmissionQueue, Policy
 from .attention import Attention
 from .ownership import Ownership
 from .sharing import Sharing
-from .tracked import Key, Tracked
+from .tracked import Key, Leftover, Tracked
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Memory:
         # The manager of the copies held here has not renewed its heartbeat within its
         # grace (manager_fence.py): those copies stop and stay held.
         self.manager_stale = False
+        # Pods of deleted objects, per wrapper, until they are gone (leftovers.py).
+        self.leftovers: dict[Key, Leftover] = {}
 
     def hold_again(self, t: Tracked) -> None:
         """`t`'s room is to be held again from scratch (a restart, its node gone)."""
@@ -86,6 +88,19 @@ class Memory:
         """A member pod of `t` went away unfinished: its replacement is owed its room."""
         t.room.lost.append(dict(request))
         self.room_owed[t.key] = None
+
+    def objects_deleted(self, key: Key, pods: set[tuple[str, str]], grace: float,
+                        now: float) -> None:
+        """The objects of wrapper `key` were deleted: its `pods` are watched until they are
+        gone, deleted at once if still there `grace` seconds on (a new deletion adds its
+        pods and keeps the first deadline)."""
+        if not pods:
+            return
+        left = self.leftovers.get(key)
+        if left is None:
+            self.leftovers[key] = Leftover(now, grace, pods)
+        else:
+            left.pods |= pods
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer

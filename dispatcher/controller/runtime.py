@@ -49,6 +49,7 @@ from .grant_screen import GrantScreen
 from .held_room import HeldRoom
 from .intake import Intake
 from .kube import ApiError, Kube
+from .leftovers import Leftovers
 from .manager_fence import ManagerFence
 from .memory import Memory
 from .observer import Observer
@@ -116,7 +117,9 @@ class Dispatcher:
         self.fence = ManagerFence(kube, self.memory, self.intake.rehold)
         self.writer = StatusWriter(kube, clock) if message_interval is None \
             else StatusWriter(kube, clock, message_interval=message_interval)
-        self.items = Items(kube, self.memory.ownership, pin=pin_pods)
+        self.leftovers = Leftovers(  # pods left after their objects went (leftovers.py)
+            self.memory, kube, self.writer, self.timing, clock)
+        self.items = Items(kube, self.memory.ownership, pin_pods, self.leftovers.objects_deleted)
         self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
             kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
@@ -132,7 +135,7 @@ class Dispatcher:
         self.due_steps = DueSteps(self.memory, self.intake, self.scaling)  # due.py
         self.stepping = Stepping(self.memory, self.intake, self.items, self.scaling, self.writer,
                                  self.transitions, self.tasks, self.observer, self.timing,
-                                 kube, clock, self.due_steps)
+                                 kube, self.leftovers, clock, self.due_steps)
         self.admitting = Admitting(self.memory, self.tasks, self.transitions, self.stepping,
                                    self.estimates, self.grants, self.scaling, self.writer,
                                    self.intake, self.observer, kube, policy, fit, topology,
@@ -241,6 +244,9 @@ class Dispatcher:
     def _next_timer(self) -> float:
         now = self.clock()
         soonest = now + TICK_SECONDS
+        forceful = self.leftovers.next_due()  # pods to delete at once (leftovers.py)
+        if forceful is not None and forceful < soonest:
+            soonest = forceful
         step = self.memory.attention.waking.next_at()  # a step owed at a given moment
         if step is not None and step < soonest:
             soonest = step
@@ -274,6 +280,7 @@ class Dispatcher:
             await self._resolving
         self.held_room.keep()
         self.pod_placer.cycle(self.held_room.unfit, self.tasks.spawn_side)
+        self.leftovers.cycle(now, self.tasks.spawn_side)
         for t in self.due_steps.take(now):
             self.tasks.spawn(t, self.stepping.step(t, now))
         queued, decisions = len(self.memory.queue), await self.admitting.cycle(now)

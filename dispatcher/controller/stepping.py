@@ -34,6 +34,7 @@ from .due import OUTCOME_REFRESH_SECONDS, DueSteps
 from .holds import cancelled_message
 from .intake import Intake
 from .kube import ApiError, Kube, Resource
+from .leftovers import Leftovers
 from .memory import Memory
 from .observer import Observer
 from .scaling import Scaling
@@ -47,6 +48,8 @@ log = logging.getLogger("dispatcher")
 OUTCOME_SETTLE_SECONDS = 2.0
 OUTCOME_SETTLES = 5  # quick reads after a gang's last pod ended, before the refresh's pace
 PODS = Resource("v1", "Pod", "pods", True)
+# How often a reset waiting for the pods of its old objects to go looks again.
+LEFTOVERS_LOOK_SECONDS = 1.0
 # Why a dispatched v1beta2 wrapper whose spec.suspend became true is torn down and queued.
 SUSPENDED = "Suspended"
 
@@ -54,7 +57,7 @@ SUSPENDED = "Suspended"
 class Stepping:
     def __init__(self, memory: Memory, intake: Intake, items: Items, scaling: Scaling,
                  writer: StatusWriter, transitions: Transitions, tasks: Tasks,
-                 observer: Observer, timing: Timing, kube: Kube,
+                 observer: Observer, timing: Timing, kube: Kube, leftovers: Leftovers,
                  clock: Callable[[], float], due: DueSteps) -> None:
         self.memory = memory
         self.due = due  # its alarms are set after each step
@@ -67,6 +70,7 @@ class Stepping:
         self.observer = observer
         self.timing = timing
         self.kube = kube
+        self.leftovers = leftovers
         self.clock = clock
 
     # --- one step -----------------------------------------------------------------------
@@ -187,6 +191,11 @@ class Stepping:
         due = t.timers.reset_at + (ft.retry_pause if ft is not None else 0.0)
         if now < due:
             t.timers.check_at = due
+            return True
+        if self.leftovers.remaining(t.key):
+            # Codeflare's reset waits until every pod of its old objects is gone (deleted
+            # at once past the forceful-deletion grace): the new ones find the room free.
+            t.timers.check_at = now + LEFTOVERS_LOOK_SECONDS
             return True
         resets = t.status.numberOfRequeueings
         # Resumed, the step goes on: its objects are created now.

@@ -136,6 +136,19 @@ class Timers:
 
 
 @dataclass
+class Leftover:
+    """Pods a wrapper's label claimed when the dispatcher deleted its objects (or the
+    wrapper was deleted), watched until they are gone (leftovers.py)."""
+
+    deleted_at: float
+    grace: float  # its forceful-deletion grace
+    pods: set[NamespacedName]
+    # When those still there are deleted at once again (after a forceful deletion that a
+    # finalizer held up, or that failed).
+    again_at: float | None = None
+
+
+@dataclass
 class Tracked:
     key: Key
     uid: str

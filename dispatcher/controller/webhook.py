@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from dispatcher.api.conversion import conversion_response
+from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, FaultTolerance
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 
@@ -85,6 +86,9 @@ class WebhookOptions:
     allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS
     # The installation's topology levels: a level an AppWrapper asks for must be one.
     topology: Topology | None = None
+    # The installation's fault-tolerance defaults and maximum: v1beta2 annotations that
+    # are ignored or capped get a warning.
+    faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE
     # With `dispatcher run`: the pod webhook's configuration, its CA patched as well.
     pods_configuration: str | None = None
 
@@ -324,7 +328,7 @@ def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = N
                                                   hosts, options.configuration,
                                                   options.pods_configuration))
     return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds,
-                                          options.topology), source,
+                                          options.topology, options.faults), source,
                          options.host, options.port, pods, metrics, serve_metrics)
 
 

@@ -22,12 +22,17 @@ from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
 from dispatcher.fleet.fence import MANAGER_LOST, fenced
 from dispatcher.kinds.scope import GroupKind
-from dispatcher.lifecycle import RESETTING, RETRY_LIMIT_REACHED, Timing
+from dispatcher.lifecycle import (
+    RESETTING,
+    RETRY_LIMIT_REACHED,
+    Timing,
+)
 from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .following import first_seen, follow, set_ended_timers, status_of
 from .holds import asked, cancelled_message, held_message
+from .leftovers import watch as watch_leftovers
 from .memory import Memory
 from .positions import clear_position
 from .status import Change, copy_status, is_newer, status_body
@@ -71,6 +76,9 @@ class WrapperIntake:
         self.memory.attention.touch(key)
         if event == "DELETED":
             if t is not None and t.uid == uid:
+                # The garbage collector deletes its objects: their pods are watched as
+                # those of objects the dispatcher deleted (leftovers.py).
+                watch_leftovers(self.memory, t, self.timing, self.clock())
                 self.memory.forget(t)
                 self.memory.wake.set()
             return
@@ -164,7 +172,7 @@ class WrapperIntake:
             self._ended(t, obj)
             return t
         change = Change(t, now, status.model_copy(deep=True))
-        verdict = review(obj, now, self.allowed_kinds)
+        verdict = review(obj, now, self.allowed_kinds, faults=self.timing.fault_tolerance)
         if verdict.appwrapper is None or verdict.queued is None:
             t.aw = verdict.appwrapper
             self.fail_spec(t, change, verdict.message)

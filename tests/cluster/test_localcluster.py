@@ -34,9 +34,12 @@ from localcluster.testing import (
     wait_pods,
 )
 
+from .test_controller import stays
+
 pytestmark = pytest.mark.cluster
 
-OPERATORS = ("kuberay-operator", "training-operator", "mxjob-operator", "jobset-controller")
+OPERATORS = ("kuberay-operator", "training-operator", "mxjob-operator", "jobset-controller",
+             "lws-controller")
 
 
 def _gpu_template(labels: dict[str, str], gpus: int, name: str = "main",
@@ -81,7 +84,8 @@ def test_upstream_crds_installed(kubectl: Kubectl) -> None:
     for crd in ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io",
                 "tfjobs.kubeflow.org", "pytorchjobs.kubeflow.org", "xgboostjobs.kubeflow.org",
                 "jaxjobs.kubeflow.org", "paddlejobs.kubeflow.org", "mpijobs.kubeflow.org",
-                "mxjobs.kubeflow.org", "jobsets.jobset.x-k8s.io"):
+                "mxjobs.kubeflow.org", "jobsets.jobset.x-k8s.io",
+                "leaderworkersets.leaderworkerset.x-k8s.io"):
         assert crd in kinds, f"CRD {crd} not served"
 
 
@@ -157,6 +161,32 @@ def test_pytorchjob_pods_run_on_gpu_nodes(k: Kubectl, kubectl: Kubectl) -> None:
     _assert_on_gpu_nodes(kubectl, got)
     wait_for(lambda: (condition(k.json("pytorchjob", "pt"), "Running") or {}).get("status")
              == "True", 60, "PyTorchJob Running condition")
+
+
+def test_leaderworkerset_groups_run_on_gpu_nodes(k: Kubectl, kubectl: Kubectl) -> None:
+    """The LeaderWorkerSet controller and its webhooks: 2 groups of a leader and a worker,
+    each pod labelled with its group and its place in it."""
+    k.apply({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "lws"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {
+            "size": 2, "workerTemplate": _gpu_template({}, gpus=1)}}})
+    got = wait_pods(k, "leaderworkerset.sigs.k8s.io/name=lws", 4)
+    _assert_on_gpu_nodes(kubectl, got)
+    places = sorted((p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"],
+                     p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"])
+                    for p in got)
+    assert places == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+
+
+def test_a_pod_whose_node_never_confirms_its_deletion_stays_until_forced(k: Kubectl) -> None:
+    k.apply(pod("hangs", gpus=1, annotations={"dispatcher.local/on-delete": "hang"}))
+    wait_phase(k, "hangs", "Running")
+    k("delete", "pod", "hangs", "--wait=false")
+    stays(lambda: "deletionTimestamp" in k.json("pod", "hangs")["metadata"], 3,
+          "a pod with on-delete: hang to stay Terminating")
+    k("delete", "pod", "hangs", "--force", "--grace-period=0", "--wait=true", timeout=60)
+    assert pods(k) == []
 
 
 def test_pod_needing_more_gpus_than_any_node_stays_pending(k: Kubectl) -> None:

@@ -27,7 +27,7 @@ from .dispatcher_process import (
     install_crd,
     wait_quiet,
 )
-from .test_controller import appwrapper, job, pods_of
+from .test_controller import LABEL, appwrapper, job, pods_of
 from .test_sharing import subtree
 from .webhook_process import SECRET, free_port, register_url_webhooks, unregister_webhooks
 
@@ -36,9 +36,12 @@ CRD_NAME = "appwrappers.workload.codeflare.dev"
 V1BETA1 = "appwrappers.v1beta1.workload.codeflare.dev"
 V1BETA2 = "appwrappers.v1beta2.workload.codeflare.dev"
 # Installation defaults for wrappers that set no annotation, and the most any annotation
-# may ask for: seconds, so the samples' 10 s graces and pauses take 3 s here.
+# may ask for: seconds, so the samples' 10 s graces and pauses take 3 s here. A
+# LeaderWorkerSet (a kind the dispatcher does not know: it counts the pods its pod sets
+# declare) is allowed, as codeflare's sample needs.
 CONFIG = {"faultTolerance": {"failureGracePeriod": "2s", "retryPausePeriod": "2s",
-                             "gracePeriodMaximum": "3s"}}
+                             "gracePeriodMaximum": "3s"},
+          "allowedKinds": {"add": ["LeaderWorkerSet.leaderworkerset.x-k8s.io"]}}
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +237,50 @@ def test_teams_of_both_versions_share_a_quota_tree_and_preempt_each_other(
         k("delete", "quotasubtrees", "--all", "--wait=false")
 
 
+# --- progress guarantee -------------------------------------------------------------------
+
+FT = "workload.codeflare.dev.appwrapper/"
+
+
+def test_pods_that_never_terminate_are_deleted_at_once_after_the_forceful_deletion_grace(
+        v1beta2_served: DispatcherProcess, k: Kubectl) -> None:
+    """A pod whose node never confirms its deletion (kwok: `dispatcher.local/on-delete:
+    hang`) stays Terminating when the reset deletes its Job; the forceful-deletion grace
+    later the dispatcher deletes it with gracePeriodSeconds 0 (a Warning Event names it),
+    and the wrapper goes on: created again, then Failed at its retry limit, no pod left."""
+    stuck = job("stuck", 1, 1, "pending")  # bound, never Running: past its warmup grace
+    stuck["spec"]["template"]["metadata"]["annotations"]["dispatcher.local/on-delete"] = "hang"
+    wrapper = v1beta2("stuck", stuck)
+    wrapper["metadata"]["annotations"] = {
+        FT + "warmupGracePeriodDuration": "2s", FT + "retryLimit": "1",
+        FT + "forcefulDeletionGracePeriodDuration": "3s"}
+    k.apply(wrapper)
+    try:
+        first = wait_for(lambda: pods_of(k, "stuck") or None, 60, "the pod of stuck")[0]
+        name, uid = first["metadata"]["name"], first["metadata"]["uid"]
+
+        def terminating() -> bool:
+            pod = k.run("get", "pod", name, "-o", "json", check=False)
+            return pod.returncode == 0 and "deletionTimestamp" in pod.stdout
+
+        wait_for(terminating, 60, f"the reset to delete the Job, leaving {name} Terminating")
+        wait_for(lambda: uid not in {p["metadata"]["uid"] for p in pods_of(k, "stuck")}, 60,
+                 f"{name} to be deleted at once after the forceful-deletion grace")
+        failed = wait_phase(k, "stuck", "Failed", timeout=120)
+        assert failed["status"]["resettingCount"] == 1
+        wait_for(lambda: not pods_of(k, "stuck"), 60, "the pods of the failed wrapper to go")
+        told = k.items("events", "--field-selector",
+                       "involvedObject.name=stuck,reason=ForcefulDeletion")
+        # One for the reset's deletion (naming the first pod), one for the failure's.
+        assert any(name in e["message"] for e in told), told
+        assert {e["type"] for e in told} == {"Warning"}
+    finally:
+        # Without the forceful deletion its pods would stay for ever, and every later
+        # test would wait for them.
+        k("delete", "pods", "-l", f"{LABEL}=stuck", "--force", "--grace-period=0",
+          "--ignore-not-found")
+
+
 # --- codeflare's samples -----------------------------------------------------------------
 
 SAMPLES = APPWRAPPER_V1BETA2 / "samples"
@@ -245,6 +292,8 @@ ENDS: dict[str, tuple[str, int]] = {
     "wrapped-gpu-job.yaml": ("Running", 0),        # the same, on 4 GPUs
     "wrapped-pod.yaml": ("Running", 0),            # `sleep 600` after its init container
     "wrapped-jobset.yaml": ("Succeeded", 0),       # 5 pods `sleep 100`
+    # 2 groups of a leader and 2 workers (nginx: they run until deleted).
+    "wrapped-leader-worker-set.yaml": ("Running", 0),
     "wrapped-failing-job.yaml": ("Failed", 3),     # `sleep 15; exit 1`, retryLimit 3
     "wrapped-failing-pod.yaml": ("Failed", 1),     # `sleep 5; exit 1`, retryLimit 1
     # The Worker's command `sleep 10; exit 1` fails; the default retryLimit is 3.
@@ -254,8 +303,6 @@ EXCLUDED = {
     # Its end, Succeeded, is the real image training MNIST for an epoch; here python3 runs
     # forever.
     "wrapped-pytorch-job.yaml": "needs its real image (mnist.py) to succeed",
-    # No LeaderWorkerSet controller (nor CRD) runs on the local cluster.
-    "wrapped-leader-worker-set.yaml": "needs the LeaderWorkerSet controller",
 }
 
 

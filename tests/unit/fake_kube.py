@@ -52,6 +52,7 @@ class FakeKube:
         self.objects: dict[str, dict[str, Any]] = {}  # path -> object
         self.writes: list[tuple[str, str]] = []
         self.reads: list[str] = []
+        self.deletes: list[tuple[str, Any]] = []  # (path, DeleteOptions) of each DELETE
         self.fail: dict[tuple[str, str], ApiError] = {}  # (method, path prefix) -> error
         # (method, path prefix) -> errors raised once each, in order, before answering.
         self.fail_next: dict[tuple[str, str], list[ApiError]] = {}
@@ -222,6 +223,7 @@ class FakeKube:
             self.objects[path] = obj
             return copy.deepcopy(obj)
         if method == "DELETE":
+            self.deletes.append((path, copy.deepcopy(body)))
             if path not in self.objects:
                 raise ApiError(404, "NotFound", f"{path} not found")
             want = ((body or {}).get("preconditions") or {}).get("uid")

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import pytest
 
 from dispatcher.api.conversion import to_v1beta1, to_v1beta2
+from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.models import MAX_ITEMS, parse_appwrapper
 from dispatcher.controller.access import (
     CREATOR,
@@ -577,3 +578,45 @@ def test_creator_denials_raise_when_the_api_cannot_answer() -> None:
     api.fail[("POST", "/apis/authorization.k8s.io")] = ApiError(503, "", "unavailable")
     with pytest.raises(ApiError):
         run(creator_denials(api, recorded(job())))  # type: ignore[arg-type]
+
+
+# --- fault-tolerance annotations -------------------------------------------------------
+
+FT = "workload.codeflare.dev.appwrapper/"
+
+
+def test_fault_tolerance_annotations_ignored_or_capped_are_warned_naming_them_and_the_cap(
+) -> None:
+    """As codeflare's webhook: kubectl shows a warning for each v1beta2 annotation that is
+    not a duration (ignored) or above the installation's maximum (cut to it), on create and
+    on `kubectl annotate`; the wrapper is admitted all the same."""
+    review = AppWrapperReview(Access(FakeApi(RIGHTS)),  # type: ignore[arg-type]
+                              faults=FaultTolerance(grace_period_maximum=3600.0))
+    written = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+               "metadata": {"name": "aw", "namespace": "team-a", "annotations": {
+                   FT + "failureGracePeriodDuration": "2h",
+                   FT + "retryPausePeriodDuration": "soon",
+                   FT + "admissionGracePeriodDuration": "5m"}},
+               "spec": {"components": [{"template": job()}]}}
+    obj, verdict = admitted(review, to_v1beta1(written), ALICE)
+    assert verdict.allowed
+    assert verdict.response("r1")["warnings"] == [
+        f"metadata.annotations['{FT}failureGracePeriodDuration']: 2h is above the "
+        "installation's maximum 1h, which applies",
+        f"metadata.annotations['{FT}retryPausePeriodDuration']: 'soon' is not a duration ≥ 0 "
+        "such as 90s, 5m or 1h30m; the installation's 90s applies"]
+
+    old = with_status(obj, "Running")
+    annotated = json.loads(json.dumps(old))
+    annotated["metadata"]["annotations"][FT + "warmupGracePeriodDuration"] = "48h"
+    verdict = run(review.validate(request(annotated, ALICE, "UPDATE", old)))
+    assert verdict.allowed
+    assert f"metadata.annotations['{FT}warmupGracePeriodDuration']: 48h is above the " \
+           "installation's maximum 1h, which applies" in verdict.warnings
+
+
+def test_a_v1beta1_wrapper_is_not_warned_about_codeflares_annotations() -> None:
+    review = AppWrapperReview(Access(FakeApi(RIGHTS)))  # type: ignore[arg-type]
+    _, verdict = admitted(review, appwrapper(job(), annotations={
+        FT + "failureGracePeriodDuration": "soon"}), ALICE)
+    assert verdict.allowed and not verdict.warnings  # MCAD's rules: they mean nothing

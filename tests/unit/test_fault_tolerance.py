@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.api.conversion import V1BETA2_FIELDS_ANNOTATION
 from dispatcher.api.fault_tolerance import FaultTolerance, fault_tolerance, go_duration
 from dispatcher.api.models import AppWrapper, parse_appwrapper
 from dispatcher.config import ConfigError, DispatcherConfig, load_config
@@ -21,7 +22,10 @@ from dispatcher.lifecycle import (
     RETRY_LIMIT_REACHED,
     WRAPPED_OBJECT_FAILED,
     PodCounts,
+    Timing,
+    forceful_deletion_grace,
     judge_v1beta2,
+    leftover_step,
 )
 
 FT = "workload.codeflare.dev.appwrapper/"
@@ -179,3 +183,28 @@ def test_pods_not_created_or_not_running_in_time_are_unhealthy() -> None:
     assert judge_v1beta2(AW, pending, 2, None, T0, False, T0 + 329, ft, T0).action == "wait"
     slow = judge_v1beta2(AW, pending, 2, None, T0, False, T0 + 330, ft, T0)
     assert slow.action == "reset" and slow.reason == PODS_NOT_READY
+
+
+@given(st.integers(0, 5), st.floats(0, 1e6), st.floats(0, 1e5), st.floats(0, 1e6))
+def test_pods_left_after_a_deletion_are_deleted_at_once_only_past_the_forceful_grace(
+        left: int, deleted_at: float, grace: float, later: float) -> None:
+    now = deleted_at + later
+    step, check_at = leftover_step(left, deleted_at, now, grace)
+    if left == 0:
+        assert (step, check_at) == ("gone", None)
+    elif now >= deleted_at + grace:
+        assert (step, check_at) == ("force", None)
+    else:
+        assert (step, check_at) == ("wait", deleted_at + grace)
+
+
+def test_the_forceful_deletion_grace_is_the_annotations_capped_by_the_maximum() -> None:
+    v2 = {V1BETA2_FIELDS_ANNOTATION: "{}"}  # written as v1beta2
+    timing = Timing(fault_tolerance=FaultTolerance(forceful_deletion_grace=120.0,
+                                                   grace_period_maximum=1800.0))
+    assert forceful_deletion_grace(v2, timing) == 120.0  # the installation's default
+    assert forceful_deletion_grace({**v2, FT + "forcefulDeletionGracePeriodDuration": "5s"},
+                                   timing) == 5.0
+    assert forceful_deletion_grace({**v2, FT + "forcefulDeletionGracePeriodDuration": "2h"},
+                                   timing) == 1800.0  # capped
+    assert forceful_deletion_grace({}, timing) is None  # written as v1beta1: MCAD's rules

@@ -61,12 +61,12 @@ def test_a_failed_build_fails_the_build_and_starts_nothing_more(
 
 def test_clusters_side_by_side_listen_on_their_own_blocks_of_ports(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from localcluster import cluster, ports
+    from localcluster import cluster, ports, url_webhooks
     from localcluster.cluster import Cluster
 
     monkeypatch.setenv("DISPATCHER_STATE", str(tmp_path))
-    monkeypatch.setattr(cluster.jobset, "arguments",
-                        lambda d, kc, probe, webhook: [str(probe), str(webhook)])
+    monkeypatch.setattr(url_webhooks.WebhookedOperator, "arguments",
+                        lambda self, d, kc, probe, webhook: [str(probe), str(webhook)])
     bins = {k: Path(k) for k in ("etcd", "kube-apiserver", "kube-controller-manager",
                                  "kube-scheduler", "kwok", "kubectl")}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.api.conversion import to_v1beta1, to_v1beta2
+from dispatcher.controller.runtime import Dispatcher
 
 from .fake_kube import FakeKube
 from .test_runtime import (
@@ -361,5 +362,110 @@ def test_a_v1beta2_wrapper_being_deleted_is_not_failed_for_the_objects_it_takes_
         clock.now += 1
         await d.cycle()
         assert aw_status(kube, "gone")["state"] != "Failed"
+
+    run(scenario)
+
+
+async def _running_pod(kube: FakeKube, d: Dispatcher, name: str) -> dict[str, Any]:
+    """`name` dispatched, the pod of its Job Running on n1 (in the API and in memory)."""
+    await d.cycle()
+    live = kube.put(pod(name, "p1", "n1", "Running", 4, created_job(kube, name)))
+    d.on_pod("ADDED", live)
+    await d.cycle()
+    return live
+
+
+def test_pods_still_there_after_the_forceful_deletion_grace_are_deleted_at_once_and_the_reset_goes_on(  # noqa: E501
+) -> None:
+    """codeflare's progress guarantee: a reset waits until the pods of its old objects
+    are gone; one still there forcefulDeletionGracePeriod after their deletion (a node that
+    never confirms) is deleted with gracePeriodSeconds 0, an Event says so, and the reset
+    goes on. Only pods its objects made: one that merely wears its label is left alone."""
+    annotations = {FT + "failureGracePeriodDuration": "10s",
+                   FT + "retryPausePeriodDuration": "5s",
+                   FT + "forcefulDeletionGracePeriodDuration": "30s"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("stuck", job("stuck", 1, 4), annotations=annotations))
+        d = await started(kube, clock)
+        live = await _running_pod(kube, d, "stuck")
+        # Someone's pod wearing the gang's label, made by none of its objects: not its.
+        stray = kube.put(pod("stuck", "stray", "n1", "Running", 0))
+        d.on_pod("ADDED", stray)
+        d.on_pod("MODIFIED", {**live, "status": {"phase": "Failed"}})
+        await d.cycle()
+        clock.now += 10
+        await d.cycle()
+        assert _phase(kube, "stuck") == ("Resetting", 1)
+        assert kube.get("batch/v1", "Job", "team", "stuck") is None
+        pod_path = "/api/v1/namespaces/team/pods/p1"
+        clock.now += 20  # past the retry pause, not past the forceful-deletion grace
+        await d.cycle()
+        assert _phase(kube, "stuck") == ("Resetting", 1)
+        assert kube.get("batch/v1", "Job", "team", "stuck") is None  # waits for p1
+        assert kube.get("v1", "Pod", "team", "p1") is not None
+        clock.now += 10
+        await d.cycle()
+        assert (pod_path, {"gracePeriodSeconds": 0,
+                           "preconditions": {"uid": live["metadata"]["uid"]}}) in kube.deletes
+        assert kube.get("v1", "Pod", "team", "p1") is None
+        assert kube.get("v1", "Pod", "team", "stray") is not None  # left alone
+        assert not [p for p, _ in kube.deletes if p.endswith("/stray")]
+        told = [e for e in kube.of_kind("Event") if e["reason"] == "ForcefulDeletion"]
+        assert len(told) == 1 and "p1" in told[0]["message"]
+        assert "forceful deletion grace 30s" in told[0]["message"]
+        d.on_pod("DELETED", live)
+        await d.cycle()
+        assert _phase(kube, "stuck") == ("Running", 1)  # created again
+        assert kube.get("batch/v1", "Job", "team", "stuck") is not None
+
+    run(scenario)
+
+
+def test_a_v1beta1_wrapper_leaves_the_pods_of_its_deleted_objects_to_the_garbage_collector(
+) -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("mcad", job("mcad", 1, 4)))
+        d = await started(kube, clock)
+        live = await _running_pod(kube, d, "mcad")
+        created_job(kube, "mcad")["status"] = {
+            "conditions": [{"type": "Failed", "status": "True"}]}
+        d.on_pod("MODIFIED", {**live, "status": {"phase": "Failed"}})
+        clock.now += 60
+        await d.cycle()
+        assert aw_status(kube, "mcad")["state"] == "Failed"
+        clock.now += 3600
+        await d.cycle()
+        assert kube.get("v1", "Pod", "team", "p1") is not None
+        assert not [p for p, _ in kube.deletes if "/pods/" in p]
+
+    run(scenario)
+
+
+def test_pods_left_by_a_deleted_v1beta2_wrapper_are_deleted_at_once_after_the_grace(
+) -> None:
+    """The garbage collector deletes a deleted wrapper's objects; a pod of them still
+    there forcefulDeletionGracePeriod later is deleted with gracePeriodSeconds 0."""
+    annotations = {FT + "forcefulDeletionGracePeriodDuration": "30s"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("gone", job("gone", 1, 4), annotations=annotations))
+        d = await started(kube, clock)
+        live = await _running_pod(kube, d, "gone")
+        stored = kube.get(*STORED, "gone")
+        assert stored is not None
+        d.on_appwrapper("DELETED", stored)
+        clock.now += 29
+        await d.cycle()
+        assert kube.get("v1", "Pod", "team", "p1") is not None  # within its grace
+        clock.now += 1
+        await d.cycle()
+        assert ("/api/v1/namespaces/team/pods/p1", {
+            "gracePeriodSeconds": 0, "preconditions": {"uid": live["metadata"]["uid"]}}
+                ) in kube.deletes
+        assert kube.get("v1", "Pod", "team", "p1") is None
 
     run(scenario)
