@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "to a worker where its whole gang fits now, and mirror its status back")
     r.add_argument("--worker-grace", type=float, default=60.0, metavar="SECONDS",
                    help="with --manager: how long a worker may not answer before its "
-                   "AppWrappers are requeued (default 60, at least 10); a worker cut off "
+                   "AppWrappers are requeued (default 60, at least 45); a worker cut off "
                    "from the manager stops them after half of it")
     r.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")

@@ -60,8 +60,8 @@ class DueSteps:
         return t.phase in ACTIVE and (
             t.needs_items or t.teardown_due or t.held_by in (SUSPENDED_BY, MANAGER_LOST)
             or t.cancelled_by is not None or t.room.stranded is not None
-            or (t.watched and (t.reading.stale or now - t.reading.read_at
-                               >= OUTCOME_REFRESH_SECONDS))
+            or (_reads(t) and (t.reading.stale or now - t.reading.read_at
+                                >= OUTCOME_REFRESH_SECONDS))
             or (t.room.unplaced is not None and t.room.unplaced[1] != t.room.unplaced_told)
             or t.key in owed or self._timer_due(t, now) or _counts_changed(t))
 
@@ -73,7 +73,7 @@ class DueSteps:
         check_at = t.timers.check_at
         waking.set(t.key, check_at if check_at is not None and check_at > now else None)
         if t.phase in ACTIVE:
-            refresh = t.reading.read_at + OUTCOME_REFRESH_SECONDS if t.watched else None
+            refresh = t.reading.read_at + OUTCOME_REFRESH_SECONDS if _reads(t) else None
             if t.reading.soon and refresh is not None and refresh > now \
                     and (check_at is None or refresh < check_at):
                 waking.set(t.key, refresh)
@@ -102,3 +102,10 @@ def _counts_changed(t: Tracked) -> bool:
     counts = t.counts()
     return (s.pending, s.running, s.Succeeded, s.failed) != (
         counts.pending, counts.running, counts.succeeded, counts.failed)
+
+
+def _reads(t: Tracked) -> bool:
+    """Whether its objects' outcome is read: not during a reset, whose objects are gone
+    (its step ends before any read until they are made again: a refresh due would step it
+    at every cycle of the pause)."""
+    return bool(t.watched) and t.timers.reset_at is None

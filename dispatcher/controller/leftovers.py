@@ -76,10 +76,18 @@ class Leftovers:
             step, _ = leftover_step(len(left.pods), left.deleted_at, now, left.grace)
             if step == "gone":
                 del self.memory.leftovers[key]
+                self._reset_goes_on(key, now)
             elif step == "force" and key not in self._forcing and (
                     left.again_at is None or now >= left.again_at):
                 self._forcing.add(key)
                 spawn(self._force(key, left, now))
+
+    def _reset_goes_on(self, key: Key, now: float) -> None:
+        """The last old pod of a resetting gang is gone: its objects are made again now."""
+        t = self.memory.tracked.get(key)
+        if t is not None and t.timers.reset_at is not None:
+            t.timers.check_at = now
+            self.memory.attention.touch(key)
 
     def _still_there(self, key: Key, left: Leftover) -> set[NamespacedName]:
         return {pod for pod in left.pods if self.memory.pods.get(pod) == key}

@@ -92,8 +92,9 @@ class Memory:
     def objects_deleted(self, key: Key, pods: set[tuple[str, str]], grace: float,
                         now: float) -> None:
         """The objects of wrapper `key` were deleted: its `pods` are watched until they are
-        gone, deleted at once if still there `grace` seconds on (a new deletion adds its
-        pods and keeps the first deadline)."""
+        gone, deleted at once if still there `grace` seconds on. A new deletion adds its
+        pods and starts the grace again for all: a pod is never deleted at once sooner than
+        its own grace."""
         if not pods:
             return
         left = self.leftovers.get(key)
@@ -101,6 +102,13 @@ class Memory:
             self.leftovers[key] = Leftover(now, grace, pods)
         else:
             left.pods |= pods
+            left.deleted_at, left.grace, left.again_at = now, grace, None
+
+    def pod_gone(self, pod: tuple[str, str]) -> None:
+        """A pod was deleted: a new one of the same name (a StatefulSet's, a Job's
+        indexed pod) is not a leftover of the old objects."""
+        for left in self.leftovers.values():
+            left.pods.discard(pod)
 
     def forget(self, t: Tracked) -> None:
         """Drop `t` — only if it is still the object held under its key (a late answer

@@ -97,6 +97,8 @@ class PodIntake:
         """The pod in memory (or out of it); the wrapper it is proven to belong to."""
         if gone:
             self.memory.pods.pop(key, None)
+            if self.memory.leftovers:
+                self.memory.pod_gone(key)
             self.memory.ownership.drop_pod(key)
             self._pending_buckets.pop(key, None)
             return None

@@ -148,7 +148,7 @@ class Dispatcher:
         self.last_cycle_seconds = 0.0  # how long the last cycle took (wall time)
         self.blind = blind
         self._blind_since: float | None = None
-        self._unsaid: set[Key] = set()  # minor writes owed that may not be made yet
+        self._minor_held: set[Key] = set()  # minor writes owed that cannot go yet
 
     # --- what the rest of the controller reads -----------------------------------------
 
@@ -324,7 +324,9 @@ class Dispatcher:
                 self.memory.unwritten.add(t.key)  # busy: next cycle
         for t in self._ripe_minor_writes(now):
             if not self.tasks.spawn(t, self._write(t, now, force=False)):
-                self.writer.minor_owed.set(t.key, t.writes.minor_due_at)  # busy: later
+                # Busy: looked at again next cycle (its step's end wakes the loop); an
+                # alarm already rung would make the loop spin until then.
+                self._minor_held.add(t.key)
         warnings = self.intake.take_warnings()
         for t, text in warnings:
             if self.memory.current(t):
@@ -334,12 +336,12 @@ class Dispatcher:
         """The wrappers whose minor write is due, as many as the shared rate lets
         through, the longest unwritten first; the others stay owed."""
         minor_owed, tracked = self.writer.minor_owed, self.memory.tracked
-        ripe = [t for key in dict.fromkeys((*minor_owed.rung(now), *self._unsaid))
+        ripe = [t for key in dict.fromkeys((*minor_owed.rung(now), *self._minor_held))
                 if (t := tracked.get(key)) is not None and t.writes.minor_due_at is not None
                 and t.writes.minor_due_at <= now]
         # A newly arrived wrapper may not say it waits before a cycle decided so: kept
         # aside (the loop must not wake for it) until it may.
-        self._unsaid = {t.key for t in ripe if not _may_write(t)}
+        self._minor_held = {t.key for t in ripe if not _may_write(t)}
         ripe = sorted((t for t in ripe if _may_write(t) and t.key not in self.memory.unwritten),
                       key=lambda t: t.writes.last_write_at)
         # Only as many as the shared rate lets through: the rest would be started only

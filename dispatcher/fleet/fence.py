@@ -34,9 +34,11 @@ LOST_MESSAGE = (f"its manager was not heard from within the grace its heartbeat 
 #: The fence's grace, as a share of the manager's requeue grace: the rest is the margin
 #: within which the worker notices (it reads the Lease every second) and tears down.
 FENCE_SHARE = 0.5
-#: The least requeue grace: the margin (half of it) must cover the worker's look, its
-#: teardown, and a renewal that lands late (the manager's request timeout, 5 s).
-MIN_GRACE = 10.0
+#: The least requeue grace. The margin (half of it) must cover a renewal that lands late —
+#: sent after a pass that waited for the slowest worker (up to the worker requests' retry
+#: budget and timeout, 7 s, and the pass itself), then itself retried and timed out (7 s
+#: more) — and the worker's look (1 s) and its teardown.
+MIN_GRACE = 45.0
 
 
 def fence_grace(grace: float) -> float:

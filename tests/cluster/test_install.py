@@ -194,11 +194,11 @@ def test_with_cert_manager_the_webhook_serves_the_certificate_the_ca_injector_tr
 
 
 def test_a_manager_runs_one_replica_with_the_grace_it_is_given() -> None:
-    docs = by_name(render("--set", "manager.enabled=true", "--set", "manager.workerGrace=30",
+    docs = by_name(render("--set", "manager.enabled=true", "--set", "manager.workerGrace=60",
                           "--set", "controller.replicas=3"))
     assert ("Deployment", "dispatcher") not in docs  # it would run the gangs here
     run = args_of(docs, "dispatcher-manager")
-    assert run.manager and run.worker_grace == 30 and run.metrics_port == 8080
+    assert run.manager and run.worker_grace == 60 and run.metrics_port == 8080
     manager = docs[("Deployment", "dispatcher-manager")]
     assert manager["spec"]["replicas"] == 1
     assert manager["spec"]["template"]["spec"]["serviceAccountName"] == "dispatcher-manager"

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER_CRD = REPO / "crds" / "workerclusters.workload.codeflare.dev.yaml"
 CLUSTER_LABEL = "workload.codeflare.dev/cluster"
 AW_LABEL = "workload.codeflare.dev/appwrapper"
-GRACE = 15  # --worker-grace of the manager, seconds
+GRACE = 45  # --worker-grace of the manager, seconds (the least it takes)
 WORKERS = ("w1", "w2")
 
 

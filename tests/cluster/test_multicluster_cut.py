@@ -38,7 +38,7 @@ from .test_multicluster import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-GRACE = 12  # --worker-grace of the manager: the workers stop its copies after 6 s
+GRACE = 45  # --worker-grace (the least): the workers stop its copies after 22.5 s
 
 
 class ManagerPath:

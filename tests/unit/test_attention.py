@@ -117,3 +117,36 @@ def test_a_running_wrapper_is_still_judged_at_the_idle_pace_with_nothing_happeni
     first, last = asyncio.run(scenario())
     assert first == T0
     assert last >= T0 + SWEEP_SECONDS * 2  # stepped again since, by its alarm or a sweep
+
+
+def test_a_ripe_minor_write_of_a_busy_wrapper_does_not_make_the_loop_spin() -> None:
+    """Its write waits for its step to end (which wakes the loop); the loop does not wake
+    at once, cycle after cycle, for a write it cannot start."""
+    from .test_runtime import job
+
+    async def scenario() -> tuple[float, int]:
+        clock = Clock()
+        kube = FakeKube(clock)
+        kube.put(node("n1"))
+        kube.put(appwrapper("w", job("w", 1, 1)))
+        d = await started(kube, clock)
+        await d.cycle()
+        t = d.memory.tracked[("team", "w")]
+        t.status.pending = 7  # a minor change (a count): owed, ripe once its interval passed
+        d.writer.owe(t)
+        assert t.writes.minor_due_at is not None
+        clock.now = t.writes.minor_due_at + 1
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        d.tasks.busy[t.key] = asyncio.ensure_future(never)
+        d._flush(clock.now)
+        waits = d._next_timer()
+        d.tasks.busy.pop(t.key).cancel()
+        before = d.writer.patches
+        clock.now += 1.0
+        d._flush(clock.now)  # its step ended: the write goes now
+        await d.settle()
+        return waits, d.writer.patches - before
+
+    waits, written = asyncio.run(scenario())
+    assert waits > 0
+    assert written == 1

@@ -89,7 +89,7 @@ def test_a_grace_too_short_to_fence_is_refused_saying_why(capsys: pytest.Capture
                                                           ) -> None:
     assert main(["run", "--manager", "--worker-grace", "4"]) == EXIT_INPUT
     err = capsys.readouterr().err
-    assert "--worker-grace must be at least 10 seconds (got 4)" in err
+    assert "--worker-grace must be at least 45 seconds (got 4)" in err
     assert "stops the copies" in err
 
 

@@ -97,17 +97,21 @@ def test_a_suspended_v1beta2_wrapper_waits_until_suspend_is_false() -> None:
     run(scenario)
 
 
+def _suspended(kube: FakeKube, value: bool,
+               annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The stored wrapper "train" with spec.suspend set to `value` (an annotation in v1beta1
+    terms), as `kubectl patch` would leave it."""
+    wanted = codeflare("train", job("train", 1, 1), suspend=value, annotations=annotations)
+    stored = kube.get(*STORED, "train")
+    assert stored is not None
+    stored["metadata"]["annotations"] = wanted["metadata"]["annotations"]
+    return kube.put(stored)
+
+
 def test_a_running_v1beta2_wrapper_suspended_is_torn_down_and_waits_until_resumed(
 ) -> None:
     """codeflare's suspend of a running AppWrapper: its objects go, it is Suspended, and it
     runs again once spec.suspend is false."""
-    def set_suspend(kube: FakeKube, value: bool) -> dict[str, Any]:
-        wanted = codeflare("train", job("train", 1, 1), suspend=value)
-        stored = kube.get(*STORED, "train")
-        assert stored is not None
-        stored["metadata"]["annotations"] = wanted["metadata"]["annotations"]
-        return kube.put(stored)
-
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(node("n1"))
         kube.put(codeflare("train", job("train", 1, 1)))
@@ -115,14 +119,14 @@ def test_a_running_v1beta2_wrapper_suspended_is_torn_down_and_waits_until_resume
         await d.cycle()
         created_job(kube, "train")
         assert kube.get("batch/v1", "Job", "team", "train") is not None
-        d.on_appwrapper("MODIFIED", set_suspend(kube, True))
+        d.on_appwrapper("MODIFIED", _suspended(kube, True))
         await d.cycle()
         await d.cycle()
         assert kube.get("batch/v1", "Job", "team", "train") is None
         shown = to_v1beta2(kube.get(*STORED, "train") or {})["status"]
         assert shown["phase"] == "Suspended"
         assert "spec.suspend is true" in aw_status(kube, "train")["message"]
-        d.on_appwrapper("MODIFIED", set_suspend(kube, False))
+        d.on_appwrapper("MODIFIED", _suspended(kube, False))
         await d.cycle()
         assert kube.get("batch/v1", "Job", "team", "train") is not None
 
@@ -469,3 +473,97 @@ def test_pods_left_by_a_deleted_v1beta2_wrapper_are_deleted_at_once_after_the_gr
         assert kube.get("v1", "Pod", "team", "p1") is None
 
     run(scenario)
+
+
+def test_a_gang_in_its_retry_pause_is_not_stepped_at_every_cycle() -> None:
+    """During a reset's pause its objects are gone and nothing is read: it is stepped when
+    its pause ends (and when something happens to it), not at every cycle."""
+    annotations = {FT + "failureGracePeriodDuration": "10s",
+                   FT + "retryPausePeriodDuration": "90s"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("flaky", job("flaky", 1, 4), annotations=annotations))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "flaky")
+        p = pod("flaky", "p1", "n1", "Running", 4, j)
+        d.on_pod("ADDED", p)
+        await d.cycle()
+        d.on_pod("MODIFIED", pod("flaky", "p1", "n1", "Failed", 4, j))
+        await d.cycle()
+        clock.now += 10
+        await d.cycle()
+        assert _phase(kube, "flaky") == ("Resetting", 1)
+        d.on_pod("DELETED", p)
+        await d.cycle()
+        steps: list[float] = []
+        step = d.stepping.step
+
+        def counted(t: Any, now: float) -> Any:
+            steps.append(now)
+            return step(t, now)
+
+        d.stepping.step = counted  # type: ignore[method-assign]
+        for _ in range(60):
+            clock.now += 1
+            await d.cycle()
+        assert len(steps) <= 2, steps
+        clock.now += 40
+        await d.cycle()
+        assert _phase(kube, "flaky") == ("Running", 1)  # the pause is over: made again
+
+    run(scenario)
+
+
+def test_a_new_pod_of_the_same_name_is_not_deleted_as_a_leftover_of_the_old_objects() -> None:
+    """A suspended gang's pod `a` went, `b` hangs; resumed, its new Job makes a new `a`
+    (fixed names: StatefulSet, indexed Job, LeaderWorkerSet): past the grace only the old
+    `b` is deleted at once, never the new `a`."""
+    annotations = {FT + "forcefulDeletionGracePeriodDuration": "30s"}
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(codeflare("train", job("train", 2, 1), annotations=annotations))
+        d = await started(kube, clock)
+        await d.cycle()
+        j = created_job(kube, "train")
+        a = kube.put(pod("train", "a", "n1", "Running", 1, j))
+        b = kube.put(pod("train", "b", "n1", "Running", 1, j))
+        d.on_pod("ADDED", a)
+        d.on_pod("ADDED", b)
+        await d.cycle()
+        d.on_appwrapper("MODIFIED", _suspended(kube, True, annotations))
+        await d.cycle()
+        await d.cycle()
+        d.on_appwrapper("MODIFIED", _suspended(kube, False, annotations))
+        await d.cycle()
+        d.on_pod("DELETED", a)
+        kube.objects.pop("/api/v1/namespaces/team/pods/a", None)
+        again = kube.put(pod("train", "a", "n1", "Running", 1, created_job(kube, "train")))
+        d.on_pod("ADDED", again)
+        await d.cycle()
+        clock.now += 31
+        await d.cycle()
+        await d.cycle()
+        forced = [path for path, body in kube.deletes
+                  if body and body.get("gracePeriodSeconds") == 0]
+        assert "/api/v1/namespaces/team/pods/b" in forced
+        assert "/api/v1/namespaces/team/pods/a" not in forced
+        assert kube.get("v1", "Pod", "team", "a") is not None
+
+    run(scenario)
+
+
+def test_pods_of_a_later_deletion_of_the_same_wrapper_get_their_whole_grace() -> None:
+    """A later teardown of the same wrapper (another reset) while an old pod lingers: its
+    pods are not deleted at once on the old deadline; the grace starts again."""
+    from dispatcher.controller.memory import Memory
+    from dispatcher.queue import Policy
+
+    memory = Memory(Policy(name="fifo"))
+    memory.objects_deleted(("team", "w"), {("team", "old")}, 30.0, 1000.0)
+    memory.objects_deleted(("team", "w"), {("team", "new")}, 30.0, 1100.0)
+    left = memory.leftovers[("team", "w")]
+    assert left.pods == {("team", "old"), ("team", "new")}
+    assert left.deleted_at + left.grace == 1130.0
