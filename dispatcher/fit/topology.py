@@ -8,8 +8,9 @@ of block b2); a node without the label is in no domain of that level.
 A pod set asks, with Kueue's annotations, for one domain of a level: required (all its
 pods there, or it waits) or preferred (one domain of that level if any fits, else one of
 the level above, and so on, else anywhere). Among the domains that fit, the pods go to
-the smallest that holds them (least allocatable of the gang's main resource), ties to
-the fullest (least free): large domains stay whole for the large gangs waiting. Inside
+the fullest that holds them (least free of the gang's main resource once they are in:
+best fit), ties to the smallest (least allocatable): empty domains stay whole for the
+large gangs waiting. Inside
 the domain, pods are placed as fit.gang places them on the whole cluster.
 
 Work per decision is linear in the nodes (a sum per domain, vectorised) plus one
@@ -261,9 +262,8 @@ def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
         fits &= level.per_domain(np.minimum(counts, count)) >= count
     candidates = np.flatnonzero(fits)
     if len(candidates):
-        # Smallest domain first, ties to the fullest, then by name: stable answers.
-        order = np.lexsort((level.name_rank[candidates], main_free[candidates],
-                            level.allocatable(main)[candidates]))
+        order = best_fit(main_free[candidates] - need.get(main, 0),
+                         level.allocatable(main)[candidates], level.name_rank[candidates])
         for domain in candidates[order].tolist():
             placed = place(sets, cap, within=level.rows(domain))
             if not isinstance(placed, Shortfall):
@@ -273,6 +273,14 @@ def _in_one_domain(sets: Sequence[GangPodSet], cap: Capacity,
                    None if best is None else level.names[best],
                    0 if best is None else int(main_free[best]), total_free,
                    level.names[int(candidates[0])] if len(candidates) else None)
+
+
+def best_fit(free_after: IntArray, size: IntArray, name_rank: IndexArray) -> IndexArray:
+    """The order to try candidate domains in (Kueue TAS's BestFit): the least free of the
+    main resource left once the pods are in first, so empty domains stay whole for the
+    large gangs that need them; then the smallest domain, then by name (stable answers)."""
+    order: IndexArray = np.lexsort((name_rank, size, free_after))
+    return order
 
 
 def _missed_message(m: _Missed) -> str:

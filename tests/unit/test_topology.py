@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.admission import INVALID, admit, fit_rules, queued_from_appwrapper
@@ -68,6 +68,19 @@ def test_best_fit_picks_the_smallest_rack_that_holds_the_set() -> None:
     cap = nodes_in({("b1", "big"): [8] * 4, ("b1", "small"): [8] * 2})
     result = place_in_topology(gang(required(pod_set(2, gpu=8))), cap, LEVELS)
     assert domains_of(result, cap, RACK) == {"small"}
+
+
+def test_best_fit_takes_the_fullest_rack_so_an_empty_one_stays_whole_for_the_next_gang(
+        ) -> None:
+    # r1: 8 nodes, 6 busy (16 GPUs free); r2: 4 nodes, all free (32). Gang A (2 x 8 GPUs)
+    # fits both; in r1 it leaves r2 whole for gang B (4 x 8 GPUs), which only r2 holds.
+    cap = nodes_in({("b1", "r1"): [8] * 8, ("b1", "r2"): [8] * 4})
+    for busy in sorted(n for n in cap.names if "-r1-" in n)[:6]:
+        cap.take(busy, {GPU: 8})
+    a = place_in_topology(gang(required(pod_set(2, gpu=8))), cap, LEVELS)
+    assert domains_of(a, cap, RACK) == {"r1"}
+    b = place_in_topology(gang(required(pod_set(4, gpu=8))), cap, LEVELS)
+    assert domains_of(b, cap, RACK) == {"r2"}
 
 
 def test_ties_between_equal_racks_go_to_the_fullest() -> None:
@@ -181,6 +194,56 @@ def test_never_a_required_set_across_two_racks(
         if req:
             mine = [p for p in result if p.pod_set == ps.name]
             assert len({cap.nodes[p.node].labels[RACK] for p in mine if p.node}) == 1
+
+
+def _slots(cap: Capacity, rack: str, gpu: int) -> int:
+    return sum(max(cap.free_of(n).get(GPU, 0), 0) // gpu for n in cap.names
+               if cap.nodes[n].labels[RACK] == rack)
+
+
+def _rack_free(cap: Capacity, rack: str) -> int:
+    return sum(max(cap.free_of(n).get(GPU, 0), 0) for n in cap.names
+               if cap.nodes[n].labels[RACK] == rack)
+
+
+@settings(max_examples=300, deadline=None)
+@example(used=[[8, 8, 8, 8, 0, 0], [0, 0, 0, 0]], first=(2, 8), second=(4, 8))  # the docs'
+@given(used=st.lists(st.lists(st.sampled_from([0, 2, 4, 8]), min_size=1, max_size=6),
+                     min_size=1, max_size=4),
+       first=st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 4, 8])),
+       second=st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4, 8])))
+def test_a_later_gang_never_waits_for_a_rack_a_fuller_choice_for_the_earlier_would_leave(
+        used: list[list[int]], first: tuple[int, int], second: tuple[int, int]) -> None:
+    # Racks of 8-GPU nodes, each with some GPUs already in use.
+    cap = nodes_in({("b1", f"r{i}"): [8] * len(u) for i, u in enumerate(used)})
+    for i, u in enumerate(used):
+        for k, amount in enumerate(u):
+            cap.take(f"b1-r{i}-n{k}", {GPU: amount})
+    a = gang(required(pod_set(first[0], gpu=first[1], cpu=0, mem_gi=0, name="a")))
+    b = gang(required(pod_set(second[0], gpu=second[1], cpu=0, mem_gi=0, name="b")))
+    names = LEVELS.domains(cap, 1).names
+    # Brute force: every rack that holds A, and whether B then fits a rack too.
+    holders = [r for r in names if _slots(cap, r, first[1]) >= first[0]]
+    both: dict[str, bool] = {}
+    for r in holders:
+        trial = cap.copy()
+        placed = LEVELS.place_in(a, trial, names.index(r))
+        assert isinstance(placed, list), placed
+        both[r] = isinstance(place_in_topology(b, trial, LEVELS), list)
+    free = {r: _rack_free(cap, r) for r in holders}
+    result_a = place_in_topology(a, cap, LEVELS)
+    if not holders:
+        assert isinstance(result_a, Shortfall)
+        return
+    (chosen,) = domains_of(result_a, cap, RACK)  # never across two racks
+    assert chosen in holders
+    result_b = place_in_topology(b, cap, LEVELS)
+    if isinstance(result_b, Shortfall):
+        fuller = [r for r in holders if free[r] < free[chosen] and both[r]]
+        assert not fuller, (f"B waits with A in {chosen} ({free[chosen]} free), though A "
+                            f"in {fuller[0]} ({free[fuller[0]]} free) would let both run")
+    else:
+        assert len(domains_of(result_b, cap, RACK)) == 1
 
 
 # --- requests, levels, admission -------------------------------------------------------------
@@ -307,6 +370,22 @@ def test_plan_with_the_configured_levels_keeps_a_gang_in_one_rack_and_says_why_o
     three, _, _ = json.loads(capsys.readouterr().out)["decisions"]
     assert three["decision"] == "invalid"
     assert "configures no topology levels" in three["message"]
+
+
+def test_plan_puts_the_first_gang_in_the_fuller_rack_so_both_gangs_dispatch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import main
+
+    # examples/plan/topology: r1 has 2 of its 8 nodes free, r2 all 4. Gang A (2 x 8 GPUs)
+    # takes r1's free nodes, and gang B (4 x 8 GPUs) then has r2 to itself.
+    example = Path(__file__).resolve().parents[2] / "examples" / "plan" / "topology"
+    assert main(["plan", "-o", "json", "--cluster", str(example / "cluster.yaml"),
+                 "--config", str(example / "config.yaml"),
+                 str(example / "appwrappers.yaml")]) == 0
+    a, b = json.loads(capsys.readouterr().out)["decisions"]
+    assert (a["decision"], b["decision"]) == ("dispatch", "dispatch"), b["message"]
+    assert sorted(p["node"] for p in a["placements"]) == ["r1-n7", "r1-n8"]
+    assert sorted(p["node"] for p in b["placements"]) == [f"r2-n{i}" for i in range(1, 5)]
 
 
 def test_the_controller_holds_room_for_a_required_gang_in_one_rack_and_says_why_one_waits(
