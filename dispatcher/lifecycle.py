@@ -51,7 +51,7 @@ from dispatcher.api.fault_tolerance import (
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, Requeuing
 from dispatcher.cluster.autopilot import DEFAULT_AUTOPILOT, Autopilot
 from dispatcher.kinds.completion import Outcome
-from dispatcher.queue.policy import BackfillLimitAction
+from dispatcher.queue.policy import BackfillLimitAction, Policy
 from dispatcher.queue.reservation import BACKFILLED
 from dispatcher.wording import all_of, counted, plural, span
 
@@ -178,16 +178,41 @@ def _limit(aw: AppWrapper, timing: Timing, status: AppWrapperStatus
     """How long this run may stay dispatched, what says so, and whether it is the
     policy's backfill limit."""
     own = float(aw.spec.schedulingSpec.dispatchDuration.limit or 0) or None
-    backfill = timing.backfill_limit
-    if backfill is not None and (own is None or backfill < own) and _backfilled(status):
+    backfill = backfill_limit(timing, _backfilled(status), own)
+    if backfill is not None:
         return (backfill, "the policy's backfillLimitSeconds: it was dispatched as a backfill",
                 True)
     return own, "spec.schedulingSpec.dispatchDuration.limit", False
 
 
+def backfill_limit(timing: Timing, backfilled: bool, own: float | None = None) -> float | None:
+    """How long a run may stay dispatched under the policy's backfillLimitSeconds: when it
+    was dispatched as a backfill (``is_backfill``) and the limit is shorter than its own
+    (`own`: dispatchDuration.limit, None: none); else None. Past it the run ends or is
+    queued again, per ``timing.backfill_limit_action``."""
+    limit = timing.backfill_limit
+    if limit is None or not backfilled or (own is not None and own <= limit):
+        return None
+    return limit
+
+
+def is_backfill(dispatch_message: str) -> bool:
+    """Whether a dispatch's words (its Dispatched condition's message) say it went past a
+    reservation: a backfill."""
+    return dispatch_message.startswith(BACKFILLED)
+
+
+def with_backfill_limit(timing: Timing, policy: Policy) -> Timing:
+    """`timing` with a reserving policy's bound on its backfills (Timing.backfill_limit)."""
+    if policy.backfill_limit_seconds is None:
+        return timing
+    return replace(timing, backfill_limit=policy.backfill_limit_seconds,
+                   backfill_limit_action=policy.backfill_limit_action)
+
+
 def _backfilled(status: AppWrapperStatus) -> bool:
     last = next((c for c in reversed(status.conditions) if c.type == "Dispatched"), None)
-    return last is not None and last.message.startswith(BACKFILLED)
+    return last is not None and is_backfill(last.message)
 
 
 def judge(

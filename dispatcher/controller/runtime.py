@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -37,7 +36,7 @@ from dispatcher.cluster import ClusterState
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
-from dispatcher.lifecycle import DEFAULT_TIMING, Timing
+from dispatcher.lifecycle import DEFAULT_TIMING, Timing, with_backfill_limit
 from dispatcher.queue import AdmissionQueue, Policy
 
 from .admitting import Admitting
@@ -106,7 +105,7 @@ class Dispatcher:
         self.fit: Fit = fit
         self.topology = topology
         self.clock = clock
-        self.timing = _with_backfill_limit(timing, policy)
+        self.timing = with_backfill_limit(timing, policy)
         self.memory = Memory(policy)
         self.tasks = Tasks(clock, self.memory.wake, self.memory.attention.touch)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
@@ -379,14 +378,6 @@ class Dispatcher:
         log.info("blind for %.0f s: grace periods of dispatched gangs extended by as much",
                  seconds)
 
-
-
-def _with_backfill_limit(timing: Timing, policy: Policy) -> Timing:
-    """A reserving policy may bound its backfills (lifecycle: Timing.backfill_limit)."""
-    if policy.backfill_limit_seconds is None:
-        return timing
-    return dataclasses.replace(timing, backfill_limit=policy.backfill_limit_seconds,
-                               backfill_limit_action=policy.backfill_limit_action)
 
 
 def _may_write(t: Tracked) -> bool:

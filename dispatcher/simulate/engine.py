@@ -88,6 +88,7 @@ from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.queue.reservation import Reservations
 from dispatcher.quota import QuotaForest, QuotaLedger
 from dispatcher.resources import PODS
+from dispatcher.simulate.backfill_limit import AT_LIMIT, BackfillLimits
 from dispatcher.simulate.reserving import Durations, PredictedDurations
 from dispatcher.simulate.traces import GPU, TraceJob
 
@@ -197,6 +198,11 @@ class JobRun:
     scale_ins: int = 0
     bound_pods_before: int = 0  # its pods during the segment that ends at the next change
     racks: int = 0  # racks its pods got at its first dispatch (with a topology; else 0)
+    # The policy's backfill limit: runs it stopped, the GPU-seconds they had run (lost),
+    # and whether it ended the job (backfillLimitAction fail) rather than requeued it.
+    limit_stops: int = 0
+    limit_lost_gpu_seconds: float = 0.0
+    ended_at_limit: bool = False
 
     @property
     def wait(self) -> float | None:
@@ -299,6 +305,7 @@ class Simulation:
             for r, v in n.allocatable.items():
                 self._free_total[r] = self._free_total.get(r, 0) + v
         self.queue = AdmissionQueue(policy)
+        self.limits = BackfillLimits(policy)
         self.runs = [JobRun(j, j.gpus) for j in jobs]
         # What each job holds (or asks for, queued): elastic ones at their current size.
         self._demand = [demand(sized(j.wrapper.gang, j.wrapper.elastic,
@@ -350,6 +357,9 @@ class Simulation:
             changed = False
             while self._completions and self._completions[0][0] <= t:
                 _, i, number = heapq.heappop(self._completions)
+                if number == AT_LIMIT:
+                    changed = self._at_limit(i, t) or changed
+                    continue
                 if number != self._run_number[i]:
                     continue  # the run it ended was preempted
                 self._finish(i, t)
@@ -576,6 +586,9 @@ class Simulation:
             self._demand[i] = demand(sized(w.gang, w.elastic, d.elastic))
         for r, v in self._demand[i].items():
             self._free_total[r] = self._free_total.get(r, 0) - v
+        limit_at = self.limits.dispatched(i, d.message, t, run.gpu_seconds)
+        if limit_at is not None:
+            heapq.heappush(self._completions, (limit_at, i, AT_LIMIT))
         if self.fit == "per-node":
             run.bound = _group(d.placements)
             if self._rack and not run.racks:
@@ -642,12 +655,33 @@ class Simulation:
         self._busy -= run.now_gpus
         run.now_gpus = 0
         self._stretchy.discard(i)
+        self.limits.ended(i)
         for b in run.bound:
             self.cluster.give(b.node, b.request, b.count)
         self._preempted_for.pop(i, None)
         if self.ledger is not None:
             self.ledger.remove(run.job.wrapper.key)
             self._left_ledger = True
+
+    def _at_limit(self, i: int, t: float) -> bool:
+        """Job i's backfill limit falls at `t`, while it runs: it ends, or is queued again
+        to start over (the policy's backfillLimitAction), as the controller does."""
+        deadline = self.limits.due(i, t)
+        run = self.runs[i]
+        if deadline is None or run.running_since is None:
+            return False
+        self._stop(i, t)
+        self._run_number[i] += 1  # its completion no longer comes
+        run.limit_stops += 1
+        run.limit_lost_gpu_seconds += run.gpu_seconds - deadline.gpu_seconds_before
+        for r, v in self._demand[i].items():
+            self._free_total[r] = self._free_total.get(r, 0) + v
+        if self.limits.action == "requeue":
+            self.queue.put(run.job.wrapper)
+        else:
+            run.finished = t
+            run.ended_at_limit = True
+        return True
 
     def _finish(self, i: int, t: float) -> None:
         run = self.runs[i]

@@ -142,6 +142,10 @@ class Summary:
     gangs: int = 0
     one_rack: int = 0
     required_rack: int = 0
+    # The policy's backfill limit: runs it stopped, of how many jobs, the work they lost.
+    limit_stops: int = 0
+    limit_jobs: int = 0
+    limit_lost_gpu_seconds: float = 0.0
 
 
 def summarise(run: Run, trace: Trace) -> Summary:
@@ -188,6 +192,9 @@ def summarise(run: Run, trace: Trace) -> Summary:
         gangs=len(gangs),
         one_rack=sum(r.racks == 1 for r in gangs),
         required_rack=sum(_requires_rack(r) for r in runs),
+        limit_stops=sum(r.limit_stops for r in runs),
+        limit_jobs=sum(r.limit_stops > 0 for r in runs),
+        limit_lost_gpu_seconds=sum(r.limit_lost_gpu_seconds for r in runs),
     )
 
 
@@ -271,8 +278,10 @@ def to_table(s: Summary, without: Summary | None = None) -> str:
 
     started = s.delays.jobs
     row("jobs", f"{n:,} in the trace: {started:,} started, "
-        f"{sum(r.finished is not None for r in run.jobs):,} finished, "
-        f"{len(s.never_fit):,} never fit the cluster, {len(s.never_started):,} never started")
+        f"{_finished(run):,} finished, "
+        + (f"{s.limit_jobs:,} ended at the backfill limit, "
+           if run.policy.backfill_limit_action == "fail" and s.limit_jobs else "")
+        + f"{len(s.never_fit):,} never fit the cluster, {len(s.never_started):,} never started")
     if s.never_fit:
         first = s.never_fit[0]
         row("  never fit", f"{_names(s.never_fit)} (e.g. {first.job.name}, {first.gpus} GPUs "
@@ -325,10 +334,15 @@ def to_table(s: Summary, without: Summary | None = None) -> str:
         row("topology", f"{s.one_rack:,} of {s.gangs:,} started gangs of 2+ pods in one {kind}; "
             f"{_count(s.required_rack, 'job')} required one")
         if without is not None:
+            asked = _required_jobs(s)
+            row("", f"the {_count(len(asked), 'job')} requiring one {kind}: mean wait "
+                f"{span(_mean_wait(s, asked))} ({span(_mean_wait(without, asked))} without)")
             row("", f"requiring one {kind} costs: mean wait {span(s.delays.mean)} "
                 f"({span(without.delays.mean)} without), GPU utilisation {s.utilisation:.1%} "
                 f"({without.utilisation:.1%} without), gangs in one {kind} {s.one_rack:,} of "
                 f"{s.gangs:,} ({without.one_rack:,} of {without.gangs:,} without)")
+    if run.policy.backfill_limit_seconds is not None:
+        row("backfill limit", _limit_text(s))
     if run.policy.preemption != "never":
         row("preemption", f"{_count(s.preemptions, 'preemption')} of "
             f"{_count(s.preempted_jobs, 'job')}: {s.lost_gpu_hours:,.1f} GPU-hours of work "
@@ -349,6 +363,32 @@ def to_table(s: Summary, without: Summary | None = None) -> str:
     row("run", f"{_count(run.events, 'event')}, {_count(run.cycles, 'admission cycle')} in "
         f"{run.wall_seconds:.1f}s ({rate:,.0f} events/s)")
     return "\n".join(lines)
+
+
+def _required_jobs(s: Summary) -> frozenset[str]:
+    """The jobs that required a domain, by where the trace has them (the same jobs in the
+    replay without the requirement)."""
+    return frozenset(r.job.where for r in s.run.jobs if _requires_rack(r))
+
+
+def _mean_wait(s: Summary, jobs: frozenset[str]) -> float:
+    """The mean wait of those of `jobs` that started (0 when none did)."""
+    waits = [r.wait for r in s.run.jobs if r.job.where in jobs and r.wait is not None]
+    return sum(waits) / len(waits) if waits else 0.0
+
+
+def _finished(run: Run) -> int:
+    """Jobs that ran to completion (not those the backfill limit ended)."""
+    return sum(r.finished is not None and not r.ended_at_limit for r in run.jobs)
+
+
+def _limit_text(s: Summary) -> str:
+    policy = s.run.policy
+    ended = ("ended there (backfillLimitAction: fail)" if policy.backfill_limit_action == "fail"
+             else "torn down there and queued again (backfillLimitAction: requeue)")
+    return (f"{span(policy.backfill_limit_seconds or 0)} for a job dispatched as a backfill: "
+            f"{_count(s.limit_jobs, 'job')} {ended}, {_count(s.limit_stops, 'time')}; "
+            f"{s.limit_lost_gpu_seconds:,.0f} GPU-seconds of work lost")
 
 
 def _aligned(rows: Sequence[Sequence[str]], left: int = 0) -> list[str]:
@@ -389,7 +429,7 @@ def to_dict(s: Summary, without: Summary | None = None) -> dict[str, Any]:
                     "gpus": run.total_gpus},
         "notes": [*model_notes(run), *s.trace.notes],
         "jobs": {"total": len(run.jobs), "started": s.delays.jobs,
-                 "finished": sum(r.finished is not None for r in run.jobs),
+                 "finished": _finished(run),
                  "neverFit": len(s.never_fit), "neverStarted": len(s.never_started)},
         "makespanSeconds": s.makespan,
         "gpuUtilisation": round(s.utilisation, 6),
@@ -418,11 +458,18 @@ def to_dict(s: Summary, without: Summary | None = None) -> dict[str, Any]:
         "preemption": None if run.policy.preemption == "never" else {
             "preemptions": s.preemptions, "jobsPreempted": s.preempted_jobs,
             "lostGpuHours": round(s.lost_gpu_hours, 3)},
+        "backfillLimit": None if run.policy.backfill_limit_seconds is None else {
+            "seconds": run.policy.backfill_limit_seconds,
+            "action": run.policy.backfill_limit_action, "jobs": s.limit_jobs,
+            "stops": s.limit_stops, "lostGpuSeconds": round(s.limit_lost_gpu_seconds, 3)},
         "teams": [t.as_dict() for t in s.teams],
         "topology": None if not run.racked else {
             "level": run.level, "startedGangs": s.gangs, "inOneRack": s.one_rack,
             "requiringOneRack": s.required_rack,
+            "requiringMeanWaitSeconds": _num(_mean_wait(s, _required_jobs(s))),
+            "gpuUtilisation": round(s.utilisation, 6),
             "withoutRequiring": None if without is None else {
+                "requiringMeanWaitSeconds": _num(_mean_wait(without, _required_jobs(s))),
                 "startedGangs": without.gangs, "inOneRack": without.one_rack,
                 "meanWaitSeconds": _num(without.delays.mean),
                 "gpuUtilisation": round(without.utilisation, 6)}},

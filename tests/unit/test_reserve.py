@@ -387,3 +387,33 @@ def test_a_backfill_keeps_off_the_nodes_of_every_reservation() -> None:
     assert c.decision == "wait" and c.reason == WAITS_FOR_RESERVATION
     assert c.message.startswith(f"fits now only on nodes reserved for team-a/h2, which is to "
                                 f"start at {clock_time(NOW + 600, NOW)} on node-2")
+
+
+@pytest.mark.parametrize(("action", "stops"), [("fail", 1), ("requeue", 2)])
+def test_simulate_ends_or_requeues_a_backfill_at_the_policys_limit_and_reports_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str, stops: int) -> None:
+    # 2 nodes of 8 GPUs: a holds one until 2000; b needs both (reserved for 2000); c (4 GPUs,
+    # 1,000 s) backfills beside a, expected to end before b's reservation. The policy bounds
+    # backfills at 600 s: c is ended there (fail), or queued again, backfilled once more
+    # (602 + 1,000 < 2,000), stopped again at 1,202, and then, as it could no longer end
+    # before b, runs in full after b (requeue).
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\n"
+                     "a,0,2000,8\nb,1,10,16\nc,2,1000,4\n")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("name: bounded\nbackfill: reserve\nbackfillLimitSeconds: 600\n"
+                      f"backfillLimitAction: {action}\n")
+    argv = ["simulate", "--trace", str(trace), "--nodes", "2", "--policy", str(policy),
+            "--durations", "exact"]
+    assert main([*argv, "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backfillLimit"] == {"seconds": 600.0, "action": action, "jobs": 1,
+                                    "stops": stops, "lostGpuSeconds": 4 * 600.0 * stops}
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert (f"backfill limit   10m for a job dispatched as a backfill: 1 job "
+            f"{'ended there' if action == 'fail' else 'torn down there and queued again'}"
+            ) in table
+    assert f"{4 * 600 * stops:,} GPU-seconds of work lost" in table
+    # Ended at the limit is not finished: under fail, c never ran to completion.
+    assert out["jobs"]["finished"] == (2 if action == "fail" else 3)

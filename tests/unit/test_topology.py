@@ -464,11 +464,13 @@ def test_simulate_on_racks_reports_the_gangs_in_one_rack_with_and_without_requir
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
         "level": RACK, "startedGangs": 1, "inOneRack": 0, "requiringOneRack": 0,
-        "withoutRequiring": None}
+        "requiringMeanWaitSeconds": 0.0, "gpuUtilisation": 0.742574, "withoutRequiring": None}
     assert main([*args, "--require-rack", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["topology"] == {
         "level": RACK, "startedGangs": 1, "inOneRack": 1, "requiringOneRack": 1,
-        "withoutRequiring": {"startedGangs": 1, "inOneRack": 0, "meanWaitSeconds": 0.0,
+        "requiringMeanWaitSeconds": 0.0, "gpuUtilisation": 0.742574,
+        "withoutRequiring": {"requiringMeanWaitSeconds": 0.0, "startedGangs": 1,
+                             "inOneRack": 0, "meanWaitSeconds": 0.0,
                              "gpuUtilisation": 0.742574}}
     assert main([a for a in args if a not in ("-o", "json")] + ["--require-rack", "1"]) == 0
     assert ("topology         1 of 1 started gangs of 2+ pods in one rack; 1 job required one"
@@ -506,10 +508,14 @@ def test_simulate_takes_a_topology_file_and_shows_what_requiring_a_rack_costs(
     assert out["topology"]["inOneRack"] == 1
     assert out["topology"]["withoutRequiring"]["meanWaitSeconds"] == 0.0
     assert out["topology"]["withoutRequiring"]["inOneRack"] == 0
+    # The waits of the jobs that required a rack, and of the same jobs without.
+    assert out["topology"]["requiringMeanWaitSeconds"] == 99.0
+    assert out["topology"]["withoutRequiring"]["requiringMeanWaitSeconds"] == 0.0
     assert main([*args, "--require-rack", "1"]) == 0
+    table = capsys.readouterr().out
+    assert (" " * 17 + "the 1 job requiring one rack: mean wait 1m39s (0s without)") in table
     assert (" " * 17 + "requiring one rack costs: mean wait 50s (0s without), GPU utilisation "
-            "37.5% (74.3% without), gangs in one rack 1 of 1 (0 of 1 without)"
-            in capsys.readouterr().out)
+            "37.5% (74.3% without), gangs in one rack 1 of 1 (0 of 1 without)" in table)
     # What to fix, said plainly.
     assert main([*args, "--nodes", "5"]) == 2
     assert "--nodes 5, but the topology file" in capsys.readouterr().err
