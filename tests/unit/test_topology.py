@@ -91,6 +91,17 @@ def test_ties_between_equal_racks_go_to_the_fullest() -> None:
     assert [p.node for p in result if isinstance(p, Placement)] == [busy[1]]
 
 
+def test_a_preferred_set_falling_back_to_a_block_takes_the_fullest_block_too() -> None:
+    # No rack holds 3 whole nodes; block b1 (4 racks of 2 nodes, 5 busy) and block b2 (2
+    # racks of 2 nodes, all free) hold them together: b1, the fuller, keeps b2 whole.
+    cap = nodes_in({**{("b1", f"r{i}"): [8, 8] for i in range(4)},
+                    ("b2", "r4"): [8, 8], ("b2", "r5"): [8, 8]})
+    for busy in [n for n in cap.names if n.startswith("b1-")][:5]:
+        cap.take(busy, {GPU: 8})
+    result = place_in_topology(gang(preferred(pod_set(3, gpu=8))), cap, LEVELS)
+    assert domains_of(result, cap, BLOCK) == {"b1"}
+
+
 def test_required_rack_waits_in_topology_terms_while_the_cluster_total_would_fit() -> None:
     cap = nodes_in({("b1", "r1"): [8, 8, 8], ("b1", "r7"): [8, 8, 8], ("b2", "r3"): [8]})
     before = cap.free
