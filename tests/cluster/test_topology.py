@@ -97,3 +97,28 @@ def test_required_gangs_land_in_one_rack_and_a_gang_waits_for_a_rack_while_the_t
     wait_condition(k, "again", "Running", timeout=120)
     wait_for(lambda: racks_of(kubectl, running_pods(k, "again", 3)) == {"r2"}, 30,
              "the three pods of again in rack r2")
+
+
+def pinned(name: str, pods: int, rack: str) -> dict[str, Any]:
+    """An AppWrapper of a Job of `pods` whole-node pods, without topology, kept to the
+    nodes of one rack by a node selector: busy nodes where the test wants them."""
+    item = job(name, pods=pods, gpus=8)
+    item["spec"]["template"]["spec"]["nodeSelector"] = {RACK: rack}
+    return appwrapper(name, item)
+
+
+def test_the_first_gang_takes_the_fuller_rack_so_the_second_one_runs_too(
+        dispatcher: DispatcherProcess, kubectl: Kubectl, k: Kubectl) -> None:
+    # r3's node and two of r2's three are busy: r1 has 16 GPUs free of 16, r2 8 of 24.
+    k.apply(pinned("busy-r3", 1, "r3"))
+    k.apply(pinned("busy-r2", 2, "r2"))
+    wait_condition(k, "busy-r3", "Running", timeout=120)
+    wait_condition(k, "busy-r2", "Running", timeout=120)
+    # One whole node requiring a rack fits r1 and r2: it goes to r2, the fuller (nothing
+    # left there, against 8 GPUs left in r1), and r1 stays whole for the pair after it.
+    k.apply(racked("one", 1))
+    wait_condition(k, "one", "Running", timeout=120)
+    assert racks_of(kubectl, running_pods(k, "one", 1)) == {"r2"}
+    k.apply(racked("pair", 2))
+    wait_condition(k, "pair", "Running", timeout=120)
+    assert racks_of(kubectl, running_pods(k, "pair", 2)) == {"r1"}
