@@ -56,7 +56,7 @@ from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.queue.reservation import Reservation, Reservations, clock_time, node_list
 from dispatcher.quota import QuotaForest
-from dispatcher.visibility import ClusterError, connected, list_path
+from dispatcher.visibility import ClusterError, connected, list_path, user_error
 
 # What `fetch` lists, with the apiVersion and kind its items are given where they carry
 # none (the items of a core list do not).
@@ -285,7 +285,7 @@ async def fetch(kubeconfig: str | None, context: str | None) -> Live:
                 if kind == "AppWrapper" and e.status == 404:
                     raise ClusterError("AppWrappers are not served by this cluster: install "
                                        "the CRD (crds/ or deploy/)") from None
-                raise ClusterError(f"cannot list {kind}s: {e}") from None
+                raise ClusterError(user_error(e)) from None
             listed = [Document(f"{kind} {_where(i)}", {"apiVersion": version, "kind": kind,
                                                        **i}) for i in items]
             (appwrappers if kind == "AppWrapper" else cluster).extend(listed)
