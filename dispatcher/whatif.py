@@ -49,7 +49,7 @@ from dispatcher.plan import (
     cluster_from_documents,
     expected_durations,
     plan,
-    read_documents,
+    read_some_documents,
     running_wrappers,
 )
 from dispatcher.queue.policy import Policy
@@ -305,7 +305,7 @@ def command(policy: Policy, fit: Fit, files: Sequence[str], kubeconfig: str | No
             topology: Topology = NO_TOPOLOGY) -> int:
     """`dispatcher plan --live`: 0, 1 when the cluster cannot be read, 2 for bad input."""
     try:
-        submitted = [d for f in files for d in read_documents(Path(f))]
+        submitted = [d for f in files for d in read_some_documents(Path(f))]
     except InputError as e:
         print(f"dispatcher plan: {e}", file=err)
         return 2
