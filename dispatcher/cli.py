@@ -125,8 +125,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dispatcher.controller.estimate_round import EstimateSettings
     from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
-    from dispatcher.controller.operator import Settings, operate
-    from dispatcher.controller.startup import Stopped, stop_on_signals, until_stopped
+    from dispatcher.controller.operator import EXIT_NOT_STARTED, Settings, operate
+    from dispatcher.controller.startup import Late, Stopped, stop_on_signals, within
     from dispatcher.controller.webhook import own_namespace
     from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
@@ -206,11 +206,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
                 operator = Operator(settings)
                 pods = PodPinning(operator.pins) if args.pin_pods else None
-                webhook = await until_stopped(
-                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop)
+                webhook = await within(
+                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop,
+                    args.startup_deadline)
             return await operate(settings, stop, operator)
         except Stopped:
             return 0
+        except Late:  # the webhook's log lines said why
+            print(f"dispatcher run: the webhook not started after {args.startup_deadline:g}"
+                  " s (--startup-deadline); giving up", file=sys.stderr)
+            return EXIT_NOT_STARTED
         finally:
             if webhook is not None:
                 server, kube = webhook

@@ -170,3 +170,21 @@ def test_without_a_deadline_run_says_it_keeps_retrying_and_how_to_bound_it(
             proc.wait(timeout=60)
     assert "retrying until it answers (--startup-deadline SECONDS gives up)" in line, line
     assert proc.returncode == 0
+
+
+def test_run_with_the_webhook_gives_up_after_its_startup_deadline_too(tmp_path: Path) -> None:
+    """`run --webhook-port` starts the webhook first: the deadline bounds that step too."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with stand_in(Unauthorized, tmp_path) as kubeconfig:
+        done = run("dispatcher", "run", "--kubeconfig", kubeconfig, "--metrics-port", "0",
+                   "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
+                   "--startup-deadline", "2")
+    assert done.returncode == 4, done.stderr
+    assert "starting the webhook: the API server at" in done.stderr
+    assert "refused the credentials (401 Unauthorized)" in done.stderr
+    assert "the webhook not started after 2 s (--startup-deadline)" in done.stderr
+    assert "Traceback" not in done.stderr
