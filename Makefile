@@ -69,7 +69,9 @@ bench: setup
 # and the wheel. The image itself is built where a container registry is reachable.
 HELM = $$($(PY) -c 'from localcluster.build import binary; print(binary("helm"))')
 
-release: cluster-build
+# Only helm and kustomize are built for it (minutes), not the control plane.
+release: setup
+	$(PY) -m localcluster build $$($(PY) -c 'from localcluster.versions import RELEASE_TOOLS; print(*RELEASE_TOOLS)')
 	$(PY) -m localcluster.release --dist dist $(if $(IMAGE),--image $(IMAGE))
 	$(PY) -m pip wheel -q --no-deps -w dist .
 

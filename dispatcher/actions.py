@@ -27,6 +27,7 @@ from dispatcher.visibility import (
     is_pending,
     list_appwrappers,
     status_of,
+    user_error,
     why_of,
 )
 from dispatcher.wording import span
@@ -73,7 +74,7 @@ def _refusal(e: Any, verb: str, namespace: str, name: str) -> str:
     if e.status == 403:
         return (f"you may not {verb} AppWrappers in namespace {namespace}: {e.message} "
                 "(the Role a tenant needs is in docs/operations.md, \"Permissions\")")
-    return f"cannot {verb} AppWrapper {namespace}/{name}: {e}"
+    return user_error(e)
 
 
 async def whoami(kube: Any) -> str:

@@ -125,8 +125,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dispatcher.controller.estimate_round import EstimateSettings
     from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
-    from dispatcher.controller.operator import Settings, operate
-    from dispatcher.controller.startup import Stopped, stop_on_signals, until_stopped
+    from dispatcher.controller.operator import EXIT_NOT_STARTED, Settings, operate
+    from dispatcher.controller.startup import Late, Stopped, stop_on_signals, within
     from dispatcher.controller.webhook import own_namespace
     from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
@@ -147,7 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not 0 <= port <= 65535:
             problems.append(f"{flag} {port} is not a port (0-65535)")
     for flag in ("admission_grace", "failure_grace", "requeue_floor", "requeue_cap",
-                 "resync_seconds", "kube_qps", "estimate_interval"):
+                 "resync_seconds", "kube_qps", "estimate_interval", "startup_deadline"):
         if getattr(args, flag) < 0:
             problems.append(f"--{flag.replace('_', '-')} must be ≥ 0")
     for flag in ("default_duration", "estimate_horizon"):
@@ -174,7 +174,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
         topology=config.topology_levels, leave_kueue_labelled=args.leave_kueue_labelled,
-        pod_webhook=bool(args.webhook_port) and args.pin_pods)
+        pod_webhook=bool(args.webhook_port) and args.pin_pods,
+        startup_deadline=args.startup_deadline)
     if args.metrics_port and args.webhook_port:
         from dispatcher.controller.metrics import PrometheusObserver
 
@@ -205,11 +206,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
                 operator = Operator(settings)
                 pods = PodPinning(operator.pins) if args.pin_pods else None
-                webhook = await until_stopped(
-                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop)
+                webhook = await within(
+                    _start_webhook(args, args.webhook_port, pods, settings.observer), stop,
+                    args.startup_deadline)
             return await operate(settings, stop, operator)
         except Stopped:
             return 0
+        except Late:  # the webhook's log lines said why
+            print(f"dispatcher run: the webhook not started after {args.startup_deadline:g}"
+                  " s (--startup-deadline); giving up", file=sys.stderr)
+            return EXIT_NOT_STARTED
         finally:
             if webhook is not None:
                 server, kube = webhook
@@ -536,6 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "1000; 0: unpaced)")
     api.add_argument("--kube-burst", type=int, default=1000,
                      help="requests allowed at once above the average (default 1000)")
+    api.add_argument("--startup-deadline", type=float, default=0.0, metavar="SECONDS",
+                     help="exit (status 4) when start-up has not finished after this long: "
+                     "the API server unreachable, its certificate not trusted, the "
+                     "credentials refused, a grant missing (default 0: retry for as long "
+                     "as it takes, as a controller in a pod should, saying why in the log "
+                     "and on /healthz)")
     api.add_argument("--resync-seconds", type=float, default=600.0,
                      help="list everything again this often, as a backstop to the "
                      "watches (default 600; 0: never)")

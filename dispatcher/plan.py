@@ -149,8 +149,18 @@ def load_appwrappers(paths: Sequence[Path], now: float,
                      allowed: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS) -> Loaded:
     """Every AppWrapper document, valid or not; invalid ones carry their reason. Items of
     kinds not in `allowed` (or cluster-scoped) make their AppWrapper invalid."""
-    return appwrappers_from_documents((d for path in paths for d in read_documents(path)),
-                                      now, allowed)
+    return appwrappers_from_documents(
+        (d for path in paths for d in read_some_documents(path)), now, allowed)
+
+
+def read_some_documents(path: Path) -> list[Document]:
+    """`read_documents`; a file with none (empty, or only comments) is an InputError: a
+    plan of nothing would look like a plan that found nothing to say."""
+    docs = list(read_documents(path))
+    if not docs:
+        raise InputError(f"{path}: no document in it (the file is empty): give the file "
+                         "of the AppWrappers to plan")
+    return docs
 
 
 def appwrappers_from_documents(docs: Iterable[Document], now: float,

@@ -293,7 +293,46 @@ def _container_request(c: Mapping[str, Any], label: str) -> Resources:
         raise ResourceSpecError(f"{label}: resources must be a map, not {type(resources).__name__}")
     limits = _resource_list(resources.get("limits"), f"{label}: resources.limits")
     requests = _resource_list(resources.get("requests"), f"{label}: resources.requests")
+    refused = _refused_by_the_api_server(resources, limits, requests)
+    if refused:
+        raise ResourceSpecError(f"{label}: {refused} (the API server refuses such a pod)")
     return {**limits, **requests}
+
+
+def _not_overcommitted(name: str) -> bool:
+    """An extended resource (a device: nvidia.com/gpu) or hugepages: Kubernetes wants its
+    request equal to its limit."""
+    extended = "/" in name and not name.split("/")[0].endswith("kubernetes.io") \
+        and not name.startswith("requests.")
+    return extended or name.startswith("hugepages-")
+
+
+def _refused_by_the_api_server(raw: Mapping[str, Any], limits: Resources,
+                               requests: Resources) -> str | None:
+    """What kube-apiserver's validation of a container's resources would say, in its
+    words (ValidateResourceRequirements), or None when it would accept them."""
+    for field, amounts in (("requests", raw.get("requests")), ("limits", raw.get("limits"))):
+        for name, value in (amounts or {}).items():
+            name = str(name)
+            if "/" in name and _not_overcommitted(name) and \
+                    parse_quantity(value).denominator != 1:
+                return (f"resources.{field}[{name}]: Invalid value: {str(value)!r}: must be "
+                        "an integer")
+    for name, request in requests.items():
+        limit = limits.get(name)
+        if _not_overcommitted(name):
+            if limit is None:
+                return (f"resources.limits[{name}]: Required value: Limit must be set for "
+                        "non overcommitable resources")
+            if request != limit:
+                return (f"resources.requests[{name}]: Invalid value: "
+                        f"{amount_number(name, request)!r}: must be equal to {name} limit "
+                        f"of {amount_number(name, limit)}")
+        elif limit is not None and request > limit:
+            return (f"resources.requests[{name}]: Invalid value: "
+                    f"{amount_number(name, request)!r}: must be less than or equal to "
+                    f"{name} limit of {amount_number(name, limit)}")
+    return None
 
 
 def _containers(spec: Mapping[str, Any], field: str) -> Iterable[tuple[Mapping[str, Any], str]]:

@@ -277,15 +277,20 @@ async def list_path(kube: Any, path: str) -> list[dict[str, Any]]:
         query["continue"] = token
 
 
+def user_error(e: Any) -> str:
+    """A failed API call (an ApiError) in the words every command uses: the server not
+    reached, the credentials refused, the grant the user lacks."""
+    from dispatcher.controller.explain import explain
+
+    return explain(e, "your user", "ask your cluster's administrator")
+
+
 async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
     """Every AppWrapper when allowed, so positions are those of the one queue; when only
     `namespace` may be listed, its AppWrappers alone."""
-    from dispatcher.controller.explain import explain
     from dispatcher.controller.kube import ApiError
 
-    def why(e: ApiError) -> str:
-        return explain(e, "your user", "ask your cluster's administrator")
-
+    why = user_error
     try:
         objects = await _list(kube, None)
     except ApiError as e:

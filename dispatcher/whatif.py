@@ -49,14 +49,14 @@ from dispatcher.plan import (
     cluster_from_documents,
     expected_durations,
     plan,
-    read_documents,
+    read_some_documents,
     running_wrappers,
 )
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.queue.reservation import Reservation, Reservations, clock_time, node_list
 from dispatcher.quota import QuotaForest
-from dispatcher.visibility import ClusterError, connected, list_path
+from dispatcher.visibility import ClusterError, connected, list_path, user_error
 
 # What `fetch` lists, with the apiVersion and kind its items are given where they carry
 # none (the items of a core list do not).
@@ -285,7 +285,7 @@ async def fetch(kubeconfig: str | None, context: str | None) -> Live:
                 if kind == "AppWrapper" and e.status == 404:
                     raise ClusterError("AppWrappers are not served by this cluster: install "
                                        "the CRD (crds/ or deploy/)") from None
-                raise ClusterError(f"cannot list {kind}s: {e}") from None
+                raise ClusterError(user_error(e)) from None
             listed = [Document(f"{kind} {_where(i)}", {"apiVersion": version, "kind": kind,
                                                        **i}) for i in items]
             (appwrappers if kind == "AppWrapper" else cluster).extend(listed)
@@ -305,7 +305,7 @@ def command(policy: Policy, fit: Fit, files: Sequence[str], kubeconfig: str | No
             topology: Topology = NO_TOPOLOGY) -> int:
     """`dispatcher plan --live`: 0, 1 when the cluster cannot be read, 2 for bad input."""
     try:
-        submitted = [d for f in files for d in read_documents(Path(f))]
+        submitted = [d for f in files for d in read_some_documents(Path(f))]
     except InputError as e:
         print(f"dispatcher plan: {e}", file=err)
         return 2

@@ -3,7 +3,7 @@
 Writes the release's manifests, versioned with the package (pyproject.toml), with the tools
 ``localcluster build`` pins:
 
-- ``install.yaml``: deploy/ in one file (``kubectl kustomize``: CRDs, namespace, RBAC,
+- ``install.yaml``: deploy/ in one file (``kustomize build``: CRDs, namespace, RBAC,
   Deployments, Services, webhook configurations), its image tagged with the version;
 - ``crds-v1beta2.yaml``: the CRDs with AppWrapper v1beta2 served beside v1beta1 and
   converted by the dispatcher's webhook (deploy/v1beta2), to apply once it runs;
@@ -59,14 +59,14 @@ def install_yaml(version: str, image: str = IMAGE) -> str:
             "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
             "resources": [os.path.relpath(DEPLOY, tmp)],
             "images": [{"name": IMAGE, "newName": image, "newTag": version}]}))
-        rendered = _run(build.binary("kubernetes", "kubectl"), "kustomize", tmp)
+        rendered = _run(build.binary("kustomize"), "build", tmp)
     return (f"# dispatcher {version}: kubectl apply --server-side -f install.yaml\n"
             "# (docs/operations.md, \"Install on a cluster\")\n" + rendered)
 
 
 def v1beta2_crds() -> str:
     """deploy/v1beta2: the CRDs serving AppWrapper v1beta2 too."""
-    rendered = _run(build.binary("kubernetes", "kubectl"), "kustomize", DEPLOY / "v1beta2")
+    rendered = _run(build.binary("kustomize"), "build", DEPLOY / "v1beta2")
     return ("# AppWrapper v1beta2 beside v1beta1, once the dispatcher's webhook runs:\n"
             "#   kubectl apply --server-side --force-conflicts -f crds-v1beta2.yaml\n"
             "# (docs/guide/v1beta2.md)\n" + rendered)

@@ -41,6 +41,11 @@ KUTTL_TOOLCHAIN = "go1.25.4"
 APPWRAPPER = "v1.2.1"
 #: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
 HELM = "v3.22.0"
+#: kustomize (``sigs.k8s.io/kustomize/kustomize/v5``, the version kubectl embeds), to render
+#: deploy/ into the release's install.yaml: `make release` builds it and helm only.
+KUSTOMIZE = "v5.7.1"
+#: What `make release` needs (``python -m localcluster build helm kustomize``).
+RELEASE_TOOLS = ("helm", "kustomize")
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
                 "appwrapper-e2e": "1.26.0", "lws": "1.26.0"}
@@ -187,6 +192,12 @@ WRAPPERS: dict[str, Wrapper] = {
             go=GO_DIRECTIVE["helm"],
         ),
         Wrapper(
+            name="kustomize",
+            requires={"sigs.k8s.io/kustomize/kustomize/v5": KUSTOMIZE},
+            packages=("sigs.k8s.io/kustomize/kustomize/v5",),
+            binaries=("kustomize",),
+        ),
+        Wrapper(
             name="appwrapper-e2e",
             requires={"github.com/project-codeflare/appwrapper": APPWRAPPER},
             tests=("github.com/project-codeflare/appwrapper/test/e2e",),
@@ -208,7 +219,7 @@ WRAPPERS: dict[str, Wrapper] = {
 #: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
     "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset", "lws", "helm", "appwrapper-e2e",
+    "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper-e2e",
 )
 
 

@@ -288,6 +288,7 @@ def v1beta2_status(status: Any, metadata: Mapping[str, Any],
                                      message, since))
     out: dict[str, Any] = {"phase": str(phase),
                            "resettingCount": _count(status.get("numberOfRequeueings"))}
+    out.update(_queue_fields(status))
     if phase is not Phase.Empty:
         out["conditions"] = conditions
     declared = [c.get("podSets") or [] if isinstance(c, Mapping) else []
@@ -318,7 +319,16 @@ def v1beta1_status(status: Any) -> dict[str, Any]:
         out["state"] = _PHASE_STATE.get(Phase(phase), "")
     if status.get("resettingCount"):
         out["numberOfRequeueings"] = _count(status["resettingCount"])
+    out.update(_queue_fields(status))
     return out
+
+
+#: The dispatcher's status fields both versions carry unchanged (the printer columns').
+QUEUE_FIELDS = ("requestedGPUs", "queuePosition", "estimatedStart", "message")
+
+
+def _queue_fields(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: status[k] for k in QUEUE_FIELDS if status.get(k) not in (None, "")}
 
 
 def _condition(kind: V1beta2Condition, true: bool, reason: str, message: str,

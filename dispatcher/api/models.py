@@ -12,6 +12,7 @@ user's YAML terms (``spec.resources.GenericItems[1].replicas: must be ≥ 0, got
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Mapping, Sequence
@@ -448,6 +449,15 @@ def _count_problems(obj: Mapping[str, Any]) -> list[str]:
             "or split them into several AppWrappers"]
 
 
+def _misspelt(section: Mapping[str, Any], field: str, where: str) -> str:
+    """ " (spec.resources.GenericItemz: did you mean GenericItems?)" when a key of
+    `section` is a near miss for the missing `field`; else ""."""
+    keys = [k for k in section if isinstance(k, str) and k != field]
+    close = difflib.get_close_matches(field, keys, n=1, cutoff=0.75) or [
+        k for k in keys if k.lower() == field.lower()]
+    return f" ({where}.{close[0]}: did you mean {field}?)" if close else ""
+
+
 def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
     """Checks on the raw input, each skipped where the schema already reported the part."""
     problems: list[str] = []
@@ -469,7 +479,8 @@ def _semantic_problems(obj: Mapping[str, Any]) -> list[str]:
             "move each entry's template to spec.resources.GenericItems[].generictemplate")
         return problems
     if items is None or (isinstance(items, list) and not items):
-        problems.append("spec.resources.GenericItems is empty: wrap at least one object")
+        problems.append("spec.resources.GenericItems is empty: wrap at least one object"
+                        + _misspelt(resources, "GenericItems", "spec.resources"))
         return problems
     if not isinstance(items, list):
         return problems

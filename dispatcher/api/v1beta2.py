@@ -143,6 +143,11 @@ class AppWrapperStatusV2(_Model):
     resettingCount: int = Field(default=0, ge=0)
     conditions: list[MetaCondition] = Field(default_factory=list)
     componentStatus: list[ComponentStatus] = Field(default_factory=list)
+    # The dispatcher's, as v1beta1 has them, for the same printer columns.
+    requestedGPUs: int | None = Field(default=None, ge=0)
+    queuePosition: int | None = Field(default=None, ge=1)
+    estimatedStart: Time | None = None
+    message: str | None = None
 
 
 class AppWrapperV2(_Model):

@@ -50,12 +50,26 @@ def permission(request: Request) -> Permission | None:
     return None if verb is None else Permission(verb, resource, group, namespace)
 
 
+def untrusted_certificate(error: ApiError) -> bool:
+    """The connection failed because the server's certificate was not verified (a
+    self-signed one, or another CA's): its cause is the CA, not a server that is down."""
+    text = f"{error.reason} {error.message}".lower()
+    return "certificate" in text and ("verif" in text or "self-signed" in text
+                                      or "self signed" in text)
+
+
 def explain(error: ApiError, grantee: str = DISPATCHER, hint: str = DISPATCHER_HINT) -> str:
     """One line for `error`; `grantee`: who needs a grant the API server refused, and
     `hint`: where to find it."""
     request = error.request
     server = request.server if request is not None else "the API server"
     asked = f"{request.method} {request.path}" if request is not None else "a request"
+    if error.status == NO_ANSWER and untrusted_certificate(error):
+        return (f"cannot reach the API server at {server}: its certificate is not trusted "
+                f"({error.message}): give the kubeconfig's cluster the CA that signed it "
+                "(kubectl config set-cluster NAME --certificate-authority=CA.crt "
+                "--embed-certs), or check that the server address is one the certificate "
+                "names")
     if error.status == NO_ANSWER:
         return (f"cannot reach the API server at {server} ({error.reason}: {error.message}): "
                 "is it running, and is the kubeconfig's server address right?")

@@ -27,7 +27,7 @@ from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
-from dispatcher.wording import counted
+from dispatcher.wording import counted, span
 
 from .estimate_round import EstimateSettings
 from .grants import QUOTA_SUBTREES
@@ -37,7 +37,7 @@ from .leader_pod import own_pod, step_down, take_lead
 from .lease import LeaderElector
 from .pod_pinning import Pins
 from .runtime import APPWRAPPERS, Dispatcher, Observer
-from .startup import Stopped, Trouble, reach, stop_on_signals, until_stopped
+from .startup import Late, Stopped, Trouble, reach, stop_on_signals, within
 
 if TYPE_CHECKING:
     from .metrics import PrometheusObserver
@@ -49,6 +49,7 @@ NODES = Resource("v1", "Node", "nodes", False)
 PODS = Resource("v1", "Pod", "pods", True)
 
 EXIT_LOST_LEADERSHIP = 3
+EXIT_NOT_STARTED = 4  # --startup-deadline passed
 
 
 @dataclass
@@ -75,6 +76,9 @@ class Settings:
     # this process's memory (`Operator.pins`) once the loop runs.
     pod_webhook: bool = False
     leave_kueue_labelled: bool = False  # api/management.py
+    # Give up when start-up (the API server reached, the grants there, the first lists)
+    # has not finished after this many seconds; 0: retry for as long as it takes.
+    startup_deadline: float = 0.0
     # The metrics, when made before the operator (`run --webhook-port`: the webhook's
     # requests are measured in the same registry); else the operator makes them.
     observer: PrometheusObserver | None = None
@@ -92,7 +96,11 @@ class Operator:
         # While this replica waits for the Lease: what it waits for (a standby is healthy).
         self.standby: str | None = None
         self._pins: Pins | None = None
-        self.reaching = Trouble(log, "reaching the API server")
+        # Without a deadline it retries for as long as it takes, as a controller should:
+        # the first warning says so, and how to bound it.
+        self.reaching = Trouble(log, "reaching the API server", retrying=(
+            "retrying" if settings.startup_deadline else
+            "retrying until it answers (--startup-deadline SECONDS gives up)"))
         self._tasks: list[asyncio.Task[None]] = []
 
     def pins(self) -> Pins | None:
@@ -155,10 +163,15 @@ class Operator:
         try:
             observer = await self._serve_metrics(metrics)
             try:
-                d = await until_stopped(self._start(kube, observer), stop)
+                d = await within(self._start(kube, observer), stop, s.startup_deadline,
+                                 lambda: self.standby is not None)
             except Stopped:
                 log.info("stopped before start-up finished")
                 return 0
+            except Late:
+                log.error("not started after %s (--startup-deadline): %s; giving up",
+                          span(s.startup_deadline), self.problem() or "start-up unfinished")
+                return EXIT_NOT_STARTED
             waits = [asyncio.ensure_future(stop.wait())]
             if self.elector is not None:
                 waits.append(asyncio.ensure_future(self.elector.lost.wait()))

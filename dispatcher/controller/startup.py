@@ -57,6 +57,43 @@ async def until_stopped(step: Awaitable[T], stop: asyncio.Event) -> T:
     raise Stopped
 
 
+class Late(Exception):
+    """Start-up did not finish within its deadline."""
+
+
+async def within(step: Awaitable[T], stop: asyncio.Event, deadline: float,
+                 excused: Callable[[], bool] = lambda: False) -> T:
+    """`until_stopped(step, stop)`; raises Late (the step cancelled) when `deadline`
+    seconds pass first (0: no deadline) and `excused()` does not say the wait is fine
+    then (a standby replica waiting for the Lease)."""
+    if not deadline:
+        return await until_stopped(step, stop)
+    halt = asyncio.Event()
+    late = False
+
+    async def watch() -> None:
+        nonlocal late
+        await asyncio.sleep(deadline)
+        if not excused():
+            late = True
+            halt.set()
+
+    async def relay() -> None:
+        await stop.wait()
+        halt.set()
+
+    tasks = [asyncio.create_task(watch()), asyncio.create_task(relay())]
+    try:
+        return await until_stopped(step, halt)
+    except Stopped:
+        if late and not stop.is_set():
+            raise Late from None
+        raise
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 class Trouble:
     """A problem that may last, logged at once, then again less and less often while it
     lasts (after 10 s, 20 s, 40 s … then every 5 minutes), and at once when it changes;
@@ -64,9 +101,11 @@ class Trouble:
 
     def __init__(self, log: logging.Logger, what: str,
                  clock: Callable[[], float] = time.monotonic,
-                 first_repeat: float = 10.0, max_repeat: float = 300.0) -> None:
+                 first_repeat: float = 10.0, max_repeat: float = 300.0,
+                 retrying: str = "retrying") -> None:
         self.log = log
         self.what = what
+        self.retrying = retrying  # what the first warning says comes next
         self.clock = clock
         self.first_repeat = first_repeat
         self.max_repeat = max_repeat
@@ -82,7 +121,7 @@ class Trouble:
                 self._since = now
             self.current = problem
             self._gap = self.first_repeat
-            self.log.warning("%s: %s; retrying", self.what, problem)
+            self.log.warning("%s: %s; %s", self.what, problem, self.retrying)
         elif now >= self._next_at:
             self.log.warning("%s: %s; still retrying (for %s)", self.what, problem,
                              span(now - self._since))

@@ -103,7 +103,7 @@ HELM_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
 @pytest.mark.parametrize("values, components", [
     ((), ()),
     (("--set", "podWebhook.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
-      "--set", "certManager.enabled=true"),
+      "--set", "monitoring.prometheusRule.enabled=true", "--set", "certManager.enabled=true"),
      ("pod-webhook", "monitoring", "cert-manager", "cert-manager-pod-webhook")),
     (("--set", "manager.enabled=true"), ("manager",)),
 ], ids=["defaults", "every-component", "manager"])
@@ -210,7 +210,51 @@ def test_a_manager_runs_one_replica_with_the_grace_it_is_given() -> None:
                    for r in docs[("ClusterRole", "dispatcher-manager")]["rules"])
 
 
+def test_the_chart_switches_the_alerts_apart_from_the_service_monitors() -> None:
+    def kinds(*values: str) -> set[str]:
+        return {kind for kind, _ in by_name(render(*values))}
+
+    monitors = kinds("--set", "monitoring.serviceMonitor.enabled=true")
+    assert "ServiceMonitor" in monitors and "PrometheusRule" not in monitors
+    rules = by_name(render("--set", "monitoring.prometheusRule.enabled=true"))
+    assert ("PrometheusRule", "dispatcher") in rules
+    assert "ServiceMonitor" not in {kind for kind, _ in rules}
+    assert not {"ServiceMonitor", "PrometheusRule"} & kinds()
+
+
+def test_the_chart_network_policies_admit_the_api_servers_addresses_only(
+        tmp_path: Path) -> None:
+    docs = by_name(render("--set", "networkPolicy.enabled=true",
+                          "--set", "networkPolicy.apiServerCIDRs={10.0.0.0/28,10.0.1.0/28}"))
+    deploy = kustomize("network-policy", tmp=tmp_path)
+    policies = [k for k in deploy if k[0] == "NetworkPolicy"]
+    assert policies and sorted(policies) == sorted(k for k in docs if k[0] == "NetworkPolicy")
+    for key in policies:
+        ingress = docs[key]["spec"]["ingress"]
+        assert ingress[0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/28"}},
+                                      {"ipBlock": {"cidr": "10.0.1.0/28"}}], key
+        # The rest as deploy/'s component has it.
+        assert ingress[0]["ports"] == deploy[key]["spec"]["ingress"][0]["ports"]
+        assert ingress[1:] == deploy[key]["spec"]["ingress"][1:]
+    done = helm("template", "dispatcher", CHART, "--set", "networkPolicy.enabled=true")
+    assert done.returncode != 0
+    assert "set networkPolicy.apiServerCIDRs to the addresses kube-apiserver" in done.stderr
+
+
+def test_the_chart_log_format_reaches_every_pod() -> None:
+    docs = by_name(render("--set", "logFormat=json"))
+    manager = by_name(render("--set", "logFormat=json", "--set", "manager.enabled=true"))
+    for deployment in ("dispatcher", "dispatcher-webhook"):
+        assert args_of(docs, deployment).log_format == "json", deployment
+    assert args_of(manager, "dispatcher-manager").log_format == "json"
+    defaults = by_name(render())
+    assert args_of(defaults, "dispatcher").log_format == "text"
+    assert "--log-format" not in container(defaults, "dispatcher")["args"]
+
+
 @pytest.mark.parametrize("value, error", [
+    ("logFormat=yaml", "value must be one of 'text', 'json'"),
+    ("networkPolicy.apiServerCIDRs={10.0.0.0}", "does not match pattern"),
     ("policy=priorty", "value must be one of 'backfill', 'fifo', 'priority'"),
     ("controller.replica=3", "additional properties 'replica' not allowed"),
     ("fit=best", "value must be one of 'per-node', 'aggregate'"),

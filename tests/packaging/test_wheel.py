@@ -28,7 +28,7 @@ pytestmark = pytest.mark.packaging
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-SOURCES = ("pyproject.toml", "README.md", "dispatcher", "localcluster")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "dispatcher", "localcluster")
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -48,6 +48,7 @@ class Wheel:
     path: Path
     build_output: str  # what the build backend printed
     env: dict[str, str]
+    sdist: Path
 
 
 @pytest.fixture(scope="session")
@@ -67,22 +68,95 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
     built = _run(sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", dist, src,
                  cwd=root, env=env)
     (path,) = dist.glob("*.whl")
+    builder = root / "build-venv"
+    _run(sys.executable, "-m", "venv", builder, cwd=root, env=env)
+    _run(builder / "bin" / "python", "-m", "pip", "install", "-q", "build", cwd=root, env=env)
+    _run(builder / "bin" / "python", "-m", "build", "--sdist", "-o", dist, src, cwd=root,
+         env=env)
+    (sdist,) = dist.glob("*.tar.gz")
     shutil.rmtree(src)  # the installed package must not need its sources
-    return Wheel(path, built.stdout + built.stderr, env)
+    return Wheel(path, built.stdout + built.stderr, env, sdist)
 
 
 @pytest.fixture(scope="session")
 def installed(wheel: Wheel, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A plain `pip install` of the wheel: no extra."""
     root = tmp_path_factory.mktemp("installed")
     venv, work, env = root / "venv", root / "work", wheel.env
     work.mkdir()
     _run(sys.executable, "-m", "venv", venv, cwd=root, env=env)
     _run(venv / "bin" / "python", "-m", "pip", "install", "-q", wheel.path, cwd=root, env=env)
 
-    def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
-        return _run(venv / "bin" / argv[0], *argv[1:], cwd=work, env=env)
+    def run(*argv: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(venv / "bin" / argv[0], *argv[1:], cwd=work, env=env, check=check)
 
     return run
+
+
+def unreachable_kubeconfig(where: Path) -> Path:
+    """A kubeconfig naming a server nothing listens on (port 1 of this machine)."""
+    path = where / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u",
+                                               "namespace": "team-a"}}]}))
+    return path
+
+
+#: Every installed command that talks to a cluster, as a user types it.
+CLUSTER_COMMANDS = (
+    ("dispatcher", "queue"), ("dispatcher", "why", "x"), ("dispatcher", "hold", "x"),
+    ("dispatcher", "release", "x"), ("dispatcher", "cancel", "x"),
+    ("dispatcher", "plan", "--live", "-f", str(EXAMPLES / "demo" / "07-job.yaml")),
+    ("kubectl-appwrapper", "queue"), ("kubectl-appwrapper", "why", "x"),
+    ("kubectl-appwrapper", "hold", "x"),
+    ("kubectl-appwrapper", "plan", "-f", str(EXAMPLES / "demo" / "07-job.yaml")),
+)
+
+
+def test_a_plain_install_runs_every_cluster_command(installed: Run, tmp_path: Path) -> None:
+    """No extra: each command gets as far as the API server and says, in one line, that it
+    cannot reach it; none ends in an import's traceback."""
+    kubeconfig = unreachable_kubeconfig(tmp_path)
+    for argv in CLUSTER_COMMANDS:
+        done = installed(*argv, "--kubeconfig", kubeconfig, check=False)
+        assert done.returncode == 1, (argv, done.stderr)
+        assert "Traceback" not in done.stderr and "ModuleNotFoundError" not in done.stderr, (
+            argv, done.stderr)
+        assert "cannot reach the API server at https://127.0.0.1:1" in done.stderr, (
+            argv, done.stderr)
+    for argv in (("dispatcher", "run", "--metrics-port", "0"), ("dispatcher", "webhook")):
+        done = installed(*argv, "--kubeconfig", tmp_path / "none", check=False)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "Traceback" not in done.stderr, (argv, done.stderr)
+        assert f"kubeconfig {tmp_path / 'none'} does not exist" in done.stderr, done.stderr
+
+
+def test_the_wheel_and_the_sdist_carry_the_license_and_the_project_metadata(
+        wheel: Wheel, installed: Run) -> None:
+    import tarfile
+    import zipfile
+
+    license_text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in license_text and "Version 2.0" in license_text
+    with zipfile.ZipFile(wheel.path) as whl:
+        (licensed,) = [n for n in whl.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert whl.read(licensed).decode() == license_text
+    with tarfile.open(wheel.sdist) as sdist:
+        (licensed,) = [m for m in sdist.getmembers() if m.name.endswith("/LICENSE")
+                       and m.name.count("/") == 1]
+        member = sdist.extractfile(licensed)
+        assert member is not None and member.read().decode() == license_text
+    metadata = json.loads(installed(
+        "python", "-c", "import json; from importlib.metadata import metadata; "
+        f"m = metadata({DISTRIBUTION!r}); print(json.dumps({{k: m.get_all(k) for k in "
+        "('License-File', 'Author', 'Classifier')}))").stdout)
+    assert metadata["License-File"] == ["LICENSE"]
+    assert metadata["Author"] == ["The dispatcher authors"]
+    assert "Topic :: System :: Distributed Computing" in metadata["Classifier"]
 
 
 def test_the_wheel_is_what_runs(installed: Run) -> None:
@@ -150,3 +224,42 @@ def test_pipx_installs_the_kubectl_plugin_with_what_it_needs(
     assert done.returncode == 1
     assert "kubectl appwrapper queue: " in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _readme_install_block() -> list[str]:
+    """The first shell block of README's "Install on a real cluster": the commands."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Install on a real cluster", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines()]
+
+
+def test_the_readme_install_runs_as_written_from_a_clone(wheel: Wheel,
+                                                          tmp_path: Path) -> None:
+    """README's commands, typed in a copy of the repository with a home of its own, up to
+    the first that needs a cluster; that one then says it cannot reach it."""
+    lines = _readme_install_block()
+    assert lines[:4] == [
+        "python3 -m venv ~/.venvs/dispatcher", "~/.venvs/dispatcher/bin/pip install .",
+        'export PATH="$HOME/.venvs/dispatcher/bin:$PATH"', "dispatcher --version"]
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    home.mkdir()
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, clone / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    kubeconfig = unreachable_kubeconfig(tmp_path)
+    env = {**wheel.env, "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
+    script = "set -e\n" + "\n".join(lines[:4]) + "\nkubectl-appwrapper queue -A || echo rc=$?\n"
+    done = _run("bash", "-c", script, cwd=clone, env=env)
+    assert f"dispatcher {VERSION}" in done.stdout.splitlines(), done.stdout[-3000:]
+    assert "Successfully installed" in done.stdout and "Traceback" not in done.stderr
+    assert "cannot reach the API server at https://127.0.0.1:1" in done.stderr, done.stderr
+    assert done.stdout.splitlines()[-1] == "rc=1"
+    # Only the released package is promised from the package index.
+    text = (REPO / "README.md").read_text()
+    assert "pipx install 'appwrapper-dispatcher[controller]'" not in text
+    assert "Once released: `pipx install appwrapper-dispatcher`" in text

@@ -358,3 +358,28 @@ def test_printer_columns_show_the_queue_position_and_the_estimated_start_as_a_ti
     eta = columns["ETA"]
     assert (eta["type"], eta.get("format"), eta["jsonPath"]) == (
         "string", "date-time", ".status.estimatedStart")
+
+
+def _columns(version: dict[str, Any]) -> list[dict[str, Any]]:
+    columns: list[dict[str, Any]] = version["additionalPrinterColumns"]
+    return columns
+
+
+def test_v1beta2_prints_the_dispatchers_columns_as_v1beta1_does() -> None:
+    """Served, v1beta2 is kubectl's default: `kubectl get aw -o wide` must not lose the
+    queue position, estimate, GPUs or message; AGE last; CLUSTER in -o wide only."""
+    (v1,) = crd()["spec"]["versions"]
+    v2 = v1beta2_patch()["/spec/versions/-"]
+    status_v2 = v2["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for version in (v1, v2):
+        columns = _columns(version)
+        assert columns[-1]["name"] == "AGE"
+        wide = {c["name"]: c for c in columns if c.get("priority") == 1}
+        assert {"POSITION", "ETA", "GPUS", "MESSAGE", "CLUSTER"} <= set(wide)
+    v1_wide = {c["name"]: c for c in _columns(v1) if c.get("priority") == 1}
+    v2_wide = {c["name"]: c for c in _columns(v2) if c.get("priority") == 1}
+    for name in ("POSITION", "ETA", "GPUS", "MESSAGE", "CLUSTER"):
+        assert v2_wide[name] == v1_wide[name], name
+        path = v2_wide[name]["jsonPath"]
+        if path.startswith(".status."):  # a field the API server keeps in v1beta2
+            assert path.removeprefix(".status.") in status_v2, name

@@ -316,3 +316,17 @@ def test_a_mangled_annotation_is_refused_with_what_to_do() -> None:
     aw["metadata"]["annotations"] = {V1BETA2_FIELDS_ANNOTATION: "{not json"}
     with pytest.raises(ConversionError, match="remove the annotation"):
         to_v1beta2(aw)
+
+
+def test_a_waiting_wrapper_read_as_v1beta2_shows_its_place_eta_gpus_and_message() -> None:
+    """What `kubectl get aw -o wide` prints once v1beta2 is kubectl's default version."""
+    shown = to_v1beta2(mcad_wrapper(
+        state="Pending", queuejobstate="Backoff", requestedGPUs=16, queuePosition=3,
+        estimatedStart="2026-11-01T12:00:00Z", message="needs 16 nvidia.com/gpu"))
+    status = shown["status"]
+    assert (status["requestedGPUs"], status["queuePosition"], status["estimatedStart"],
+            status["message"]) == (16, 3, "2026-11-01T12:00:00Z", "needs 16 nvidia.com/gpu")
+    parse_appwrapper_v1beta2(shown)
+    back = to_v1beta1(shown)
+    assert back["status"]["queuePosition"] == 3
+    assert back["status"]["message"] == "needs 16 nvidia.com/gpu"

@@ -51,3 +51,36 @@ def test_relative_links_lead_to_files_of_the_repository(page: Path) -> None:
 def test_no_page_mentions_files_outside_the_repository(page: Path) -> None:
     found = OUTSIDE.findall(page.read_text())
     assert not found, f"{page.relative_to(REPO)} mentions {found}"
+
+
+def _leaves(values: dict[str, object], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for key, value in values.items():
+        if isinstance(value, dict) and value and key not in ("customPolicy",):
+            out.extend(_leaves(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def test_the_chart_readme_names_every_value() -> None:
+    import yaml
+
+    chart = REPO / "charts" / "dispatcher"
+    readme = (chart / "README.md").read_text()
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    for leaf in _leaves(values):
+        head, _, last = leaf.rpartition(".")
+        # Rows name a group once: `controller.resources`, `.nodeSelector`, ...
+        assert f"`{leaf}`" in readme or (head and f"`{head}." in readme
+                                         and f"`.{last}`" in readme), leaf
+
+
+def test_readme_labels_the_namespace_as_the_docs_do_before_installing() -> None:
+    label = ("kubectl label namespace dispatcher-system "
+             "pod-security.kubernetes.io/enforce=restricted")
+    for page in (README, DOCS / "operations.md", REPO / "charts" / "dispatcher" / "README.md"):
+        text = page.read_text()
+        assert label in text, page
+        assert text.index(label) < text.index("helm install dispatcher"), page
+        assert "--create-namespace" not in text.split(label)[0].split("```")[-1], page

@@ -31,11 +31,13 @@ Mi, Gi = 2**20, 2**30
 
 def tmpl(cpu: str = "1", gpu: int = 0, **spec: Any) -> dict[str, Any]:
     requests: dict[str, Any] = {"cpu": cpu}
+    resources: dict[str, Any] = {"requests": requests}
     if gpu:
         requests["nvidia.com/gpu"] = gpu
+        resources["limits"] = {"nvidia.com/gpu": gpu}  # as Kubernetes requires
     return {
         "metadata": {"labels": {"app": "x"}},
-        "spec": {"containers": [{"name": "main", "resources": {"requests": requests}}], **spec},
+        "spec": {"containers": [{"name": "main", "resources": resources}], **spec},
     }
 
 

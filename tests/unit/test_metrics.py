@@ -223,7 +223,7 @@ def test_only_resources_some_node_advertises_become_series() -> None:
         made_up = {f"example.com/r{i}": "0" for i in range(100)}
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                "spec": {"containers": [{"name": "c", "resources": {
-                   "requests": {"cpu": "1", **made_up}}}]}}
+                   "requests": {"cpu": "1", **made_up}, "limits": made_up}}]}}
         kube.put(appwrapper("greedy", pod))
         obs = PrometheusObserver()
         d = await started(kube, clock, obs)

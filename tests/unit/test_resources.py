@@ -344,6 +344,9 @@ def container(name: str = "c", requests: dict[str, Any] | None = None,
     resources: dict[str, Any] = {}
     if requests is not None:
         resources["requests"] = requests
+        devices = {k: v for k, v in requests.items() if "/" in k}
+        if devices and limits is None:  # Kubernetes wants a device's limit, equal
+            limits = devices
     if limits is not None:
         resources["limits"] = limits
     return {"name": name, "image": "x", "resources": resources, **extra}
@@ -465,7 +468,7 @@ def test_overhead_comes_on_top_even_of_pod_level_requests() -> None:
          r"^containers\[0\] \(trainer\): resources\.requests\.memory '10 Gi' is not a Kubernetes"),
         ({"containers": [{"resources": {"limits": {"cpu": "1x"}}}]},
          r"^containers\[0\]: resources\.limits\.cpu '1x' is not"),
-        ({"containers": [container("a"), container("b", {"nvidia.com/gpu": "-1"})]},
+        ({"containers": [container("a"), container("b", {"nvidia.com/gpu": "-1"}, limits={})]},
          r"^containers\[1\] \(b\): resources\.requests\.nvidia\.com/gpu '-1' is negative"),
         ({"initContainers": [container("setup", limits={"memory": "1GB"})]},
          r"^initContainers\[0\] \(setup\): resources\.limits\.memory '1GB' is not"),

@@ -21,7 +21,7 @@ def aw(items: list[dict[str, Any]], **scheduling: Any) -> Any:
 def job(parallelism: int, name: str = "train") -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"parallelism": parallelism, "template": {"spec": {"containers": [
-                {"name": "c", "resources": {"requests": {"nvidia.com/gpu": 8}}}]}}}}
+                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
 
 
 def declared(pods: int) -> list[dict[str, Any]]:

@@ -151,7 +151,9 @@ resources, scheduling constraints, extra flags.
 {{- $_ := set $d.spec "replicas" (int $v.replicas) -}}
 {{- $_ := set $c "image" (include "dispatcher.image" $root) -}}
 {{- $_ := set $c "imagePullPolicy" $root.Values.image.pullPolicy -}}
-{{- $_ := set $c "args" (concat $c.args $v.extraArgs) -}}
+{{- $log := list -}}
+{{- if ne $root.Values.logFormat "text" -}}{{- $log = list "--log-format" $root.Values.logFormat -}}{{- end -}}
+{{- $_ := set $c "args" (concat $c.args $log $v.extraArgs) -}}
 {{- if $v.resources -}}{{- $_ := set $c "resources" $v.resources -}}{{- end -}}
 {{- range $key := list "nodeSelector" "tolerations" "affinity" "priorityClassName" -}}
 {{- if get $v $key -}}{{- $_ := set $spec $key (get $v $key) -}}{{- end -}}
