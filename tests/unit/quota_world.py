@@ -15,9 +15,9 @@ from dispatcher.admission import (
     NO_TOPOLOGY,
     Decision,
     admit,
+    charged,
     queued_from_appwrapper,
 )
-from dispatcher.admission.entry import charged
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState, Node, PlannedPod
 from dispatcher.fit import Capacity
