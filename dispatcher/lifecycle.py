@@ -234,7 +234,10 @@ def judge(
 
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
-    if up >= need:
+    # A gang with a pod that cannot be placed is not whole: it does not read Running (its
+    # other pods may be up on room that pod's set was admitted with), it says why and is
+    # requeued after the admission grace.
+    if up >= need and unplaced is None:
         return _running(pods, expected_pods, deadline)
     requeues = aw.status.numberOfRequeueings
     if running:
