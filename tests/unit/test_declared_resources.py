@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 
 from dispatcher.review import review
 
+from .fake_kube import FakeKube
+from .test_runtime import Clock, aw_status, node, run, started
+
 
 def pod(gpus: int, cpu: str = "1") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big"},
@@ -75,3 +78,18 @@ def test_a_declaration_is_refused_exactly_when_it_says_less_of_an_extended_resou
         assert (f"declares {declared_pods * declared_each} {resource} in all, but Job train "
                 f"will create {pods} pod{'s' if pods > 1 else ''} asking {pods * each} "
                 f"{resource} in all") in verdict.message
+
+
+def test_without_the_webhook_the_controller_fails_it_with_the_same_message() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        obj = wrapper(pod(4), [{"replicas": 1, "requests": {"cpu": "1"}}])
+        kube.put(obj)
+        d = await started(kube, clock)
+        await d.cycle()
+        status = aw_status(kube, "aw")
+        assert status["state"] == "Failed"
+        assert review(obj, 0.0).message in status["message"]
+        assert kube.of_kind("Pod") == []
+
+    run(scenario)
