@@ -259,7 +259,10 @@ def judge(
 
     need = min_available(aw, expected_pods, floor)
     up = pods.running + pods.succeeded
-    if up >= need:
+    # A gang with a pod that cannot be placed is not whole: it does not read Running (its
+    # other pods may be up on room that pod's set was admitted with), it says why and is
+    # requeued after the admission grace.
+    if up >= need and unplaced is None:
         return _running(pods, expected_pods, deadline)
     requeues = aw.status.numberOfRequeueings
     if running:
@@ -365,6 +368,7 @@ def judge_v1beta2(
     floor: int | None = None,
     missing: Sequence[str] = (),
     evicted: Sequence[str] = (),
+    unplaced: tuple[float, str] | None = None,
 ) -> Verdict:
     """The next step for a dispatched (or running) wrapper written as v1beta2, by
     codeflare's rules: once every object was made, one of them gone (`missing`: deleted
@@ -374,7 +378,9 @@ def judge_v1beta2(
     once), when a pod of it failed (since `failed_since`), when a running gang has fewer
     than minAvailable pods up (since `below_min_since`), when its pods are not all
     created `ft.admission_grace` after its objects were (`created_at`), or not all running
-    `ft.warmup_grace` after its dispatch; unhealthy for `ft.failure_grace`, it is reset —
+    `ft.warmup_grace` after its dispatch, or while a pod of it can be placed nowhere (since
+    when, and why: `unplaced`; it is not Running meanwhile); unhealthy for
+    `ft.failure_grace`, it is reset —
     or, reset `ft.retry_limit` times already, failed. `aw.status.numberOfRequeueings`
     counts its resets."""
     resets = aw.status.numberOfRequeueings
@@ -399,8 +405,10 @@ def judge_v1beta2(
     if pods.failed:
         unhealthy = (now if failed_since is None else failed_since, FAILED_PODS,
                      f"{counted(pods.failed, 'pod')} of it failed")
-    elif up >= need:
+    elif up >= need and unplaced is None:
         return _running(pods, expected_pods)
+    elif unplaced is not None and not running:
+        unhealthy = (unplaced[0], PODS_UNPLACEABLE, unplaced[1])
     elif running:
         unhealthy = (now if below_min_since is None else below_min_since, PODS_LOST,
                      f"the running gang has {up} of the {counted(need, 'pod')} it needs "

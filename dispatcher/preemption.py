@@ -225,6 +225,11 @@ def on_path(ledger: QuotaLedger | None, paths: Mapping[str, tuple[int, ...]],
     wrapper's path) in every tree it counts in, and whether it borrows from a node on
     them. Without quota trees every wrapper is on every path."""
     spots = ledger.spots(key) if ledger is not None else {}
+    if ledger is not None and ledger.over(key):
+        # Over a hard limit, it takes quota from every node of its path up to the root:
+        # from a waiting wrapper that shares one of them, it takes what is not its own.
+        shared = all(set(path) & set(paths[t]) for t, (_, path) in spots.items() if t in paths)
+        return shared, shared
     inside = all(at in paths[t] for t, (at, _) in spots.items() if t in paths)
     borrows = any(at != path[0] and at in paths.get(t, ()) for t, (at, path) in spots.items())
     return inside, borrows

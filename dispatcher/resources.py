@@ -259,9 +259,14 @@ def amount_number(name: str, value: int) -> str:
     return format_amount(name, value).removesuffix(" " + name)
 
 
+def is_extended(name: str) -> bool:
+    """A GPU or another extended resource: a name with a domain (``nvidia.com/gpu``)."""
+    return "/" in name
+
+
 def resource_order(name: str) -> tuple[int, str]:
     # What users queue for (GPUs and other extended resources) reads first; pods last.
-    if "/" in name:
+    if is_extended(name):
         group = 0
     elif name == CPU:
         group = 1

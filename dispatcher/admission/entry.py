@@ -4,7 +4,7 @@ admitted one."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from dispatcher.api.conversion import ConversionError, V1beta2Fields, v1beta2_fields
@@ -23,6 +23,7 @@ from dispatcher.kinds.elastic import (
 )
 from dispatcher.preemption import AdmittedWrapper
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
+from dispatcher.resources import is_extended
 
 # queuejobstate of an admitted one
 ADMITTED_STATES = frozenset({"Dispatched", "Running", "RunningHoldCompletion"})
@@ -134,9 +135,46 @@ def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[P
     elastic = (admitted_now(queued, recorded, queued.first_seen, pods) if queued.elastic
                else None)
     need = demand_at(queued.gang, elastic.sets, elastic.counts) if elastic else queued.demand
-    return AdmittedWrapper(queued.namespace, queued.name, queued.uid, priority, need,
-                           tuple(holdings), dispatched_at, queued.labels, tuple(preempted),
-                           elastic)
+    holdings = tuple(holdings)
+    return AdmittedWrapper(queued.namespace, queued.name, queued.uid, priority,
+                           charged(need, holdings), holdings, dispatched_at, queued.labels,
+                           tuple(preempted), elastic)
+
+
+def charged(demand: Mapping[str, int], holdings: Iterable[PlannedPod]) -> dict[str, int]:
+    """What a dispatched gang counts against its quota: what it was admitted with, or of a
+    GPU or another extended resource what its pods and held room really take when that is
+    more (pods of a kind whose pods the dispatcher cannot count may ask more than was
+    declared), so that quota, borrowing and reclaim go by what is really used."""
+    out = dict(demand)
+    for r, v in _extended_held(holdings).items():
+        out[r] = max(out.get(r, 0), v)
+    return out
+
+
+def extended_allowance(admitted: Iterable[tuple[int, Mapping[str, int]]],
+                       taken: Mapping[str, int],
+                       request: Mapping[str, int]) -> dict[str, int]:
+    """How much of each GPU or other extended resource one more pod of a dispatched gang
+    may ask: what the gang was admitted with (`admitted`: pods of each request) less what
+    its other pods take (`taken`: bound, or pinned to room not bound yet), never below 0.
+    Every extended resource `request` asks is listed (0: one it was not admitted with)."""
+    total: dict[str, int] = {}
+    for n, each in admitted:
+        for r, v in each.items():
+            if is_extended(r):
+                total[r] = total.get(r, 0) + n * v
+    names = {*total, *(r for r in request if is_extended(r))}
+    return {r: max(0, total.get(r, 0) - taken.get(r, 0)) for r in sorted(names)}
+
+
+def _extended_held(holdings: Iterable[PlannedPod]) -> dict[str, int]:
+    held: dict[str, int] = {}
+    for p in holdings:
+        for r, v in p.request.items():
+            if is_extended(r):
+                held[r] = held.get(r, 0) + v
+    return held
 
 
 def first_seen_of(aw: AppWrapper, default: float) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dispatcher.admission import extended_allowance
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster.state import FreeMatrix, PlannedPod
 from dispatcher.fit.constraints import node_takes
@@ -32,7 +33,7 @@ from dispatcher.resources import format_resources
 from .items import ours
 from .kube import ApiError, Kube, Resource
 from .memory import GatedPod, Memory
-from .tracked import ACTIVE, NamespacedName
+from .tracked import ACTIVE, NamespacedName, Tracked
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,25 @@ def unplaced_message(pod: str, request: Mapping[str, int],
             f"room its gang holds ({where}) nor any node's free room can give; the "
             f"AppWrapper declared {shapes or 'no pods'}: correct custompodresources (or "
             "remove it to let the dispatcher count the pods)")
+
+
+def over_declared(request: Mapping[str, int], allowance: Mapping[str, int]) -> dict[str, int]:
+    """What of a GPU or another extended resource a pod asks beyond what its gang may give
+    it (`allowance`, extended_allowance). Empty: the pod is within what was declared (it
+    may still find no one node with room enough)."""
+    return {r: request.get(r, 0) - most for r, most in allowance.items()
+            if request.get(r, 0) > most}
+
+
+def over_declared_message(pod: str, request: Mapping[str, int], short: Mapping[str, int],
+                          declared: Sequence[tuple[int, Mapping[str, int]]]) -> str:
+    """Why a gang's pod stays at its scheduling gate: it asks more than the gang declared."""
+    shapes = ", ".join(f"{n} x ({format_resources(r)})" for n, r in declared)
+    return (f"pod {pod} asks {format_resources(request)}: {format_resources(short)} more "
+            "than its gang was admitted with, less what its other pods take (the AppWrapper "
+            f"declared {shapes or 'no pods'}); it stays at its scheduling gate, as that room and "
+            "quota are someone else's: correct custompodresources or podSets to what the "
+            "pods ask, or remove them to let the dispatcher count the pods")
 
 
 def lift_gate(pod: GatedPod, node: str | None) -> dict[str, Any]:
@@ -174,17 +194,22 @@ class PodPlacer:
                        r: Mapping[str, int] = request) -> bool:
                 return node_takes(state.nodes[node], c, r)
 
+            # A pod asking more of a GPU or another extended resource than its gang was
+            # admitted (and charged to its quota) with, less what its other pods take,
+            # gets no free room: that is room and quota that are someone else's.
+            allowance = extended_allowance(t.declared(), self._taken(t.key), request)
+            within = not over_declared(request, allowance)
             node = self.held_room(t.key, key, request, pod.constraints,
-                                  unfit.get(t.key, ()), top_up=True)
-            if node is None and t.counts().active <= max(t.expected_pods, t.made_pods):
+                                  unfit.get(t.key, ()), top_up=within)
+            if (node is None and within
+                    and t.counts().active <= max(t.expected_pods, t.made_pods)):
                 # Free room only for a pod its gang's objects make as admitted: one more
                 # (a Job's parallelism raised after dispatch) was admitted by nobody.
                 node = self._free_room(t.key, key, request, admits)
             if node is None:
                 waiting += 1
                 if t.key not in unplaced:  # the first such pod of its gang is the one said
-                    unplaced[t.key] = unplaced_message(
-                        key[1], request, self.memory.state.held_on(t.key), t.declared())
+                    unplaced[t.key] = self._why_unplaced(t, key[1], request, allowance)
                 continue
             self._lifting.add(key)
             start(self._lift(key, pod, node))
@@ -204,6 +229,26 @@ class PodPlacer:
             return node_takes(state.nodes[node], constraints, request)
 
         return state.pin(owner, key, request, unfit, admits, top_up)
+
+    def _taken(self, owner: NamespacedName) -> dict[str, int]:
+        """What a gang's members take: bound, or pinned to room not bound yet (all it
+        holds but the room no waiting member is pinned to)."""
+        state = self.memory.state
+        taken: dict[str, int] = {}
+        for p in state.holdings(owner):
+            for r, v in p.request.items():
+                taken[r] = taken.get(r, 0) + v
+        for amounts in state.held_on(owner).values():
+            for r, v in amounts.items():
+                taken[r] = taken.get(r, 0) - v
+        return taken
+
+    def _why_unplaced(self, t: Tracked, pod: str, request: Mapping[str, int],
+                      allowance: Mapping[str, int]) -> str:
+        short = over_declared(request, allowance)
+        if short:
+            return over_declared_message(pod, request, short, t.declared())
+        return unplaced_message(pod, request, self.memory.state.held_on(t.key), t.declared())
 
     def _report(self, unplaced: Mapping[NamespacedName, str]) -> None:
         """Say of each dispatched gang whether a member pod of it fits neither the room it

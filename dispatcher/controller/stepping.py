@@ -115,7 +115,8 @@ class Stepping:
             verdict = judge_v1beta2(t.aw, counts, t.expected_pods, t.reading.outcome,
                                     t.dispatched_at, running, now, ft, t.timers.items_at,
                                     t.timers.failed_since, t.timers.below_min_since, _items_text(t),
-                                    t.floor, self._missing(t), self._evicted(t))
+                                    t.floor, self._missing(t), self._evicted(t),
+                                    None if running else t.room.unplaced)
         await self._apply(t, verdict, now, timing, ft)
 
     @staticmethod

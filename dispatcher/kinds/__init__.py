@@ -23,7 +23,8 @@ from dispatcher.kinds.podset import (
 from dispatcher.kinds.podspec import constraints_of, pod_set_from_template, topology_request
 from dispatcher.kinds.registry import HANDLERS as _HANDLERS
 from dispatcher.kinds.registry import KNOWN_KINDS, NO_POD_KINDS
-from dispatcher.resources import PODS, ResourceSpecError, resource_list
+from dispatcher.resources import PODS, ResourceSpecError, format_amount, is_extended, resource_list
+from dispatcher.wording import counted
 
 __all__ = [
     "APPWRAPPER_KINDS",
@@ -152,7 +153,8 @@ def item_pod_sets(
         if inferred is None:
             raise _unknown_kind(obj, index)
         return inferred
-    templates = infer_pod_sets(obj) or []
+    inferred = infer_pod_sets(obj)
+    templates = inferred or []
     rules: list[tuple[PodConstraints, TopologyRequest | None]]
     if len(templates) == len(custompodresources):
         rules = [(t.constraints, t.topology) for t in templates]
@@ -160,7 +162,41 @@ def item_pod_sets(
         rules = [(templates[0].constraints, templates[0].topology)] * len(custompodresources)
     else:
         rules = [(NO_CONSTRAINTS, None)] * len(custompodresources)
-    return [
+    declared = [
         dataclasses.replace(_custom_pod_set(i, entry, c), topology=topology)
         for i, (entry, (c, topology)) in enumerate(zip(custompodresources, rules, strict=True))
     ]
+    if inferred is not None:
+        _check_extended(obj, declared, inferred)
+    return declared
+
+
+def _extended_totals(sets: Sequence[PodSet]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for s in sets:
+        for name, amount in s.request.items():
+            if is_extended(name) and amount * s.count:
+                totals[name] = totals.get(name, 0) + amount * s.count
+    return totals
+
+
+def _check_extended(obj: Mapping[str, Any], declared: Sequence[PodSet],
+                    inferred: Sequence[PodSet]) -> None:
+    """custompodresources may not declare less of a GPU or other extended resource than the
+    object's pods will ask: the gang is admitted, charged to its quota and held room for what
+    is declared, and the rest would be taken from room and quota that are someone else's.
+    (Less cpu or memory is left as MCAD accepts it: its own test AppWrappers declare so.)"""
+    wanted, said = _extended_totals(inferred), _extended_totals(declared)
+    short = sorted(name for name, amount in wanted.items() if said.get(name, 0) < amount)
+    if not short:
+        return
+    pods = sum(s.count for s in inferred)
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    kind = f"{obj.get('kind')} {name}" if isinstance(name, str) and name else str(obj.get("kind"))
+    gaps = "; ".join(
+        f"declares {format_amount(name, said.get(name, 0))} in all, but {kind} will create "
+        f"{counted(pods, 'pod')} asking {format_amount(name, wanted[name])} "
+        "in all" for name in short)
+    raise InvalidItem(f"custompodresources: {gaps}: correct custompodresources (replicas and "
+                      "requests of every pod), or remove it to let the dispatcher count the pods")

@@ -84,8 +84,9 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
         return []
     try:
         inferred = infer_pod_sets(item.generictemplate)
+        item_pod_sets(item.generictemplate, [c.model_dump() for c in item.custompodresources])
     except InvalidItem:
-        return []
+        return []  # refused: the problem says it
     if inferred is None:
         return []  # a kind the dispatcher cannot count: the declaration is all there is
     declared = sum(c.replicas for c in item.custompodresources)

@@ -2,9 +2,10 @@
 
 A component may declare its pod sets, each ``replicas`` pods from the pod template at
 ``path`` inside the component (``template.spec.template``, ``template`` for a Pod). For
-a kind the dispatcher knows, declared sets must be the ones it infers (same templates,
-same replicas); a kind it does not know (a LeaderWorkerSet) counts only what is declared,
-and declares nothing when it makes no pods (a Service). ``podSetInfos`` add labels,
+a kind the dispatcher knows, declared sets must be the ones it infers (as many, same
+templates, same replicas: codeflare's webhook rule); a kind it does not know (a
+LeaderWorkerSet) counts only what is declared, and declares nothing when it makes no
+pods (a Service). ``podSetInfos`` add labels,
 annotations, a node selector, tolerations and scheduling gates to the pod template of
 the pod set at the same position, before its pods are counted and created.
 """
@@ -22,6 +23,7 @@ from dispatcher.kinds import group_kind, infer_pod_sets, pod_set_from_template, 
 from dispatcher.kinds.base import InvalidItem, Path, path_text
 from dispatcher.kinds.podset import PodSet
 from dispatcher.kinds.registry import HANDLERS
+from dispatcher.wording import counted
 
 _STEP = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[\d+\])*)")
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -105,6 +107,14 @@ def _check_against(obj: Mapping[str, Any], declared: Sequence[tuple[Path, int]],
                    where: str) -> None:
     """For a kind the dispatcher knows, what is declared must be what it will create."""
     counts = {t.path: t.count for t in HANDLERS[group_kind(obj)](obj) if t.path is not None}
+    if len(declared) != len(counts):
+        # codeflare's webhook refuses it too: an undeclared template's pods would run
+        # outside the room and the quota the declared ones were admitted with.
+        listed = ", ".join(path_text((_ROOT, *p)) for p in counts) or "no path"
+        raise InvalidItem(
+            f"{where}.podSets: declares {counted(len(declared), 'pod set')}, but "
+            f"{obj.get('kind')} has {counted(len(counts), 'pod template')} ({listed}): "
+            "declare one pod set for each, or remove podSets to let them be counted")
     for j, (path, count) in enumerate(declared):
         text = path_text((_ROOT, *path))
         if path not in counts:

@@ -122,10 +122,14 @@ class NodeUsage:
 class _Entry:
     consumer: QuotaConsumer
     spots: list[tuple[QuotaTree, int, tuple[int, ...], tuple[int, ...]]]  # tree, at, path, d
+    # Counted though it fits nowhere (over a hard limit: pods that ask more than their gang
+    # declared, a quota lowered under it): it uses what is not its own, as a borrower does,
+    # and reclaim may take it back.
+    over: bool = False
 
     @property
     def borrows(self) -> bool:
-        return any(at != path[0] for _, at, path, _ in self.spots)
+        return self.over or any(at != path[0] for _, at, path, _ in self.spots)
 
 
 def admission_order(c: QuotaConsumer) -> tuple[float, float, WrapperKey]:
@@ -237,6 +241,11 @@ class QuotaLedger:
     def borrows(self, key: WrapperKey) -> bool:
         entry = self._entries.get(key)
         return entry is not None and entry.borrows
+
+    def over(self, key: WrapperKey) -> bool:
+        """Counted though it fits nowhere: over a hard limit on its path."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.over
 
     def spots(self, key: WrapperKey) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Per tree: the index of the node it is placed at, and its leaf's path to the root."""
@@ -394,7 +403,7 @@ class QuotaLedger:
             else:
                 at = next((x for x in path if tree.order[x].hard), path[-1])
             spots.append((tree, at, path, _vector(tree, consumer.demand)))
-        entry = _Entry(consumer, spots)
+        entry = _Entry(consumer, spots, over=not check.fits)
         self._apply(entry, 1)
         self._entries[consumer.key] = entry
         return check

@@ -15,6 +15,7 @@ from dispatcher.admission import (
     NO_TOPOLOGY,
     Decision,
     admit,
+    charged,
     queued_from_appwrapper,
 )
 from dispatcher.api.models import parse_appwrapper
@@ -98,7 +99,8 @@ class World:
         return w
 
     def admitted(self) -> list[AdmittedWrapper]:
-        return [AdmittedWrapper(k[0], k[1], r.wrapper.uid, r.priority, r.wrapper.demand,
+        return [AdmittedWrapper(k[0], k[1], r.wrapper.uid, r.priority,
+                                charged(r.wrapper.demand, self.state.holdings(k)),
                                 tuple(self.state.holdings(k)), r.dispatched_at,
                                 r.wrapper.labels, r.preempted)
                 for k, r in self.running.items()]
@@ -181,6 +183,13 @@ class World:
             self.complete(name, namespace)
         self.queue.remove(key)
         self.holds.pop(key, None)
+
+    def swap_pods(self, name: str, request: Mapping[str, int], namespace: str = "test") -> None:
+        """The wrapper's pods turn out to ask `request` each (a kind the dispatcher cannot
+        count, declared for less): bound as they really are."""
+        for bound in self.state.bound_pods_of((namespace, name)):
+            self.state.upsert_pod(bound.key, BoundPod(namespace, bound.name, bound.node,
+                                                      dict(request), name))
 
     def is_running(self, name: str, namespace: str = "test") -> bool:
         return (namespace, name) in self.running

@@ -72,6 +72,36 @@ def test_declared_pod_sets_that_disagree_with_a_known_kind_are_refused() -> None
         "template.spec.template: correct replicas, or remove podSets to let them be counted")
 
 
+def pytorch_job() -> dict[str, Any]:
+    gpu = {"containers": [{"name": "c", "image": "busybox",
+                           "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {"spec": gpu}},
+                "Worker": {"replicas": 1, "template": {"spec": gpu}}}}}
+
+
+def test_declaring_fewer_pod_sets_than_a_known_kind_has_is_refused() -> None:
+    # The Worker left out would run outside the room and quota the Master was admitted
+    # with (codeflare's webhook refuses it too).
+    component = {"template": pytorch_job(), "podSets": [
+        {"path": "template.spec.pytorchReplicaSpecs.Master.template", "replicas": 1}]}
+    assert queued(wrapper(component)).invalid == (
+        "spec.components[0].podSets: declares 1 pod set, but PyTorchJob has 2 pod templates "
+        "(template.spec.pytorchReplicaSpecs.Master.template, "
+        "template.spec.pytorchReplicaSpecs.Worker.template): declare one pod set for each, "
+        "or remove podSets to let them be counted")
+
+
+def test_declaring_every_pod_set_of_a_known_kind_is_accepted() -> None:
+    component = {"template": pytorch_job(), "podSets": [
+        {"path": f"template.spec.pytorchReplicaSpecs.{r}.template", "replicas": 1}
+        for r in ("Master", "Worker")]}
+    q = queued(wrapper(component))
+    assert q.invalid is None
+    assert [g.pod_set.request["nvidia.com/gpu"] for g in q.gang] == [2, 2]
+
+
 @pytest.mark.parametrize(("path", "why"), [
     ("template.spec.nothing", "'template.spec.nothing' is not in the component's template"),
     ("template.spec", "'template.spec' is not a pod template"),

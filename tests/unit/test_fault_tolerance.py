@@ -19,6 +19,7 @@ from dispatcher.lifecycle import (
     MISSING_COMPONENT,
     PODS_NOT_PENDING,
     PODS_NOT_READY,
+    PODS_UNPLACEABLE,
     RETRY_LIMIT_REACHED,
     WRAPPED_OBJECT_FAILED,
     PodCounts,
@@ -208,3 +209,22 @@ def test_the_forceful_deletion_grace_is_the_annotations_capped_by_the_maximum() 
     assert forceful_deletion_grace({**v2, FT + "forcefulDeletionGracePeriodDuration": "2h"},
                                    timing) == 1800.0  # capped
     assert forceful_deletion_grace({}, timing) is None  # written as v1beta1: MCAD's rules
+
+
+def test_a_gang_with_a_pod_placed_nowhere_is_not_running_and_is_reset() -> None:
+    """Written as v1beta2: one pod up (minAvailable 1 of 2), the other placed nowhere —
+    not Running; unhealthy, then reset with PodsUnplaceable after the failure grace."""
+    ft = FaultTolerance(failure_grace=10, retry_pause=20, retry_limit=1)
+    why = "pod m-0 asks 4 nvidia.com/gpu: 2 nvidia.com/gpu more than its gang was admitted with"
+    half = PodCounts(running=1, pending=1)
+    scheduling = {"minAvailable": 1}
+    aw = AW.model_copy(update={"spec": AW.spec.model_copy(update={
+        "schedulingSpec": AW.spec.schedulingSpec.model_copy(update=scheduling)})})
+    early = judge_v1beta2(aw, half, 2, None, T0, False, T0 + 5, ft, T0,
+                          unplaced=(T0 + 1, why))
+    assert early.action == "wait" and early.reason == PODS_UNPLACEABLE
+    late = judge_v1beta2(aw, half, 2, None, T0, False, T0 + 11, ft, T0,
+                         unplaced=(T0 + 1, why))
+    assert late.action == "reset" and late.reason == PODS_UNPLACEABLE and why in late.message
+    up = judge_v1beta2(aw, half, 2, None, T0, False, T0 + 5, ft, T0)
+    assert up.action == "running"

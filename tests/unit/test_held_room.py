@@ -208,12 +208,13 @@ def two_gpu_node(name: str) -> dict[str, Any]:
             "status": {"allocatable": alloc, "capacity": alloc}}
 
 
-async def glue_pod_made(kube: FakeKube, clock: Clock, gpus_asked: int) -> Dispatcher:
+async def glue_pod_made(kube: FakeKube, clock: Clock, gpus_asked: int,
+                        gpus_declared: int = 2) -> Dispatcher:
     """Two 2-GPU nodes; `glue_like` with 2 declared GPUs dispatched, its pod made and
     one loop pass over it."""
     kube.put(two_gpu_node("v100"))
     kube.put(two_gpu_node("p100"))
-    kube.put(glue_like(gpus_declared=2, gpus_asked=gpus_asked))
+    kube.put(glue_like(gpus_declared=gpus_declared, gpus_asked=gpus_asked))
     d = await pinning(kube, clock)
     await d.cycle()
     arrive(kube, d, gated_pod(created_job(kube, "glue"), "glue-0"))
@@ -239,7 +240,9 @@ def test_a_pod_asking_its_gangs_declared_gpus_at_once_is_let_onto_their_node() -
 
 def test_a_pod_that_fits_neither_hold_nor_free_room_is_told_then_requeued() -> None:
     async def scenario(kube: FakeKube, clock: Clock) -> None:
-        d = await glue_pod_made(kube, clock, gpus_asked=4)
+        # 4 GPUs declared as 4 one-GPU pods, held 2 and 2 on two nodes; its one pod asks
+        # all 4 on one node, which no node has.
+        d = await glue_pod_made(kube, clock, gpus_asked=4, gpus_declared=4)
         await d.cycle()
         assert seen(kube, d, "glue-0")["spec"]["schedulingGates"] == [
             {"name": PLACEMENT_GATE}]
@@ -247,7 +250,7 @@ def test_a_pod_that_fits_neither_hold_nor_free_room_is_told_then_requeued() -> N
         assert types(kube, "glue")[-1] == "Dispatched"
         assert "pod glue-0 asks 4 nvidia.com/gpu" in status["message"]
         assert "2 nvidia.com/gpu" in status["message"]  # what the gang holds, and where
-        assert "declared 2 x (1 nvidia.com/gpu" in status["message"]
+        assert "declared 4 x (1 nvidia.com/gpu" in status["message"]
         await asyncio.sleep(0)
         events = [e for e in kube.of_kind("Event") if e["reason"] == PODS_UNPLACEABLE]
         assert len(events) == 1 and "glue-0" in events[0]["message"]
@@ -298,10 +301,13 @@ def test_after_a_restart_a_gang_whose_pods_do_not_match_its_declaration_holds_no
 
 
 def test_declared_pods_unlike_the_real_ones_get_a_warning_at_apply() -> None:
-    aw = glue_like(gpus_declared=1, gpus_asked=2)  # as many pods, asking other amounts
+    aw = glue_like(gpus_declared=1, gpus_asked=2)
+    # As many pods, as many GPUs, other amounts: accepted as MCAD does, with a warning.
+    aw["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+        {"replicas": 1, "requests": {GPU: 2, "cpu": "1"}}]
     found = warnings(parse_appwrapper(aw))
     assert len(found) == 1
-    assert "declares 1 x (1 nvidia.com/gpu)" in found[0]
+    assert "declares 1 x (2 nvidia.com/gpu, 1 cpu" in found[0]
     assert "will create" in found[0] and "1 x (2 nvidia.com/gpu)" in found[0]
     matching = glue_like(gpus_declared=1, gpus_asked=1)
     assert warnings(parse_appwrapper(matching)) == []
@@ -313,14 +319,27 @@ def test_declared_pods_unlike_the_real_ones_get_a_warning_at_apply() -> None:
     assert any("custompodresources" in w for w in answer["warnings"])
 
 
+def test_declaring_fewer_gpus_than_the_pods_ask_is_refused_at_apply() -> None:
+    aw = glue_like(gpus_declared=1, gpus_asked=2)
+    aw["metadata"]["namespace"] = "team-a"
+    _, verdict = admitted(reviewer()[0], aw, ALICE)
+    answer = verdict.response("u")
+    assert answer["allowed"] is False
+    assert ("declares 1 nvidia.com/gpu in all, but Job glue will create 1 pod asking "
+            "2 nvidia.com/gpu in all") in answer["status"]["message"]
+
+
 def test_pods_the_objects_make_beyond_what_was_declared_get_free_room() -> None:
     """MCAD's 0006 manifest declares one pod for a Job of parallelism 3: the two pods it
     holds no room for take free room (as kube-scheduler would under MCAD)."""
     async def scenario(kube: FakeKube, clock: Clock) -> None:
         kube.put(two_gpu_node("v100"))
-        aw = glue_like(gpus_declared=1, gpus_asked=1)
-        aw["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"].update(
-            parallelism=2, completions=2)
+        aw = glue_like(gpus_declared=1, gpus_asked=0)
+        item = aw["spec"]["resources"]["GenericItems"][0]
+        item["custompodresources"] = [{"replicas": 1, "requests": {"cpu": "1"}}]
+        item["generictemplate"]["spec"].update(parallelism=2, completions=2)
+        item["generictemplate"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "1"}}
         kube.put(aw)
         d = await pinning(kube, clock)
         await d.cycle()
@@ -328,5 +347,32 @@ def test_pods_the_objects_make_beyond_what_was_declared_get_free_room() -> None:
             arrive(kube, d, gated_pod(created_job(kube, "glue"), f"glue-{i}"))
         await d.cycle()
         assert [pinned_to(seen(kube, d, f"glue-{i}")) for i in range(2)] == [["v100"]] * 2
+
+    run(scenario)
+
+
+def test_a_pod_asking_more_gpus_than_its_gang_was_admitted_with_stays_gated() -> None:
+    """The wrapped object's pods come to ask 4 GPUs where 2 were declared and admitted (an
+    object edited after dispatch, a kind the dispatcher cannot count): with 6 GPUs free on
+    the node, the pod still gets none of them, and the AppWrapper says why."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU: "8"}
+        kube.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "big"},
+                  "status": {"allocatable": alloc, "capacity": alloc}})
+        kube.put(glue_like(gpus_declared=2, gpus_asked=2))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        pod = gated_pod(created_job(kube, "glue"), "glue-0")
+        pod["spec"]["containers"][0]["resources"] = {"limits": {GPU: 4}}
+        arrive(kube, d, pod)
+        await d.cycle()
+        await d.cycle()
+        assert seen(kube, d, "glue-0")["spec"]["schedulingGates"] == [
+            {"name": PLACEMENT_GATE}]
+        message = aw_status(kube, "glue")["message"]
+        assert message.startswith("pod glue-0 asks 4 nvidia.com/gpu")
+        assert ("2 nvidia.com/gpu more than its gang was admitted with, less what its "
+                "other pods take (the AppWrapper declared 2 x (1 nvidia.com/gpu") in message
+        assert d.state.free("big")[GPU] == 6  # 2 held for the gang, the rest left to others
 
     run(scenario)

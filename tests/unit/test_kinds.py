@@ -747,5 +747,5 @@ def test_inference_does_not_mutate_the_object() -> None:
     before = copy.deepcopy(obj)
     infer_pod_sets(obj)
     pod_template_paths(obj)
-    item_pod_sets(obj, [{"replicas": 1}])
+    item_pod_sets(obj, [{"replicas": 4, "requests": {"nvidia.com/gpu": "1"}}])
     assert obj == before

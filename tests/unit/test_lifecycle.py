@@ -10,6 +10,7 @@ from dispatcher.api import parse_appwrapper
 from dispatcher.api.models import AppWrapper, Requeuing
 from dispatcher.kinds.completion import deciding_items, item_outcome, wrapper_outcome
 from dispatcher.lifecycle import (
+    PODS_UNPLACEABLE,
     REQUEUE_LIMIT_REACHED,
     WRAPPED_OBJECT_FAILED,
     PodCounts,
@@ -179,3 +180,17 @@ def test_running_hold_completion_while_other_pods_run_then_completed() -> None:
     v = judge(aw(), PodCounts(running=1, succeeded=1), 2, "succeeded", dispatched_at=0,
               running=True, now=10)
     assert v.action == "completed"
+
+
+def test_a_gang_with_a_pod_that_cannot_be_placed_is_not_running_and_is_requeued() -> None:
+    """Its other pods run (enough for minAvailable): still not Running, since a pod of it
+    has no room; after the admission grace it is requeued, saying why."""
+    why = "pod m-0 asks 2 nvidia.com/gpu: 2 nvidia.com/gpu more than its gang was admitted with"
+    w = aw({"minAvailable": 1})
+    held = judge(w, PodCounts(pending=1, running=1), 2, "running", dispatched_at=0,
+                 running=False, now=10, unplaced=(5.0, why))
+    assert held.action == "wait"
+    late = judge(w, PodCounts(pending=1, running=1), 2, "running", dispatched_at=0,
+                 running=False, now=500, unplaced=(5.0, why))
+    assert late.action == "requeue" and late.reason == PODS_UNPLACEABLE
+    assert why in late.message

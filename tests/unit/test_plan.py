@@ -187,11 +187,11 @@ def test_duplicate_appwrapper_is_invalid_not_silently_merged(
 
 def test_plan_shows_what_mcad_would_accept_silently(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """custompodresources saying 1 pod of a Job that runs 3: dispatched as declared, and
-    the difference is in the table's message and the JSON's warnings."""
+    """custompodresources saying 1 pod (of as many GPUs) of a Job that runs 3: dispatched
+    as declared, and the difference is in the table's message and the JSON's warnings."""
     declared = aw("declared-1", 3, 1)
     declared["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
-        {"replicas": 1, "requests": {GPU: 1}}]
+        {"replicas": 1, "requests": {GPU: 3}}]
     declared["spec"]["schedulingSpec"] = {"requeuing": {"growthType": "quadratic"}}
     cluster = write(tmp_path, "c.yaml", node("n1"))
     wrappers = write(tmp_path, "a.yaml", declared, aw("plain", 1, 1))

@@ -44,13 +44,16 @@ def test_known_growth_types_say_nothing(growth: str) -> None:
 
 
 def test_custompodresources_fewer_than_the_job_runs_is_admitted_as_declared() -> None:
-    wrapper = aw([{"generictemplate": job(3), "custompodresources": declared(1)}])
+    # Fewer pods, as many GPUs: MCAD's own suites declare so (less cpu, fewer pods).
+    wrapper = aw([{"generictemplate": job(3), "custompodresources": [
+        {"replicas": 1, "requests": {"nvidia.com/gpu": 24}}]}])
     (warning,) = warnings(wrapper)
     assert warning == (
         "spec.resources.GenericItems[0].custompodresources: declares 1 pod, but Job 'train' "
         "will create 3 pods; the dispatcher reserves room for the 1 declared, as MCAD does: "
         "correct custompodresources, or remove it to let the dispatcher count the pods")
     # MCAD's semantics: the declaration is what is admitted.
+    assert queued_from_appwrapper(wrapper, 0).invalid is None
     assert sum(g.pod_set.count for g in queued_from_appwrapper(wrapper, 0).gang) == 1
 
 
@@ -89,7 +92,8 @@ def test_a_name_too_long_for_mcads_label_is_noted() -> None:
 
 
 def test_many_warnings_are_bounded() -> None:
-    items = [{"generictemplate": job(3, f"j{i}"), "custompodresources": declared(1)}
+    one_pod = [{"replicas": 1, "requests": {"nvidia.com/gpu": 24}}]  # as many GPUs, fewer pods
+    items = [{"generictemplate": job(3, f"j{i}"), "custompodresources": one_pod}
              for i in range(200)]
     found = warnings(aw(items))
     assert len("; ".join(found)) <= 2048
