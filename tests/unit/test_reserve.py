@@ -387,3 +387,25 @@ def test_a_backfill_keeps_off_the_nodes_of_every_reservation() -> None:
     assert c.decision == "wait" and c.reason == WAITS_FOR_RESERVATION
     assert c.message.startswith(f"fits now only on nodes reserved for team-a/h2, which is to "
                                 f"start at {clock_time(NOW + 600, NOW)} on node-2")
+
+
+def test_the_shipped_reserve_policy_ends_a_backfill_that_overruns_and_says_so() -> None:
+    """A wrapper that claims 5 minutes and then runs for ever must not keep the reserved
+    head waiting for ever: the shipped policy has a backfill limit, and the backfill's
+    status names it when it dispatches."""
+    assert RESERVE.backfill_limit_seconds == 4 * 3600
+    cap, running = two_nodes_one_busy()
+    big, short = wrapper("big", 16, 1), wrapper("short", 8, 3)
+    decisions, _ = cycle([big, short], running, cap, RESERVE,
+                         {big.key: 3600.0, short.key: 300.0})
+    message = decisions["short"].message
+    assert decisions["short"].decision == "dispatch" and message.startswith(BACKFILL[:50])
+    assert ("; torn down and queued again if still running 4h after dispatch (the policy's "
+            "backfillLimitSeconds)") in message
+    timing = Timing(backfill_limit=RESERVE.backfill_limit_seconds,
+                    backfill_limit_action=RESERVE.backfill_limit_action)
+    liar = dispatched_aw(message)
+    assert judge(liar, PodCounts(running=1), 1, "running", 0, True, 4 * 3600 - 1,
+                 timing).action == "running"
+    late = judge(liar, PodCounts(running=1), 1, "running", 0, True, 4 * 3600, timing)
+    assert (late.action, late.reason) == ("requeue", "DispatchDeadlineExceeded")
