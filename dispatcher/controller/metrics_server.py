@@ -114,7 +114,7 @@ class MetricsServer:
     async def metrics(self, request: web.Request) -> web.Response:
         if self.auth is not None:
             refused = await self.auth.check(request.headers.get("Authorization"),
-                                            request.path)
+                                            request.path, request.remote or "")
             if refused is not None:
                 return web.Response(status=refused[0], text=refused[1])
         return exposition(self.observer.registry, request.headers.get("Accept", ""))
