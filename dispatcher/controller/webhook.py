@@ -40,6 +40,7 @@ from .admission_review import AppWrapperReview, ReviewAnswer
 from .certs import SecretCertificates, service_hosts
 from .conversion_endpoint import MAX_REQUEST_BYTES, Conversions
 from .kube import Kube
+from .manager_labels import default_managers
 from .metrics_server import exposition
 from .pod_pinning import PodPinning
 from .request_metrics import RequestMetrics
@@ -88,6 +89,9 @@ class WebhookOptions:
     faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE
     # With `dispatcher run`: the pod webhook's configuration, its CA patched as well.
     pods_configuration: str | None = None
+    # Who may write the manager's labels (manager_labels.py); none given: the manager's
+    # service accounts of deploy/, in `namespace`.
+    manager_users: tuple[str, ...] = ()
 
 
 class TlsContext:
@@ -315,8 +319,10 @@ def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = N
         source = secret_source(SecretCertificates(kube, options.namespace, options.secret,
                                                   hosts, options.configuration,
                                                   options.pods_configuration))
+    managers = (frozenset(options.manager_users) if options.manager_users
+                else default_managers(options.namespace))
     return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds,
-                                          options.topology, options.faults), source,
+                                          options.topology, options.faults, managers), source,
                          options.host, options.port, pods, metrics, serve_metrics)
 
 
