@@ -36,8 +36,10 @@ def exposition(registry: CollectorRegistry, accept: str) -> web.Response:
 
 
 class MetricsAuth(Protocol):
-    async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
-        """None if the request may read ``path``, else (HTTP status, reason)."""
+    async def check(self, authorization: str | None, path: str, source: str = ""
+                    ) -> tuple[int, str] | None:
+        """None if the request may read ``path``, else (HTTP status, reason); `source`:
+        the client's address."""
 
     async def close(self) -> None: ...
 
