@@ -305,6 +305,7 @@ def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
         configuration=args.webhook_configuration or None,
         cert_dir=Path(args.webhook_cert_dir) if args.webhook_cert_dir else None,
         cert_hosts=tuple(args.webhook_cert_host or ()),
+        manager_users=tuple(args.manager_user or ()),
         allowed_kinds=config.allowed_kinds, topology=config.topology_levels,
         faults=config.fault_tolerance)
 
@@ -357,6 +358,12 @@ def add_webhook_arguments(p: argparse.ArgumentParser, prefix: str) -> None:
                    default="dispatcher-webhook-cert", metavar="NAME",
                    help="the Secret holding the certificates (default "
                    "dispatcher-webhook-cert)")
+    p.add_argument("--manager-user", dest="manager_user", action="append", metavar="USER",
+                   help="a user who may set, change or remove the manager's labels "
+                   "(workload.codeflare.dev/cluster, workload.codeflare.dev/manager-uid) "
+                   "on AppWrappers (repeatable). Default: the service accounts "
+                   "dispatcher-manager and dispatcher-manager-access of the dispatcher's "
+                   "namespace")
     p.add_argument(f"{prefix}configuration", dest="webhook_configuration",
                    default="dispatcher-appwrappers", metavar="NAME",
                    help="the Mutating/ValidatingWebhookConfiguration to patch the CA "

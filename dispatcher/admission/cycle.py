@@ -272,6 +272,7 @@ class Cycle:
                 return Decision(w.namespace, w.name, "wait", WAITS_FOR_RESERVATION, beside,
                                 effective_priority=prio)
             result, note = beside
+            note = self._backfill_limit(note)
         if not isinstance(result, Shortfall):
             return self._dispatch(w, prio, result, note, in_quota)
         if own_hold is not None:
@@ -280,6 +281,17 @@ class Cycle:
         else:
             self.failed[w.gang_key] = result
         return result
+
+    def _backfill_limit(self, note: str) -> str:
+        """A backfill's words name the policy's backfillLimitSeconds, if any: what ends it
+        should it overrun the time it was expected to take."""
+        limit = self.policy.backfill_limit_seconds
+        if not note or limit is None:
+            return note
+        ending = ("torn down and queued again" if self.policy.backfill_limit_action ==
+                  "requeue" else "failed")
+        return (f"{note}; {ending} if still running {span(limit)} after dispatch (the "
+                f"policy's backfillLimitSeconds)")
 
     def _kept_out(self, w: QueuedWrapper) -> str | None:
         """Why its shape already failed to fit off the nodes it would have to leave to a

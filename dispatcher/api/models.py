@@ -368,6 +368,10 @@ class AppWrapperStatus(_Model):
     queuePosition: int | None = Field(default=None, ge=1)
     queuePolicy: str | None = None
     quotaPositions: list[QuotaPosition] | None = None
+    # In a worker cluster, a manager's copy: its manager's wrapper uid, as its label said
+    # when the worker's dispatcher first took it in. Recorded where only the dispatcher
+    # writes, so that the fence against a lost manager outlives the label's removal.
+    managerUid: str | None = None
 
 
 class AppWrapper(_Model):

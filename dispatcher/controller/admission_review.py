@@ -18,6 +18,8 @@ Validating, on CREATE and UPDATE:
   tree's ``default``, a priority or a priority slope above 0 each need an RBAC grant
   (verb ``use``), checked on CREATE, and on an UPDATE that claims something new — for the
   editor and for the recorded creator, whose grants the dispatcher asks for;
+- the manager's labels (manager_labels.py): only the manager's accounts may set, change or
+  remove them, on CREATE and UPDATE (on an object being deleted too);
 - ``spec.resources.GenericItems`` may change only while the AppWrapper waits in the
   queue: its latest condition is none yet, ``Init``, ``Queueing`` or ``Backoff``
   (:data:`EDITABLE`). From ``HeadOfLine``/``Dispatched`` on, what was checked is what gets
@@ -53,6 +55,7 @@ from dispatcher.review import review
 from .access import CREATOR_ANNOTATIONS, Access, Item, UserInfo, wrapped_items
 from .grants import claims, denials, may_name_tree, needed, tree_names
 from .kube import ApiError
+from .manager_labels import default_managers, refusal
 
 log = logging.getLogger("dispatcher.webhook")
 
@@ -157,8 +160,10 @@ class AppWrapperReview:
     def __init__(self, access: Access,
                  allowed_kinds: Collection[GroupKind] = DEFAULT_ALLOWED_KINDS,
                  topology: Topology | None = None,
-                 faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE) -> None:
+                 faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE,
+                 managers: frozenset[str] = default_managers("dispatcher-system")) -> None:
         self.access = access
+        self.managers = managers  # who may write the manager's labels (manager_labels.py)
         self.allowed_kinds = allowed_kinds
         self.topology = topology
         self.faults = faults  # the installation's fault-tolerance defaults and maximum
@@ -193,6 +198,12 @@ class AppWrapperReview:
                         (obj.get("metadata") or {}).get("namespace") or "default")
         # The core reads the namespace from the object: make sure it is the request's.
         obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
+        old: Mapping[str, Any] = request.get("oldObject") or {}
+        if operation in ("CREATE", "UPDATE"):
+            labelled = refusal(obj, old if operation == "UPDATE" else None, user.username,
+                               self.managers)
+            if labelled is not None:
+                return ReviewAnswer(False, code=403, message=labelled)
         if operation == "CREATE":
             mine = user.annotations()
             forged = [k for k in CREATOR_ANNOTATIONS if _annotations(obj).get(k) != mine.get(k)]
@@ -203,7 +214,6 @@ class AppWrapperReview:
             return await self._judge(creator, obj, user, namespace, check_items=True)
         if operation != "UPDATE":
             return ALLOW
-        old: Mapping[str, Any] = request.get("oldObject") or {}
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return ALLOW
         changed = [k for k in CREATOR_ANNOTATIONS

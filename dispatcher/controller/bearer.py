@@ -11,12 +11,13 @@ visibility endpoint asks about a resource instead (``list`` ``appwrappers`` in a
 or in all of them): :meth:`TokenReviewAuth.allowed`.
 
 Anyone who can reach the port can send tokens, so what they cost the API server is
-bounded: tokens not known good are checked at most one a second on average (five at
-once); beyond that the answer is 429 without asking. The tokens known good (a scraper's)
-are checked again, once their minute is up, within a budget of their own that no
-stranger's tokens use up, and are kept apart from the refusals, so a flood of made-up
-tokens evicts none of them. Each kind of answer is kept for at most 1,000 tokens, the
-least recently used going first.
+bounded: tokens not known good are checked within the budgets of review_budget.py (per
+source address, all strangers together, and the sources known good, whose new tokens —
+a scraper's rotated token — no stranger can lock out); beyond that the answer is 429
+without asking. The tokens known good (a scraper's) are checked again, once their minute
+is up, within a budget of their own that no stranger's tokens use up, and are kept apart
+from the refusals, so a flood of made-up tokens evicts none of them. Each kind of answer
+is kept for at most 1,000 tokens, the least recently used going first.
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ from typing import Any
 from .access import SUBJECT_ACCESS_REVIEWS, UserInfo
 from .kube import ApiError, Kube, Resource
 from .pacing import TokenBucket
+from .review_budget import ReviewBudget
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False)
 CACHE_SECONDS = 60.0
 REFUSAL_SECONDS = 10.0  # short: a grant just given is seen soon
 MAX_CACHED = 1000
-# Reviews (a TokenReview and a SubjectAccessReview) a second, and at once, of tokens not
-# known good, and of known-good tokens whose answer is out of date.
-NEW_TOKENS_PER_SECOND = 1.0
-NEW_TOKENS_BURST = 5
+# Reviews (a TokenReview and a SubjectAccessReview) a second, and at once, of known-good
+# tokens whose answer is out of date (new tokens: review_budget.py).
 RENEWALS_PER_SECOND = 1.0
 RENEWALS_BURST = 5
 
@@ -83,19 +83,22 @@ class TokenReviewAuth:
         self.clock = clock
         self._granted: Answers = Answers()
         self._refused: Answers = Answers()
-        self._new_tokens = TokenBucket(NEW_TOKENS_PER_SECOND, NEW_TOKENS_BURST, clock)
+        self._new_tokens = ReviewBudget(clock)
         self._renewals = TokenBucket(RENEWALS_PER_SECOND, RENEWALS_BURST, clock)
 
-    async def check(self, authorization: str | None, path: str) -> Refusal | None:
+    async def check(self, authorization: str | None, path: str, source: str = ""
+                    ) -> Refusal | None:
         """None if the request may read ``path``, else (HTTP status, reason)."""
         return await self.allowed(authorization, f"get {path}",
-                                  {"nonResourceAttributes": {"path": path, "verb": "get"}})
+                                  {"nonResourceAttributes": {"path": path, "verb": "get"}},
+                                  source)
 
     async def allowed(self, authorization: str | None, what: str,
-                      attributes: Mapping[str, Any]) -> Refusal | None:
+                      attributes: Mapping[str, Any], source: str = "") -> Refusal | None:
         """None if the request's user may do `what` (words for the refusal, and the cache
         key), which a SubjectAccessReview asks with `attributes`; else (HTTP status,
-        reason)."""
+        reason). `source`: the client's address (whose budget a new token is checked
+        within)."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return 401, "send a bearer token (Authorization: Bearer ...) of a user allowed " \
@@ -108,8 +111,8 @@ class TokenReviewAuth:
         refused = self._refused.get(key)
         if refused is not None and refused[0] > now:
             return refused[1]
-        budget = self._renewals if granted is not None else self._new_tokens
-        if not budget.try_take():
+        if not (self._renewals.try_take() if granted is not None
+                else self._new_tokens.take(source)):
             return BUSY
         try:
             answer = await self._review(token.strip(), what, attributes)
@@ -118,6 +121,7 @@ class TokenReviewAuth:
         if answer is None:
             self._granted.put(key, now + self.ttl, None)
             self._refused.drop(key)
+            self._new_tokens.vouch(source)
         else:
             self._refused.put(key, now + self.refusal_ttl, answer)
             self._granted.drop(key)

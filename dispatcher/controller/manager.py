@@ -73,6 +73,8 @@ log = logging.getLogger("dispatcher.manager")
 READY = "dispatcher ready: manager of worker clusters"
 #: Writes about different wrappers in flight at once (the client paces them).
 PARALLEL = 16
+#: The most a WorkerCluster's status says of why its kubeconfig is refused.
+MAX_REFUSAL = 1000
 T = TypeVar("T")
 
 
@@ -106,6 +108,9 @@ class Manager:
         #: Per worker: since when it has not answered (its link made counts as a start).
         self.down_since: dict[str, float] = {}
         self._reported: dict[str, tuple[str, str]] = {}
+        self._logged: dict[str, str] = {}
+        #: Per worker: why what its WorkerCluster says now cannot be used (its status says).
+        self.refused: dict[str, str] = {}
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         self.copying = Copying(kube)
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
@@ -143,6 +148,8 @@ class Manager:
                 # runs from when it saw that one, no sooner (heartbeats.py).
                 self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
             await self._report(link)
+        for name in self.refused.keys() - self.links.keys():
+            await self._write_report(name, ("False", self.refused[name]))
         wrappers = await self.kube.list(APPWRAPPERS)
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
@@ -182,7 +189,12 @@ class Manager:
             except (WorkerConfigError, ApiError) as e:
                 if name not in self.links:
                     self._once(name, f"worker cluster {name} cannot be used: {e}")
+                if isinstance(e, WorkerConfigError):
+                    # A link made from what it said before goes on: its copies stay
+                    # reachable; the status says what to fix.
+                    self.refused[name] = str(e)[:MAX_REFUSAL]
                 continue
+            self.refused.pop(name, None)
             link = self.links.get(name)
             labels = dict(worker["metadata"].get("labels") or {})
             if link is not None and link.secret_digest == digest(kubeconfig):
@@ -196,21 +208,27 @@ class Manager:
                      self.links[name].kube.server)
 
     def _once(self, key: str, message: str) -> None:
-        if self._reported.get(key, ("", ""))[1] != message:
-            self._reported[key] = ("log", message)
+        if self._logged.get(key) != message:
+            self._logged[key] = message
             log.warning("%s", message)
 
     async def _report(self, link: WorkerLink) -> None:
         """The WorkerCluster's status: reachable or not, and why; written when it changes."""
-        status = ("True" if link.reachable else "False", link.problem[:300])
-        if self._reported.get(link.name) == status:
+        message = link.problem[:300]
+        if link.name in self.refused:
+            message = (f"{self.refused[link.name]} (the kubeconfig it had before is "
+                       f"used meanwhile)")
+        await self._write_report(link.name, ("True" if link.reachable else "False", message))
+
+    async def _write_report(self, name: str, status: tuple[str, str]) -> None:
+        if self._reported.get(name) == status:
             return
         with contextlib.suppress(ApiError):
             await self.kube.request(
-                "PATCH", WORKER_CLUSTERS.path(name=link.name, subresource="status"),
+                "PATCH", WORKER_CLUSTERS.path(name=name, subresource="status"),
                 {"status": {"reachable": status[0], "message": status[1]}},
                 content_type="application/merge-patch+json")
-            self._reported[link.name] = status
+            self._reported[name] = status
 
     # ------------------------------------------------------------------ sent wrappers
     async def _requeue(self, obj: dict[str, Any], why: str) -> bool:

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from dispatcher.api.labels import MANAGER_UID_LABEL
 from dispatcher.fleet.fence import LEASE_NAME, LEASE_NAMESPACE, Heard, grace_of, hear, stale
 
 from .kube import ApiError, Kube
@@ -64,8 +63,7 @@ class ManagerFence:
             await asyncio.sleep(self.every)
 
     def copies(self) -> list[Tracked]:
-        return [t for t in self.memory.tracked.values()
-                if t.aw is not None and MANAGER_UID_LABEL in t.aw.metadata.labels]
+        return [t for t in self.memory.tracked.values() if t.aw is not None and t.manager_copy]
 
     async def look(self) -> None:
         """Read the heartbeat (while copies are held) and hold or release the copies."""

@@ -36,8 +36,10 @@ def exposition(registry: CollectorRegistry, accept: str) -> web.Response:
 
 
 class MetricsAuth(Protocol):
-    async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
-        """None if the request may read ``path``, else (HTTP status, reason)."""
+    async def check(self, authorization: str | None, path: str, source: str = ""
+                    ) -> tuple[int, str] | None:
+        """None if the request may read ``path``, else (HTTP status, reason); `source`:
+        the client's address."""
 
     async def close(self) -> None: ...
 
@@ -114,7 +116,7 @@ class MetricsServer:
     async def metrics(self, request: web.Request) -> web.Response:
         if self.auth is not None:
             refused = await self.auth.check(request.headers.get("Authorization"),
-                                            request.path)
+                                            request.path, request.remote or "")
             if refused is not None:
                 return web.Response(status=refused[0], text=refused[1])
         return exposition(self.observer.registry, request.headers.get("Accept", ""))

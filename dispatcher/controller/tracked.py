@@ -185,6 +185,10 @@ class Tracked:
     # Who holds it queued, who cancelled it (annotations its users set; None: nobody).
     held_by: str | None = None
     cancelled_by: str | None = None
+    # A manager's copy: labelled so when this object (this uid) was first or since seen. It
+    # stays one if the label goes: the fence against a lost manager must not end with a
+    # label a tenant can remove (dispatcher.fleet.fence).
+    manager_copy: bool = False
     # The API object as last seen, when its spec changed after dispatch: `aw` stays what
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None

@@ -79,7 +79,8 @@ class VisibilityApi:
         refused = await self.auth.allowed(
             request.headers.get("Authorization"), f"list appwrappers {where}",
             {"resourceAttributes": {"group": API_GROUP, "resource": "appwrappers",
-                                    "verb": "list", "namespace": namespace or ""}})
+                                    "verb": "list", "namespace": namespace or ""}},
+            request.remote or "")
         if refused is not None:
             return web.Response(status=refused[0], text=refused[1])
         try:

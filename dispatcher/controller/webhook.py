@@ -31,7 +31,6 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatcher.api.conversion import conversion_response
 from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, FaultTolerance
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
@@ -39,7 +38,9 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from .access import Access
 from .admission_review import AppWrapperReview, ReviewAnswer
 from .certs import SecretCertificates, service_hosts
+from .conversion_endpoint import MAX_REQUEST_BYTES, Conversions
 from .kube import Kube
+from .manager_labels import default_managers
 from .metrics_server import exposition
 from .pod_pinning import PodPinning
 from .request_metrics import RequestMetrics
@@ -54,9 +55,6 @@ CONVERT_PATH = "/convert-appwrappers"
 PIN_PODS_PATH = "/pin-pods"  # served by `dispatcher run` only (pod_pinning.py)
 PODS_CONFIGURATION = "dispatcher-pods"
 RECHECK_SECONDS = 60.0
-# An AdmissionReview carries the object and, on UPDATE, the old one: etcd takes objects
-# up to 1.5 MB, so a little more than twice that.
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "dispatcher-system"
 # How an AdmissionReview was answered (metrics.WEBHOOK_RESULTS).
@@ -91,6 +89,9 @@ class WebhookOptions:
     faults: FaultTolerance = DEFAULT_FAULT_TOLERANCE
     # With `dispatcher run`: the pod webhook's configuration, its CA patched as well.
     pods_configuration: str | None = None
+    # Who may write the manager's labels (manager_labels.py); none given: the manager's
+    # service accounts of deploy/, in `namespace`.
+    manager_users: tuple[str, ...] = ()
 
 
 class TlsContext:
@@ -160,6 +161,7 @@ class WebhookServer:
         self.metrics = metrics
         self.serve_metrics = serve_metrics and metrics is not None
         self.tls = TlsContext()
+        self.conversions = Conversions()
         self._runner: web.AppRunner | None = None
         self._refresher: asyncio.Task[None] | None = None
 
@@ -249,19 +251,9 @@ class WebhookServer:
 
     async def _convert(self, request: web.Request) -> tuple[web.Response, str]:
         """A ConversionReview: pure work on what was posted, no lookup."""
-        try:
-            body = await request.json()
-            review = body["request"]
-            if not isinstance(review, dict):
-                raise TypeError("request is not a mapping")
-        except (ValueError, KeyError, TypeError):
-            return web.Response(status=400, text="expected a ConversionReview with a request "
-                                "(apiextensions.k8s.io/v1)\n"), BAD_REQUEST
-        response = conversion_response(review)
-        result = ALLOWED if response["result"]["status"] == "Success" else DENIED
-        return web.json_response({"apiVersion": body.get("apiVersion") or
-                                  "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-                                  "response": response}), result
+        response, converted = await self.conversions.answer(request)
+        result = BAD_REQUEST if converted is None else ALLOWED if converted else DENIED
+        return response, result
 
     async def _pin_pod(self, request: web.Request) -> tuple[web.Response, str]:
         """Always allowed: at worst the pod keeps its gate and the loop lets it go."""
@@ -327,8 +319,10 @@ def make_server(kube: Kube, options: WebhookOptions, pods: PodPinning | None = N
         source = secret_source(SecretCertificates(kube, options.namespace, options.secret,
                                                   hosts, options.configuration,
                                                   options.pods_configuration))
+    managers = (frozenset(options.manager_users) if options.manager_users
+                else default_managers(options.namespace))
     return WebhookServer(AppWrapperReview(Access(kube), options.allowed_kinds,
-                                          options.topology, options.faults), source,
+                                          options.topology, options.faults, managers), source,
                          options.host, options.port, pods, metrics, serve_metrics)
 
 

@@ -29,6 +29,7 @@ from .grants import QUOTA_SUBTREES
 from .kube import ApiError, Kube, Resource, RetryPolicy
 from .operator import NODES, PODS
 from .status import APPWRAPPERS, EVENTS
+from .worker_kubeconfig import INSTEAD, outside_references
 
 log = logging.getLogger("dispatcher.manager")
 
@@ -144,7 +145,13 @@ def kubeconfig_of(worker: Mapping[str, Any], secret: Mapping[str, Any]) -> bytes
         raise WorkerConfigError(
             f"WorkerCluster {worker['metadata']['name']}: Secret {namespace}/{name} has no "
             f"key {key!r}; put the worker's kubeconfig there")
-    return base64.b64decode(data)
+    kubeconfig = base64.b64decode(data)
+    refused = outside_references(kubeconfig)
+    if refused:
+        raise WorkerConfigError(
+            f"WorkerCluster {worker['metadata']['name']}: the kubeconfig in Secret "
+            f"{namespace}/{name} uses {', '.join(refused)}; {INSTEAD}")
+    return kubeconfig
 
 
 def digest(kubeconfig: bytes) -> str:

@@ -18,9 +18,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from dispatcher.api.conditions import ConditionType, Reason, latest
+from dispatcher.api.labels import MANAGER_UID_LABEL
 from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
-from dispatcher.fleet.fence import MANAGER_LOST, fenced
+from dispatcher.fleet.fence import MANAGER_LOST, fenced, is_copy
 from dispatcher.kinds.scope import GroupKind
 from dispatcher.lifecycle import (
     RESETTING,
@@ -227,7 +228,8 @@ class WrapperIntake:
         t = Tracked(key=key, uid=str(meta.get("uid", "")),
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, writes=StatusWrites(written), first_seen=now)
-        t.held_by, t.cancelled_by = self._asked_of(obj, status)
+        self._copy_of(t, meta.get("labels") or {}, keep)
+        t.held_by, t.cancelled_by = self._asked_of(obj, status, t.manager_copy)
         # Whom it preempted to be admitted, as recorded with its dispatch (runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
@@ -320,7 +322,8 @@ class WrapperIntake:
 
     def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
         """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
-        held_by, cancelled_by = self._asked_of(obj, t.status)
+        t.manager_copy |= is_copy((obj.get("metadata") or {}).get("labels") or {})
+        held_by, cancelled_by = self._asked_of(obj, t.status, t.manager_copy)
         if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
             return False
         t.held_by, t.cancelled_by = held_by, cancelled_by
@@ -331,13 +334,22 @@ class WrapperIntake:
         # for a requeue, if any.
         return True
 
-    def _asked_of(self, obj: Mapping[str, Any], status: AppWrapperStatus
+    def _copy_of(self, t: Tracked, labels: Mapping[str, str], keep: Tracked | None) -> None:
+        """Whether `t` is a manager's copy: labelled so now, or when it was first taken
+        in, as its status records (written with its next status)."""
+        status = t.status
+        t.manager_copy = ((keep is not None and keep.manager_copy) or is_copy(labels)
+                          or bool(status.managerUid))
+        if is_copy(labels) and not status.managerUid:
+            status.managerUid = str(labels[MANAGER_UID_LABEL])
+            self.memory.unwritten.add(t.key)
+
+    def _asked_of(self, obj: Mapping[str, Any], status: AppWrapperStatus, copy: bool
                   ) -> tuple[str | None, str | None]:
-        """Who holds and who cancelled it; a manager's copy whose manager is lost, or that
-        was stopped for that, is held by ManagerLost (dispatcher.fleet.fence)."""
+        """Who holds and who cancelled it; a manager's copy (`copy`) whose manager is lost,
+        or one that was stopped for that, is held by ManagerLost (dispatcher.fleet.fence)."""
         held_by, cancelled_by = asked(obj)
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        if fenced(labels, (c.reason for c in status.conditions), self.memory.manager_stale):
+        if fenced(copy, (c.reason for c in status.conditions), self.memory.manager_stale):
             held_by = MANAGER_LOST
         return held_by, cancelled_by
 
@@ -347,7 +359,7 @@ class WrapperIntake:
         if t.aw is None or t.phase == "done":
             return False
         meta = t.aw.metadata
-        lost = fenced(meta.labels, (c.reason for c in t.status.conditions),
+        lost = fenced(t.manager_copy, (c.reason for c in t.status.conditions),
                       self.memory.manager_stale)
         if lost == (t.held_by == MANAGER_LOST):
             return False  # a user's hold or cancel stays as their last event set it

@@ -31,6 +31,8 @@ from .fence import stopped
 
 #: The worker's own count of requeues of its copy: not mirrored (the manager keeps its own).
 REQUEUES = "numberOfRequeueings"
+#: The worker's record that it holds a copy: not mirrored (the manager's wrapper is none).
+COPY_OF = "managerUid"
 #: At most this many Events of one copy are mirrored in one pass (the newest).
 EVENTS_PER_PASS = 10
 
@@ -99,7 +101,7 @@ def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | 
                 "(spec.schedulingSpec.requeuing.maxNumRequeuings)")}
             return GiveUp(final) if _differs(mine, final) else None
         return TakeBack(requeued(mine, f"requeued: {why}"))
-    mirrored = {k: v for k, v in theirs.items() if k != REQUEUES}
+    mirrored = {k: v for k, v in theirs.items() if k not in (REQUEUES, COPY_OF)}
     return Mirror(mirrored) if _differs(mine, mirrored) else None
 
 

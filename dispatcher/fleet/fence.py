@@ -84,12 +84,18 @@ def stale(heard: Heard | None, now: float) -> bool:
     return now - heard.at > heard.grace
 
 
-def fenced(labels: Mapping[str, str], reasons: Iterable[str | None], manager_stale: bool
-           ) -> bool:
-    """A copy that must not run here: a manager's copy whose manager is lost, or one
-    stopped for that already (`reasons`: those of its conditions); it waits for its
-    manager to take it back."""
-    return MANAGER_UID_LABEL in labels and (manager_stale or MANAGER_LOST in reasons)
+def is_copy(labels: Mapping[str, str]) -> bool:
+    """Labelled as a manager's copy."""
+    return MANAGER_UID_LABEL in labels
+
+
+def fenced(copy: bool, reasons: Iterable[str | None], manager_stale: bool) -> bool:
+    """A wrapper that must not run here: a manager's copy (`copy`: labelled so, now or
+    when first seen) whose manager is lost, or one stopped for that already (`reasons`:
+    those of its conditions); it waits for its manager to take it back. Once stopped it
+    stays so whatever its labels say now: its labels are its users' to edit, its status is
+    the dispatcher's alone."""
+    return MANAGER_LOST in reasons or (copy and manager_stale)
 
 
 def stopped(status: Mapping[str, Any]) -> bool:

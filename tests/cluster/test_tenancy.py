@@ -495,3 +495,51 @@ def test_the_dispatcher_charges_a_quota_node_and_gives_a_priority_only_as_grante
     assert tenants.admin.items("pods", "-l", f"{LABEL}=mine") == []
     assert "PreemptCandidate" not in [
         c["type"] for c in tenants.admin.json("appwrapper", "admins")["status"]["conditions"]]
+
+
+# --- the manager's labels -------------------------------------------------------------
+
+CLUSTER_LABEL = "workload.codeflare.dev/cluster"
+MANAGER_UID_LABEL = "workload.codeflare.dev/manager-uid"
+
+
+def manager_account(webhook: Installed, tenants: Tenants, kubectl: Kubectl) -> str:
+    """The manager's service account of the webhook's namespace (its name), allowed to edit
+    AppWrappers in the tenants' namespace; the admin acts as it."""
+    namespace = LOCAL_WEBHOOK_NAMESPACE if webhook.mode == "local" else "dispatcher-system"
+    account = f"system:serviceaccount:{namespace}:dispatcher-manager"
+    meta = {"name": "manager-edits", "namespace": tenants.namespace}
+    kubectl.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
+                    "verbs": ["get", "list", "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "manager-edits"},
+         "subjects": [{"kind": "ServiceAccount", "name": "dispatcher-manager",
+                       "namespace": namespace}]}])
+    wait_for(lambda: tenants.admin.run("auth", "can-i", "patch", APPWRAPPERS, "--as", account
+                                       ).stdout.strip() == "yes", 30, "the manager's grant")
+    return account
+
+
+def test_a_tenant_cannot_set_or_remove_the_managers_labels(
+        tenants: Tenants, webhook: Installed, kubectl: Kubectl) -> None:
+    alice = tenants.alice
+    sent = appwrapper("sent", job("sent"))
+    sent["metadata"]["labels"] = {CLUSTER_LABEL: "w1"}
+    stderr = refused(alice, sent)
+    assert f"metadata.labels[{CLUSTER_LABEL}]: set only by the dispatcher's manager" in stderr
+    assert "not by alice" in stderr
+    alice.apply(appwrapper("mine", job("mine")))
+    for change in (f"{CLUSTER_LABEL}=w1", f"{MANAGER_UID_LABEL}=u1"):
+        proc = alice.run("label", "appwrapper", "mine", change, check=False)
+        assert proc.returncode != 0, change
+        assert "set only by the dispatcher's manager" in proc.stderr
+    # The manager's own account may; then the tenant cannot take the label away.
+    account = manager_account(webhook, tenants, kubectl)
+    tenants.admin("label", "appwrapper", "mine", f"{MANAGER_UID_LABEL}=u1", "--as", account)
+    proc = alice.run("label", "appwrapper", "mine", f"{MANAGER_UID_LABEL}-", check=False)
+    assert proc.returncode != 0 and "it cannot be removed" in proc.stderr
+    labels = alice.json("appwrapper", "mine")["metadata"]["labels"]
+    assert labels[MANAGER_UID_LABEL] == "u1"

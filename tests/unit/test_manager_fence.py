@@ -32,6 +32,7 @@ from dispatcher.fleet.fence import (
     fence_grace,
     fenced,
     hear,
+    is_copy,
     stale,
 )
 
@@ -75,8 +76,9 @@ def test_a_worker_that_never_saw_a_heartbeat_never_fences(seq: list[tuple[float,
 def test_only_a_managers_copy_is_fenced(labelled: bool, reasons: list[str | None],
                                         manager_stale: bool) -> None:
     labels = {MANAGER_UID_LABEL: "u1"} if labelled else {"team": "a"}
-    assert fenced(labels, reasons, manager_stale) == (
-        labelled and (manager_stale or MANAGER_LOST in reasons))
+    # Once stopped for a lost manager, whatever its labels say now.
+    assert fenced(is_copy(labels), reasons, manager_stale) == (
+        MANAGER_LOST in reasons or (labelled and manager_stale))
 
 
 @given(st.floats(MIN_GRACE, 86_400.0))
@@ -241,5 +243,74 @@ def test_a_copy_with_no_heartbeat_in_its_worker_runs_as_before() -> None:
         kube.put(copy_of("copy"))
         d = await looked_at_for_long(kube, clock)
         assert jobs(kube) == {"copy"} and not d.memory.manager_stale
+
+    run(scenario)
+
+
+# --- a tenant who removes the copy's label ---------------------------------------------
+
+def unlabel(d: Dispatcher, kube: FakeKube, name: str) -> None:
+    """The copy's owner removes its manager-uid label (as `kubectl label aw NAME
+    workload.codeflare.dev/manager-uid-` would, where no webhook refuses it)."""
+    obj = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "team", name)
+    assert obj is not None
+    obj["metadata"]["labels"] = {}
+    d.on_appwrapper("MODIFIED", kube.put(obj))
+
+
+def test_a_stopped_copy_stripped_of_its_label_stays_stopped_across_a_restart() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(copy_of("copy"))
+        renew(kube)
+        d = await started(kube, clock)
+        fence = fence_of(d, kube, clock)
+        await fence.look()
+        await settle(d)
+        clock.now += 31
+        await fence.look()
+        await settle(d)
+        assert jobs(kube) == set()
+        unlabel(d, kube, "copy")
+        renew(kube)  # the manager is heard again (it has sent the gang elsewhere)
+        clock.now += 1
+        await fence.look()
+        await settle(d)
+        again = await started(kube, clock)  # and the worker's dispatcher restarts
+        await fence_of(again, kube, clock).look()
+        await settle(again)
+        assert jobs(kube) == set()
+        last = aw_status(kube, "copy")["conditions"][-1]
+        assert (last["type"], last["reason"]) == ("Queueing", MANAGER_LOST)
+
+    run(scenario)
+
+
+def test_a_running_copy_stripped_of_its_label_still_stops_when_its_manager_goes_quiet(
+) -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(copy_of("copy"))
+        renew(kube)
+        d = await started(kube, clock)
+        fence = fence_of(d, kube, clock)
+        await fence.look()
+        await settle(d)
+        assert jobs(kube) == {"copy"}
+        unlabel(d, kube, "copy")
+        d = await started(kube, clock)  # a restart: what it knew of the label is gone
+        fence = fence_of(d, kube, clock)
+        for _ in range(2):
+            clock.now += 25
+            renew(kube)
+            await fence.look()
+            await settle(d)
+        assert jobs(kube) == {"copy"}
+        assert aw_status(kube, "copy")["managerUid"] == "manager-copy"
+        clock.now += 31  # the manager is cut off: it will send the gang elsewhere
+        await fence.look()
+        await settle(d)
+        assert jobs(kube) == set()
+        assert MANAGER_LOST in [c["reason"] for c in aw_status(kube, "copy")["conditions"]]
 
     run(scenario)

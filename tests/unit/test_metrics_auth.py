@@ -7,21 +7,23 @@ import asyncio
 
 import aiohttp
 
-from dispatcher.controller.bearer import (
-    BUSY,
-    NEW_TOKENS_BURST,
-    NEW_TOKENS_PER_SECOND,
-    Answers,
-    TokenReviewAuth,
-)
+from dispatcher.controller.bearer import BUSY, Answers, TokenReviewAuth
 from dispatcher.controller.kube import ApiError
 from dispatcher.controller.metrics import PrometheusObserver
 from dispatcher.controller.metrics_server import MetricsServer
+from dispatcher.controller.review_budget import (
+    KNOWN_BURST,
+    PER_SOURCE_BURST,
+    PER_SOURCE_PER_SECOND,
+    STRANGERS_BURST,
+    STRANGERS_PER_SECOND,
+)
 
 from .fake_authz import FakeApi
 
-TOKENS = {"prom-token": {"username": "system:serviceaccount:monitoring:prometheus",
-                         "groups": ["system:serviceaccounts"]},
+PROMETHEUS = {"username": "system:serviceaccount:monitoring:prometheus",
+              "groups": ["system:serviceaccounts"]}
+TOKENS = {"prom-token": PROMETHEUS, "prom-token-rotated": PROMETHEUS,
           "alice-token": {"username": "alice", "groups": []}}
 RIGHTS = {"system:serviceaccount:monitoring:prometheus": {"/metrics"}}
 
@@ -71,24 +73,68 @@ def test_a_flood_of_made_up_tokens_costs_few_reviews_and_the_scraper_keeps_worki
     async def scenario() -> None:
         api, clock = FakeApi(RIGHTS, TOKENS), Clock()
         a = auth(api, clock)
-        assert await a.check("Bearer prom-token", "/metrics") is None
-        flood = [await a.check(f"Bearer made-up-{i}", "/metrics") for i in range(5000)]
-        assert token_reviews(api) == NEW_TOKENS_BURST  # the scraper's, then the rest
-        assert flood.count(BUSY) == 5000 - (NEW_TOKENS_BURST - 1)  # of a burst
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+        flood = [await a.check(f"Bearer made-up-{i}", "/metrics", FLOODER)
+                 for i in range(5000)]
+        assert token_reviews(api) == 1 + PER_SOURCE_BURST  # the scraper's, then the rest
+        assert flood.count(BUSY) == 5000 - PER_SOURCE_BURST  # of a burst
         assert BUSY[0] == 429
         asked = len(api.requests)
-        assert await a.check("Bearer prom-token", "/metrics") is None
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
         assert len(api.requests) == asked  # still known: not evicted by the flood
         # The flood goes on for five minutes, 20 made-up tokens every 0.1 s; the scraper
         # scrapes every 30 s, and its token is checked again each minute all along.
         for tick in range(1, 3001):
             clock.now = tick / 10
             for i in range(20):
-                await a.check(f"Bearer flood-{tick}-{i}", "/metrics")
+                await a.check(f"Bearer flood-{tick}-{i}", "/metrics", FLOODER)
             if tick % 300 == 0:
-                assert await a.check("Bearer prom-token", "/metrics") is None
-        made_up = token_reviews(api) - NEW_TOKENS_BURST - 5  # the scraper's: once a minute
-        assert made_up <= NEW_TOKENS_PER_SECOND * 300
+                assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+        made_up = token_reviews(api) - PER_SOURCE_BURST - 6  # the scraper's: once a minute
+        assert made_up <= PER_SOURCE_PER_SECOND * 300
+
+    asyncio.run(scenario())
+
+
+SCRAPER, FLOODER = "10.0.0.5", "10.6.6.6"
+
+
+def test_a_scrapers_rotated_token_is_served_through_a_flood_from_one_address() -> None:
+    """200 made-up tokens a second from one address: the scraper's new token, from
+    another address, is checked and served, and so is another newcomer's."""
+    async def scenario() -> None:
+        api, clock = FakeApi(RIGHTS, TOKENS), Clock()
+        a = auth(api, clock)
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+        for tick in range(1, 101):
+            clock.now = tick / 100
+            await a.check(f"Bearer junk-{tick}-a", "/metrics", FLOODER)
+            await a.check(f"Bearer junk-{tick}-b", "/metrics", FLOODER)
+        assert await a.check("Bearer prom-token-rotated", "/metrics", SCRAPER) is None
+        assert (await a.check("Bearer alice-token", "/metrics", "10.0.0.9")
+                )[0] == 403  # type: ignore[index]
+
+    asyncio.run(scenario())
+
+
+def test_a_flood_from_many_addresses_costs_a_bounded_number_of_reviews_and_spares_the_scraper(
+) -> None:
+    """200 made-up tokens a second, each from an address of its own, for a minute: what
+    they cost the API server is bounded, and the scraper's address, known good, still has
+    its rotated token checked."""
+    async def scenario() -> None:
+        api, clock = FakeApi(RIGHTS, TOKENS), Clock()
+        a = auth(api, clock)
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+        busy = 0
+        for tick in range(1, 6001):
+            clock.now = tick / 100
+            for i in range(2):
+                busy += await a.check(f"Bearer junk-{tick}-{i}", "/metrics",
+                                      f"10.7.{tick % 100}.{i}") == BUSY
+        assert busy > 0
+        assert token_reviews(api) - 1 <= STRANGERS_BURST + STRANGERS_PER_SECOND * 60
+        assert await a.check("Bearer prom-token-rotated", "/metrics", SCRAPER) is None
 
     asyncio.run(scenario())
 
@@ -151,10 +197,12 @@ def test_the_server_guards_metrics_but_not_health() -> None:
                     assert "dispatcher_build_info" in await r.text()
                 async with http.get(f"{base}/healthz") as r:
                     assert r.status == 503  # open, and saying it is starting
-                for i in range(NEW_TOKENS_BURST):  # two were checked above
+                # Its address is known good now: new tokens from it are checked within
+                # the budget of known sources.
+                for i in range(KNOWN_BURST + 1):
                     async with http.get(f"{base}/metrics",
                                         headers={"Authorization": f"Bearer x{i}"}) as r:
-                        assert r.status == (401 if i < NEW_TOKENS_BURST - 2 else 429)
+                        assert r.status == (401 if i < KNOWN_BURST else 429)
                 async with http.get(f"{base}/metrics",
                                     headers={"Authorization": "Bearer prom-token"}) as r:
                     assert r.status == 200  # known: no check needed

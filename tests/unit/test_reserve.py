@@ -417,3 +417,25 @@ def test_simulate_ends_or_requeues_a_backfill_at_the_policys_limit_and_reports_i
     assert f"{4 * 600 * stops:,} GPU-seconds of work lost" in table
     # Ended at the limit is not finished: under fail, c never ran to completion.
     assert out["jobs"]["finished"] == (2 if action == "fail" else 3)
+
+
+def test_the_shipped_reserve_policy_ends_a_backfill_that_overruns_and_says_so() -> None:
+    """A wrapper that claims 5 minutes and then runs for ever must not keep the reserved
+    head waiting for ever: the shipped policy has a backfill limit, and the backfill's
+    status names it when it dispatches."""
+    assert RESERVE.backfill_limit_seconds == 4 * 3600
+    cap, running = two_nodes_one_busy()
+    big, short = wrapper("big", 16, 1), wrapper("short", 8, 3)
+    decisions, _ = cycle([big, short], running, cap, RESERVE,
+                         {big.key: 3600.0, short.key: 300.0})
+    message = decisions["short"].message
+    assert decisions["short"].decision == "dispatch" and message.startswith(BACKFILL[:50])
+    assert ("; torn down and queued again if still running 4h after dispatch (the policy's "
+            "backfillLimitSeconds)") in message
+    timing = Timing(backfill_limit=RESERVE.backfill_limit_seconds,
+                    backfill_limit_action=RESERVE.backfill_limit_action)
+    liar = dispatched_aw(message)
+    assert judge(liar, PodCounts(running=1), 1, "running", 0, True, 4 * 3600 - 1,
+                 timing).action == "running"
+    late = judge(liar, PodCounts(running=1), 1, "running", 0, True, 4 * 3600, timing)
+    assert (late.action, late.reason) == ("requeue", "DispatchDeadlineExceeded")
