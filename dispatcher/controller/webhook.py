@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatcher.api.conversion import conversion_response
+from dispatcher.api.conversion_review import conversion_response
 from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, FaultTolerance
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
@@ -254,7 +254,7 @@ class WebhookServer:
             review = body["request"]
             if not isinstance(review, dict):
                 raise TypeError("request is not a mapping")
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return web.Response(status=400, text="expected a ConversionReview with a request "
                                 "(apiextensions.k8s.io/v1)\n"), BAD_REQUEST
         response = conversion_response(review)
@@ -302,7 +302,7 @@ async def _review_of(request: web.Request
         body = await request.json()
         review = body["request"]
         return body, review, str(review["uid"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return {}, None, ""
 
 
