@@ -185,6 +185,7 @@ class Tracked:
     # Who holds it queued, who cancelled it (annotations its users set; None: nobody).
     held_by: str | None = None
     cancelled_by: str | None = None
+    deleting: bool = False  # it has a deletionTimestamp: never admitted again
     # The API object as last seen, when its spec changed after dispatch: `aw` stays what
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None
