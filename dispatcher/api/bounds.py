@@ -15,6 +15,7 @@ v1beta2) are documents in their own right and are measured as what they hold.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,29 +24,36 @@ MAX_BYTES = 1536 * 1024  # etcd's request limit (1.5 MiB)
 STASH_ANNOTATIONS = ("workload.codeflare.dev/v1beta1", "workload.codeflare.dev/v1beta2")
 
 
-def depth_beyond(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether mappings and lists nest in `value` deeper than `limit` (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Any = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
+# What is not a bracket of JSON's structure: strings (with their escapes), everything else.
+_NOT_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
+_INNERMOST = re.compile(r"\{\}|\[\]")
+
+
+def text_depth_beyond(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether mappings and lists nest deeper than `limit` in the JSON document `text`,
+    read without recursion: each pass removes the innermost brackets, at C speed. Text
+    that is not JSON is not too deep (its parser says what is wrong with it)."""
+    brackets = _NOT_STRUCTURE.sub("", text)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        inner = _INNERMOST.sub("", brackets)
+        if inner == brackets:
+            return False  # unbalanced: not JSON
+        brackets = inner
+    return bool(brackets) and _INNERMOST.sub("", brackets) != brackets
 
 
 def shape_problems(obj: Any, what: str = "the AppWrapper") -> list[str]:
     """Why `obj` is too deep or too big to be read, or nothing."""
-    if depth_beyond(obj):
+    try:
+        text = json.dumps(obj, separators=(",", ":"), default=str)
+    except RecursionError:
+        text = ""
+    if not text or text_depth_beyond(text):
         return [f"{what} nests more than {MAX_DEPTH} levels deep (mappings and lists); "
                 "no Kubernetes object needs that: flatten it"]
-    size = len(json.dumps(obj, separators=(",", ":"), default=str))
+    size = len(text)
     if size > MAX_BYTES:
         return [f"{what} is {size} bytes as JSON, more than the {MAX_BYTES} one object "
                 "may have: make it smaller"]
@@ -58,14 +66,7 @@ def shape_problems(obj: Any, what: str = "the AppWrapper") -> list[str]:
 
 
 def _stash_problems(key: str, text: str) -> list[str]:
-    try:
-        held = json.loads(text)
-    except RecursionError:
+    if text_depth_beyond(text):
         return [f"metadata.annotations[{key}] nests more than {MAX_DEPTH} levels deep: "
                 "remove the annotation"]
-    except ValueError:
-        return []  # not JSON: the review says so, as for any other wrapper
-    if depth_beyond(held, MAX_DEPTH):
-        return [f"metadata.annotations[{key}] nests more than {MAX_DEPTH} levels deep: "
-                "remove the annotation"]
-    return []
+    return []  # not JSON: the review says so, as for any other wrapper
