@@ -366,3 +366,15 @@ def test_plan_on_a_file_nested_900_deep_is_a_clear_error_not_a_traceback(
     err = capsys.readouterr().err
     assert f"{deep}: not valid YAML: nested too deep to be read" in err
     assert "Traceback" not in err and "RecursionError" not in err
+
+
+def test_plan_prints_what_a_tenant_wrote_without_control_characters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "cluster.yaml", node("n1"))
+    wrapper = aw("escapes", 1, 1)
+    wrapper["spec"]["resources"]["GenericItems"][0]["generictemplate"]["kind"] = \
+        "Jo\x1b[2J\x1b[31mb\u202e"
+    main(["plan", "--cluster", cluster, write(tmp_path, "aws.yaml", wrapper)])
+    out = capsys.readouterr().out
+    assert "team/escapes" in out and "Job" in out
+    assert "\x1b" not in out and "\u202e" not in out
