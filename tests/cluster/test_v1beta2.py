@@ -406,7 +406,8 @@ def test_one_tenants_wrapper_never_breaks_v1beta2_reads_for_everyone(
         k("create", "-f", "-", input=json.dumps(mangled))
         k("create", "-f", "-", input=json.dumps(appwrapper("deep", deep)))
     wait_condition(k, "deep", "Failed")
-    assert "nests more than 100 levels deep" in as_v1(k, "deep")["status"]["message"]
+    assert "nests more than 100 levels deep" in \
+        as_v1(k, "deep")["status"]["conditions"][-1]["message"]
     k.apply(appwrapper("after", job("after", 1, 1)))
     wait_condition(k, "after", "Running")
     listed = {o["metadata"]["name"]: o for o in kubectl.items(V1BETA2, "-A")
