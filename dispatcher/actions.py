@@ -30,7 +30,7 @@ from dispatcher.visibility import (
     user_error,
     why_of,
 )
-from dispatcher.wording import span
+from dispatcher.wording import printable, span
 
 EXIT_CLUSTER = 1
 SHOWN_AHEAD = 5
@@ -189,7 +189,7 @@ def explain(obj: Mapping[str, Any], listing: Listing | None, now: float) -> str:
                                    if c.lastTransitionMicroTime else "")
                          for c in status.conditions)
     lines.append(f"  history    {history}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # tenants' words, printed
 
 
 def _ahead(listing: Listing, position: int) -> list[str]:

@@ -54,7 +54,7 @@ from dispatcher.fit.elastic import (
 )
 from dispatcher.fit.gang import GangPodSet, Placement, Placer, Shortfall, demand, place
 from dispatcher.kinds.elastic import ElasticSet
-from dispatcher.preemption import AdmittedWrapper, on_path, quota_scope
+from dispatcher.preemption import AdmittedWrapper, named_in, on_path, quota_scope
 from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import QueuedWrapper, WrapperKey
 from dispatcher.quota import QuotaLedger
@@ -101,9 +101,13 @@ class Shrink:
     scales: tuple[Scale, ...]
     placements: tuple[Placement, ...]
 
-    def message(self, placed: str) -> str:
-        names = "; ".join(f"{s.namespace}/{s.name} to {describe(s.sets, s.after)}"
-                          for s in self.scales)
+    def message(self, placed: str, reader: str) -> str:
+        """Those scaled in outside `reader`, the preemptor's namespace, are counted, not
+        named."""
+        others = [(s.namespace, s.name) for s in self.scales if s.namespace != reader]
+        names = "; ".join([f"{s.namespace}/{s.name} to {describe(s.sets, s.after)}"
+                           for s in self.scales if s.namespace == reader]
+                          + named_in(reader, others))
         return f"dispatch after scaling in {names}; then {placed}"
 
 

@@ -31,6 +31,7 @@ from dispatcher.fleet import (
     worker_ledger,
 )
 from dispatcher.plan import InputError, Loaded, cluster_from_documents, read_documents
+from dispatcher.wording import printable
 
 #: A worker cluster's name (a DNS label, as a WorkerCluster's).
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -130,7 +131,8 @@ def to_table(sent: Sequence[Sent], workers: Sequence[Worker]) -> str:
     rows = [["#", "APPWRAPPER", "CLUSTER", "MESSAGE"]]
     for i, s in enumerate(sent, start=1):
         nodes = f" (nodes {', '.join(s.nodes)})" if s.nodes else ""
-        rows.append([str(i), f"{s.namespace}/{s.name}", s.cluster or "-", s.message + nodes])
+        rows.append([printable(c) for c in (str(i), f"{s.namespace}/{s.name}", s.cluster or "-",
+                                            s.message + nodes)])
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
     lines = [f"{len(workers)} worker clusters ({', '.join(w.name for w in workers)}): "
              f"{going} sent, {len(sent) - going} wait"]

@@ -56,6 +56,7 @@ from dispatcher.resources import (
     resource_order,
 )
 from dispatcher.review import review
+from dispatcher.wording import printable
 
 LIST_KINDS = frozenset({"List", "NodeList", "PodList", "AppWrapperList"})
 
@@ -360,7 +361,9 @@ def _quota_cell(placements: Sequence[QuotaPlacement]) -> str:
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Rows left-aligned in columns; the last column is not padded."""
+    """Rows left-aligned in columns; the last column is not padded. Cells may quote what
+    a tenant wrote: made printable before they are measured."""
+    rows = [[printable(v) for v in r] for r in rows]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]
             for r in rows]
@@ -393,7 +396,7 @@ def to_table(result: PlanResult, policy: Policy, fit: Fit,
     if result.ledger is not None:
         lines.extend(_admitted_lines(result))
         lines.extend(_usage_lines(result.ledger))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _admitted_lines(result: PlanResult) -> list[str]:

@@ -245,8 +245,10 @@ class Preemption:
     def keys(self) -> tuple[WrapperKey, ...]:
         return tuple(v.key for v in self.victims)
 
-    def message(self, placed: str) -> str:
-        names = ", ".join(f"{ns}/{n}" for ns, n in self.keys)
+    def message(self, placed: str, reader: str) -> str:
+        """What the preemptor's status says; victims outside `reader`, the preemptor's
+        namespace, are counted, not named (its readers may not read theirs)."""
+        names = ", ".join(named_in(reader, self.keys))
         why = []
         if self.reclaimed:
             why.append("reclaiming the quota "
@@ -254,6 +256,17 @@ class Preemption:
         if len(self.reclaimed) < len(self.victims):
             why.append("lower priority")
         return f"dispatch after preempting {names} ({'; '.join(why)}); then {placed}"
+
+
+def named_in(reader: str, keys: Sequence[WrapperKey]) -> list[str]:
+    """`keys` as the readers of namespace `reader` may see them: those in it by name, the
+    others counted."""
+    names = [f"{ns}/{n}" for ns, n in keys if ns == reader]
+    others = sum(1 for ns, _ in keys if ns != reader)
+    if others:
+        names.append("an AppWrapper in another namespace" if others == 1
+                     else f"{others} AppWrappers in other namespaces")
+    return names
 
 
 @dataclass(eq=False)

@@ -2,11 +2,11 @@
 
 `dispatcher plan`, the controller and the admission webhook must refuse the same
 AppWrappers with the same words and warn about the same things; they all call
-`review`, which runs, in order: the API's validation (`parse_appwrapper`), the
-installation's kinds (`check_kinds`), the pod counting of every item
-(`queued_from_appwrapper`), and `warnings` (with, for a wrapper written as v1beta2, its
-fault-tolerance annotations that are ignored or cut to the installation's maximum). Pure:
-no I/O, no clock.
+`review`, which runs, in order: the bounds on depth and size (`shape_problems`), the
+API's validation (`parse_appwrapper`), the installation's kinds (`check_kinds`), the
+pod counting of every item (`queued_from_appwrapper`), and `warnings` (with, for a wrapper
+written as v1beta2, its fault-tolerance annotations that are ignored or cut to the
+installation's maximum). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
+from dispatcher.api.bounds import shape_problems
 from dispatcher.api.conversion import stored_form
 from dispatcher.api.fault_tolerance import (
     DEFAULT_FAULT_TOLERANCE,
@@ -67,6 +68,10 @@ def review(
     of the whole object, which listing many wrappers for their shapes does not need).
     `faults`: the installation's fault-tolerance defaults and maximum.
     """
+    # First: anything deeper or bigger than a bound is refused before recursive code reads it.
+    too_big = shape_problems(obj)
+    if too_big:
+        return Review(None, None, too_big)
     try:
         aw = parse_appwrapper(stored_form(obj))
     except InvalidSpec as e:

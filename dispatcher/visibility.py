@@ -34,7 +34,7 @@ from dispatcher.api.models import (
 )
 from dispatcher.kinds import InvalidItem
 from dispatcher.resources import CPU, GPU, PODS, format_amount
-from dispatcher.wording import span
+from dispatcher.wording import printable, span
 
 PENDING_STATES = frozenset({"", "Pending"})
 UNKNOWN_POLICY = "unknown"  # no waiting AppWrapper says under which policy it waits
@@ -210,6 +210,8 @@ def to_table(rows: Sequence[PendingAppWrapper], scope: str = "cluster",
             span(r.waiting_seconds),
             eta(r), *((r.cluster or "-",) if fleet else ()),
             _status_text(r), _message(r)))
+    # Messages, names and statuses are tenants' words: made printable before measured.
+    table = [tuple(printable(cell) for cell in row) for row in table]
     widths = [max(len(t[c]) for t in table) for c in range(len(header) - 1)]
     lines = [scope_line(rows, namespace)]
     if rows:

@@ -57,6 +57,7 @@ from dispatcher.queue.queue import AdmissionQueue, QueuedWrapper, WrapperKey
 from dispatcher.queue.reservation import Reservation, Reservations, clock_time, node_list
 from dispatcher.quota import QuotaForest
 from dispatcher.visibility import ClusterError, connected, list_path, user_error
+from dispatcher.wording import printable
 
 # What `fetch` lists, with the apiVersion and kind its items are given where they carry
 # none (the items of a core list do not).
@@ -263,7 +264,7 @@ def to_table(w: WhatIf) -> str:
             lines.append(f"  moves the reservation of {a.reserved_before.name} at "
                          f"{clock_time(a.reserved_before.at, w.now)}: now {to}")
     lines.extend(f"quota problem: {p}" for p in w.problems)
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 # --- the cluster ------------------------------------------------------------------------

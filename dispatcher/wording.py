@@ -1,10 +1,13 @@
 """How numbers are written in what users read: a count with its noun ("1 pod", "3 pods")
-and a duration, one way everywhere (kubectl's: "45s", "5m3s", "12m", "2h10m", "4h", "3d4h").
+and a duration, one way everywhere (kubectl's: "45s", "5m3s", "12m", "2h10m", "4h", "3d4h");
+and text a tenant wrote, made safe to print on a terminal (`printable`).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 
@@ -44,3 +47,17 @@ def span(seconds: float) -> str:
 
 def _two(big: int, big_unit: str, small: int, small_unit: str) -> str:
     return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
+
+
+# An ANSI/VT escape sequence (CSI, OSC, or a single-character one), removed whole.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
+
+
+def printable(text: str) -> str:
+    """`text` without what a terminal would act on: escape sequences are removed, other
+    control and format characters (a bidi override, a carriage return) are too, and line
+    breaks and tabs become spaces, so a message or an annotation a tenant wrote prints as
+    the words it holds, on its own line. Every printer of a tenant's text uses it."""
+    text = _ESCAPE.sub("", text)
+    return "".join(" " if c in "\t\n\r\v\f" else c for c in text
+                   if c in "\t\n\r\v\f" or unicodedata.category(c) not in ("Cc", "Cf"))

@@ -83,7 +83,7 @@ class MakingRoom:
                         old, demand=demand_at(e.gang, e.sets, s.after)), force=True)
             placed = self.ledger.add(consumer(w, prio, self.now), force=True)
         self.stats.preemptions += 1
-        message = found.message(placed_message(found.placements, "per-node"))
+        message = found.message(placed_message(found.placements, "per-node"), w.namespace)
         if placed.placements:
             message += "; " + placed.describe()
         return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, found.placements,
@@ -110,7 +110,7 @@ class MakingRoom:
             placed = self.ledger.add(consumer(w, prio, self.search.now), force=True)
         self.stats.preemptions += 1
         self.stats.victims += len(found.victims)
-        message = found.message(placed_message(placements, self.fit))
+        message = found.message(placed_message(placements, self.fit), w.namespace)
         if placed.placements:
             message += "; " + placed.describe()
         return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, placements,

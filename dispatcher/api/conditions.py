@@ -61,6 +61,7 @@ class Reason(StrEnum):
     ItemCreationFailure = "ItemCreationFailure"  # Failed
     InvalidSpec = "InvalidSpec"  # Failed
     Cancelled = "Cancelled"  # Failed: by a user (CANCELLED_BY_ANNOTATION)
+    DispatcherError = "DispatcherError"  # Failed: a step raised on this wrapper (tasks.py)
 
 
 def latest(conditions: Sequence[Condition]) -> Condition | None:

@@ -45,6 +45,8 @@ from dispatcher.api.v1beta2 import (
 
 V1BETA1_FIELDS_ANNOTATION = "workload.codeflare.dev/v1beta1"
 V1BETA2_FIELDS_ANNOTATION = "workload.codeflare.dev/v1beta2"
+# On a v1beta2 form that is not the stored wrapper (conversion_review.py): why it is not.
+UNCONVERTED_ANNOTATION = "workload.codeflare.dev/unconverted"
 
 VERSIONS = (APPWRAPPER_API_VERSION, APPWRAPPER_API_VERSION_V1BETA2)
 
@@ -135,6 +137,14 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A v1beta2 AppWrapper in v1beta1 terms."""
+    annotations = (obj.get("metadata") or {}).get("annotations") \
+        if isinstance(obj.get("metadata"), Mapping) else None
+    if isinstance(annotations, Mapping) and UNCONVERTED_ANNOTATION in annotations:
+        raise ConversionError(
+            f"annotation {UNCONVERTED_ANNOTATION}: this is not the stored AppWrapper but what "
+            f"could be shown of it as v1beta2 ({annotations[UNCONVERTED_ANNOTATION]}); edit it "
+            "as v1beta1 (kubectl edit appwrappers.v1beta1.workload.codeflare.dev NAME), or "
+            "delete it")
     source = copy.deepcopy(dict(obj))
     metadata, stashed = _take_stash(source, V1BETA1_FIELDS_ANNOTATION)
     back = stashed or {}
@@ -221,18 +231,34 @@ def v1beta2_fields(annotations: Mapping[str, str]) -> V1beta2Fields:
     if text is None:
         return V1beta2Fields()
     stash = _parse_stash(text, V1BETA2_FIELDS_ANNOTATION)
-    components = []
-    for raw in stash.get("components") or []:
-        if not isinstance(raw, Mapping):
-            raise ConversionError(f"annotation {V1BETA2_FIELDS_ANNOTATION}: components "
-                                  "must be a list of mappings")
-        components.append(ComponentFields(
-            tuple(raw.get("podSets") or ()), tuple(raw.get("podSetInfos") or ()),
-            dict(raw.get("annotations") or {})))
+    components = [ComponentFields(_mappings(raw.get("podSets"), "podSets"),
+                                  _mappings(raw.get("podSetInfos"), "podSetInfos"),
+                                  _strings(raw.get("annotations")))
+                  for raw in _mappings(stash.get("components"), "components")]
     managed_by = stash.get("managedBy")
     return V1beta2Fields(True, stash.get("suspend") is True,
                          managed_by if isinstance(managed_by, str) else None,
                          tuple(components))
+
+
+def _mappings(value: Any, what: str) -> tuple[Mapping[str, Any], ...]:
+    """A list of mappings from the annotation (absent: none); anything else is refused."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ConversionError(f"annotation {V1BETA2_FIELDS_ANNOTATION}: {what} must be a "
+                              "list of mappings")
+    return tuple(value)
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConversionError(f"annotation {V1BETA2_FIELDS_ANNOTATION}: a component's "
+                              "annotations must map strings to strings")
+    return dict(value)
 
 
 # --- statuses, each worked out from the other ---------------------------------------
@@ -459,27 +485,3 @@ def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise ConversionError(f"{where}: must be a list")
     return value
-
-
-# --- the ConversionReview the API server posts ---------------------------------------
-
-
-def conversion_response(request: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``response`` of a ConversionReview (apiextensions.k8s.io/v1) whose ``request``
-    is given: every object in ``desiredAPIVersion``, or a failure saying which object
-    could not be converted and why (the API server then fails the client's request)."""
-    uid = str(request.get("uid") or "")
-    desired = str(request.get("desiredAPIVersion") or "")
-    converted: list[dict[str, Any]] = []
-    for index, obj in enumerate(request.get("objects") or []):
-        try:
-            if not isinstance(obj, Mapping):
-                raise ConversionError("must be a mapping")
-            converted.append(convert(obj, desired))
-        except ConversionError as e:
-            meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-            name = f"{meta.get('namespace')}/{meta.get('name')}" \
-                if isinstance(meta, Mapping) else f"object {index}"
-            return {"uid": uid, "convertedObjects": [],
-                    "result": {"status": "Failure", "message": f"AppWrapper {name}: {e}"}}
-    return {"uid": uid, "convertedObjects": converted, "result": {"status": "Success"}}

@@ -29,8 +29,14 @@ Validating, on CREATE and UPDATE:
   v1beta2 keeps its components' templates and podSets from creation on, queued or not, as
   codeflare's webhook does (its podSetInfos follow the rule above).
 
-Other updates (other labels, annotations, finalizers, the garbage collector's) pass, and
-nothing is checked on an object that is being deleted, so deletion never hangs on us.
+- ``spec.managedBy`` (kept in the v1beta2 annotation) cannot change, as codeflare's;
+- the v1beta2 fields kept in the ``workload.codeflare.dev/v1beta2`` annotation are
+  reviewed as the spec they are (an unreadable one is refused);
+- an AppWrapper deeper or bigger than the bounds (api/bounds.py) is refused first.
+
+Other updates (other labels, annotations, finalizers, the garbage collector's) pass. On an
+object being deleted only what deletion needs passes — finalizers removed — so deletion
+never hangs on us and a wrapper kept alive by a finalizer cannot be edited unchecked.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.api.bounds import shape_problems
 from dispatcher.api.conditions import ConditionType
 from dispatcher.api.conversion import V1BETA2_FIELDS_ANNOTATION, ConversionError, v1beta2_fields
 from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, PREFIX, FaultTolerance
@@ -198,6 +205,9 @@ class AppWrapperReview:
                         (obj.get("metadata") or {}).get("namespace") or "default")
         # The core reads the namespace from the object: make sure it is the request's.
         obj = {**obj, "metadata": {**(obj.get("metadata") or {}), "namespace": namespace}}
+        too_big = shape_problems(obj)
+        if too_big and not (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return ReviewAnswer(False, code=422, message=capped(too_big))
         old: Mapping[str, Any] = request.get("oldObject") or {}
         if operation in ("CREATE", "UPDATE"):
             labelled = refusal(obj, old if operation == "UPDATE" else None, user.username,
@@ -215,31 +225,16 @@ class AppWrapperReview:
         if operation != "UPDATE":
             return ALLOW
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
-            return ALLOW
-        changed = [k for k in CREATOR_ANNOTATIONS
-                   if _annotations(old).get(k) != _annotations(obj).get(k)]
-        if changed:
-            return ReviewAnswer(False, code=403, message=(
-                f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
-                "and cannot be changed; keep the annotations as they are (kubectl apply and "
-                "kubectl edit do; kubectl replace with a file without them does not)"))
+            return _while_deleting(old, obj)
+        refusal = _refused_update(old, obj)
+        if refusal is not None:
+            return refusal
         items_changed = _items(old) != _items(obj) or _components(old) != _components(obj)
-        if items_changed and _v1beta2_sensitive(old) != _v1beta2_sensitive(obj):
-            return ReviewAnswer(False, code=403, message=(
-                "spec.components: the templates and podSets of an AppWrapper written as "
-                "v1beta2 cannot change; delete the AppWrapper and apply the new one"))
-        if items_changed:
-            state = latest_condition(old)
-            if state not in EDITABLE:
-                return ReviewAnswer(False, code=403, message=(
-                    f"spec.resources.GenericItems cannot change once the AppWrapper is past "
-                    f"the queue (its latest condition is {state}), nor in v1beta2 "
-                    "spec.components (templates, podSets and podSetInfos): what was "
-                    "checked is what the dispatcher creates; delete the AppWrapper and "
-                    "apply the new one"))
         spec_changed = old.get("spec") != obj.get("spec")
-        # New fault-tolerance annotations are looked at for warnings (kubectl annotate).
+        # New fault-tolerance annotations are looked at for warnings (kubectl annotate);
+        # the v1beta2 fields kept in an annotation are spec (podSets, suspend...).
         spec_changed |= _fault_annotations(old) != _fault_annotations(obj)
+        spec_changed |= _stash(old) != _stash(obj)
         if items_changed or spec_changed or _labels(old) != _labels(obj):
             return await self._judge([], obj, user, namespace, check_items=items_changed,
                                      check_spec=spec_changed, old=old)
@@ -311,3 +306,76 @@ def _recorded_creator(obj: Mapping[str, Any]) -> UserInfo | None:
         return UserInfo.from_annotations(_annotations(obj))
     except ValueError:
         return None
+
+
+def _stash(obj: Mapping[str, Any]) -> object:
+    return _annotations(obj).get(V1BETA2_FIELDS_ANNOTATION)
+
+
+def _managed_by(obj: Mapping[str, Any]) -> object:
+    """spec.managedBy; for an unreadable annotation, the annotation (whose review says
+    what is wrong with it)."""
+    try:
+        return v1beta2_fields(_annotations(obj)).managed_by
+    except ConversionError:
+        return _stash(obj)
+
+
+def _refused_update(old: Mapping[str, Any], obj: Mapping[str, Any]) -> ReviewAnswer | None:
+    """What no update may do, whoever asks: change the creator annotations, the
+    controller a wrapper names (spec.managedBy, immutable as codeflare's), the templates
+    of a wrapper written as v1beta2, or the items of a wrapper past the queue."""
+    changed = [k for k in CREATOR_ANNOTATIONS
+               if _annotations(old).get(k) != _annotations(obj).get(k)]
+    if changed:
+        return ReviewAnswer(False, code=403, message=(
+            f"metadata.annotations[{changed[0]}]: records who created this AppWrapper "
+            "and cannot be changed; keep the annotations as they are (kubectl apply and "
+            "kubectl edit do; kubectl replace with a file without them does not)"))
+    new_managed_by = _managed_by(obj)
+    if new_managed_by != _managed_by(old) and new_managed_by != _stash(obj):
+        return ReviewAnswer(False, code=403, message=(
+            "spec.managedBy cannot change once the AppWrapper exists (as codeflare's); "
+            "delete the AppWrapper and apply it with the managedBy it should have"))
+    items_changed = _items(old) != _items(obj) or _components(old) != _components(obj)
+    if items_changed and _v1beta2_sensitive(old) != _v1beta2_sensitive(obj):
+        return ReviewAnswer(False, code=403, message=(
+            "spec.components: the templates and podSets of an AppWrapper written as "
+            "v1beta2 cannot change; delete the AppWrapper and apply the new one"))
+    state = latest_condition(old)
+    if items_changed and state not in EDITABLE:
+        return ReviewAnswer(False, code=403, message=(
+            f"spec.resources.GenericItems cannot change once the AppWrapper is past "
+            f"the queue (its latest condition is {state}), nor in v1beta2 "
+            "spec.components (templates, podSets and podSetInfos): what was "
+            "checked is what the dispatcher creates; delete the AppWrapper and "
+            "apply the new one"))
+    return None
+
+
+# Set by the API server on its own; a finalizer is what deletion waits for.
+_DELETION_METADATA = frozenset({"finalizers", "managedFields", "resourceVersion",
+                                "generation", "deletionTimestamp",
+                                "deletionGracePeriodSeconds"})
+
+
+def _while_deleting(old: Mapping[str, Any], obj: Mapping[str, Any]) -> ReviewAnswer:
+    """An update of a wrapper being deleted: only what deletion needs passes (a finalizer
+    removed). Anything else would be an edit no check looks at — the creator, a priority,
+    a quota label on a wrapper kept alive by its own finalizer."""
+    def rest(o: Mapping[str, Any]) -> tuple[object, object]:
+        meta = o.get("metadata") or {}
+        return ({k: v for k, v in o.items() if k not in ("metadata", "status")},
+                {k: v for k, v in meta.items() if k not in _DELETION_METADATA})
+
+    try:
+        same = rest(old) == rest(obj)
+    except RecursionError:
+        same = False
+    kept = set((old.get("metadata") or {}).get("finalizers") or ())
+    added = [f for f in (obj.get("metadata") or {}).get("finalizers") or () if f not in kept]
+    if same and not added:
+        return ALLOW
+    return ReviewAnswer(False, code=403, message=(
+        "the AppWrapper is being deleted: only its finalizers may be removed; nothing "
+        "else of it can change"))

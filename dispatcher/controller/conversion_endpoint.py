@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from dispatcher.api.conversion import conversion_response
+from dispatcher.api.conversion_review import conversion_response
 
 #: The most an AdmissionReview may carry.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
@@ -85,7 +85,7 @@ def _convert(raw: bytes) -> tuple[bytes, bool] | None:
         review = body["request"]
         if not isinstance(review, dict):
             raise TypeError("request is not a mapping")
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
     response = conversion_response(review)
     out = {"apiVersion": body.get("apiVersion") or "apiextensions.k8s.io/v1",

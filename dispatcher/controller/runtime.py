@@ -107,7 +107,6 @@ class Dispatcher:
         self.clock = clock
         self.timing = with_backfill_limit(timing, policy)
         self.memory = Memory(policy)
-        self.tasks = Tasks(clock, self.memory.wake, self.memory.attention.touch)
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled,
@@ -122,15 +121,16 @@ class Dispatcher:
         self.pod_placer = PodPlacer(  # gated pods onto held room (placement.py)
             kube, self.memory, lambda pod: self.intake.on_pod("MODIFIED", pod), clock)
         self.scaling = Scaling(kube, self.writer, self.memory.state)  # elastic gangs (scaling.py)
-        # Quota nodes and priorities only as granted (grant_screen.py).
-        self.grants = GrantScreen(kube, require_creator, clock, self.tasks.spawn_side,
-                                  self.memory.wake.set)
+        self.transitions = Transitions(self.memory, self.writer, self.items, self.scaling,
+                                       self.intake, self.observer)
+        self.tasks = Tasks(clock, self.memory.wake, self.memory.attention.touch,
+                           self.transitions.crashed)
+        self.grants = GrantScreen(  # quota nodes and priorities only as granted
+            kube, require_creator, clock, self.tasks.spawn_side, self.memory.wake.set)
         self.estimates = Estimates(  # start estimates (estimates.py)
             self.memory, self.writer, clock, policy, self.observer, fit, topology, estimates)
         self.positions = Positions(self.writer, policy.name)  # queue positions (positions.py)
         self.held_room = HeldRoom(self.memory, fit_rules("per-node", topology)[0])
-        self.transitions = Transitions(self.memory, self.writer, self.items, self.scaling,
-                                       self.intake, self.observer)
         self.due_steps = DueSteps(self.memory, self.intake, self.scaling)  # due.py
         self.stepping = Stepping(self.memory, self.intake, self.items, self.scaling, self.writer,
                                  self.transitions, self.tasks, self.observer, self.timing,

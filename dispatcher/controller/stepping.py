@@ -40,7 +40,7 @@ from .observer import Observer
 from .scaling import Scaling
 from .status import APPWRAPPERS, Change, StatusWriter
 from .tasks import RETRY_SECONDS, Tasks
-from .tracked import Tracked, pod_bucket
+from .tracked import Key, Tracked, pod_bucket
 from .transitions import Transitions, set_counts
 
 log = logging.getLogger("dispatcher")
@@ -155,10 +155,8 @@ class Stepping:
             await self.transitions.finish_requeue(t, now)
         elif t.key in self.memory.sharing.preempting:
             preemptor, reclaim = self.memory.sharing.preempting[t.key]
-            why = "to reclaim the quota it borrows" if reclaim else "as it has a lower priority"
-            await requeue(t, Reason.Preempted, f"preempted by {preemptor[0]}/{preemptor[1]} "
-                          f"{why}: torn down and queued again", now, self.timing,
-                          counted=False)
+            await requeue(t, Reason.Preempted, preempted_message(t.key[0], preemptor, reclaim),
+                          now, self.timing, counted=False)
             self.memory.sharing.preempting.pop(t.key, None)
             self.observer.preempted("reclaim" if reclaim else "priority")
         elif t.held_by == MANAGER_LOST:  # a manager's copy cut off from it (fence.py)
@@ -353,3 +351,13 @@ def _items_text(t: Tracked) -> str:
              f"{(i.generictemplate.get('metadata') or {}).get('name', '')!r}"
              for i in t.aw.spec.resources.GenericItems]
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def preempted_message(reader: str, preemptor: Key, reclaim: bool) -> str:
+    """Why a victim was torn down, for the readers of its namespace `reader`: a preemptor
+    in another namespace is not named."""
+    why = "to reclaim the quota it borrows" if reclaim else "as it has a lower priority"
+    by = f"{preemptor[0]}/{preemptor[1]}" if preemptor[0] == reader else \
+        ("an AppWrapper in another namespace" if reclaim
+         else "a higher-priority AppWrapper in another namespace")
+    return f"preempted by {by} {why}: torn down and queued again"

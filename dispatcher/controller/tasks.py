@@ -1,7 +1,9 @@
 """The API steps under way: one per AppWrapper at a time, and side tasks (Events, pins).
 
 A step is guarded by the one rule for API failures: a transient one (429, 5xx, a
-timeout) is tried again shortly and never turned into a verdict; any other is logged.
+timeout) is tried again shortly and never turned into a verdict; any other is logged. Any
+other exception is this wrapper's alone: it is failed, saying so (`crashed`), so that the
+same step does not raise at every cycle while the queue behind it waits.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .kube import ApiError
+import aiohttp
+
+from .kube import NO_ANSWER, ApiError
 from .tracked import ACTIVE, Key, Tracked
 
 log = logging.getLogger("dispatcher")
@@ -20,12 +24,15 @@ log = logging.getLogger("dispatcher")
 RETRY_SECONDS = 2.0
 
 Work = Coroutine[Any, Any, None]
+# What fails a wrapper whose step raised: (wrapper, message) -> the failing step.
+Crashed = Callable[[Tracked, str], Work]
 
 
 class Tasks:
     def __init__(self, clock: Callable[[], float], wake: asyncio.Event,
-                 touch: Callable[[Key], None]) -> None:
+                 touch: Callable[[Key], None], crashed: Crashed | None = None) -> None:
         self.clock = clock
+        self.crashed = crashed
         self.wake = wake  # set when a step ends: what it changed may be decided on
         self.touch = touch  # ... and its wrapper looked at (attention.py)
         self.busy: dict[Key, asyncio.Task[None]] = {}
@@ -72,8 +79,26 @@ class Tasks:
             retry_soon(t, e, self.clock())
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except (OSError, aiohttp.ClientError) as e:  # the connection, not the wrapper
+            log.warning("%s/%s: step cut short (%s); tried again", *t.key, e)
+            retry_soon(t, ApiError(NO_ANSWER, "no answer", str(e)), self.clock())
+        except Exception as e:
             log.exception("%s/%s: step failed", *t.key)
+            if self.crashed is not None and t.phase != "done":
+                await self._fail(t, e)
+
+    async def _fail(self, t: Tracked, e: Exception) -> None:
+        message = (f"the dispatcher could not handle this AppWrapper ({type(e).__name__}: "
+                   f"{str(e)[:300]}): it is failed so that the queue goes on; fix what the "
+                   "message points at and apply it again, or report it with the "
+                   "dispatcher's log")
+        assert self.crashed is not None
+        try:
+            await self.crashed(t, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s/%s: could not be failed after its step failed", *t.key)
 
 
 def retry_soon(t: Tracked, e: ApiError, now: float) -> None:

@@ -189,6 +189,7 @@ class Tracked:
     # stays one if the label goes: the fence against a lost manager must not end with a
     # label a tenant can remove (dispatcher.fleet.fence).
     manager_copy: bool = False
+    deleting: bool = False  # it has a deletionTimestamp: never admitted again
     # The API object as last seen, when its spec changed after dispatch: `aw` stays what
     # was admitted (what to tear down), and a requeue queues this (intake.queue_again).
     latest: Mapping[str, Any] | None = None

@@ -71,6 +71,10 @@ class Transitions:
             await self.items.teardown(t)
             t.teardown_due = False
 
+    async def crashed(self, t: Tracked, message: str) -> None:
+        """Its step raised (tasks.py): failed, its objects torn down."""
+        await self.fail(t, Reason.DispatcherError, message, self.writer.clock())
+
     async def start_requeue(self, t: Tracked, reason: str, message: str, now: float,
                             timing: Timing, change: Change | None = None,
                             counted: bool = True) -> None:

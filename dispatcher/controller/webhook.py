@@ -294,7 +294,7 @@ async def _review_of(request: web.Request
         body = await request.json()
         review = body["request"]
         return body, review, str(review["uid"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return {}, None, ""
 
 

@@ -47,6 +47,15 @@ TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlin
                               Reason.Cancelled})
 
 
+def _taken_in(obj: Mapping[str, Any]) -> bool:
+    """Whether a dispatcher took this wrapper in: it wrote the MCAD status (its first
+    decision writes the whole chain; another controller's v1beta2 status converts to a
+    state without conditions)."""
+    status = obj.get("status")
+    return isinstance(status, Mapping) and bool(
+        status.get("conditions") or status.get("controllerfirsttimestamp"))
+
+
 class WrapperIntake:
     def __init__(self, memory: Memory, clock: Callable[[], float],
                  on_failed: Callable[[str], None], allowed_kinds: Collection[GroupKind],
@@ -85,6 +94,8 @@ class WrapperIntake:
             return
         if t is not None and t.uid == uid:
             self._observed_status(t, obj)
+            if meta.get("deletionTimestamp"):
+                self._deleting(t)
             edited = generation != t.generation
             if edited:
                 self._edited(t, obj, generation)
@@ -96,7 +107,12 @@ class WrapperIntake:
             self.memory.forget(t)  # replaced by a new object of the same name
         elsewhere = managed_elsewhere(meta.get("annotations") or {}, meta.get("labels") or {},
                                       self.leave_kueue_labelled)
-        if elsewhere is not None:
+        if elsewhere is not None and _taken_in(obj):
+            # spec.managedBy is immutable (codeflare's): a wrapper this dispatcher already
+            # runs stays its own, whatever its annotation says now.
+            log.warning("%s/%s: %s, but this dispatcher took it in before: kept", *key,
+                        elsewhere)
+        elif elsewhere is not None:
             log.debug("%s/%s: left to another controller: %s", *key, elsewhere)
             return
         self._intake(key, obj)
@@ -304,9 +320,11 @@ class WrapperIntake:
     # --- holds and cancellations (holds.py) --------------------------------------------
 
     def _enqueue(self, t: Tracked, change: Change) -> None:
-        """A queued wrapper into the queue, unless it is held or cancelled."""
+        """A queued wrapper into the queue, unless it is held, cancelled or being deleted."""
         assert t.queued is not None
-        if t.cancelled_by is not None:
+        if t.deleting or (t.aw is not None and t.aw.metadata.deletionTimestamp is not None):
+            self._deleting(t)
+        elif t.cancelled_by is not None:
             self.fail_spec(t, change, cancelled_message(t.cancelled_by, created=False),
                            Reason.Cancelled)
         elif t.held_by is not None:
@@ -319,6 +337,17 @@ class WrapperIntake:
             self.memory.unwritten.add(t.key)
         else:
             self.memory.queue.put(t.queued)
+
+    def _deleting(self, t: Tracked) -> None:
+        """Being deleted: never admitted, whatever keeps it (a finalizer) and whatever it
+        says now. Out of the queue, the room held for it freed; no status is written."""
+        t.deleting = True
+        if t.phase != "queued":
+            return  # dispatched: its objects go with it (stepping.py)
+        if t.queued is not None and self.memory.queue.get(t.key) is t.queued:
+            self.memory.queue.remove(t.key)
+        self.memory.sharing.release(t.key)
+        self.memory.elastic.discard(t.key)
 
     def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
         """A hold, release or cancellation in `obj`'s annotations: whether it is news."""

@@ -220,6 +220,8 @@ def _entries(text: str, source: str) -> Iterator[_Entry]:
             for node in nodes:
                 where = f"{source}:{node.start_mark.line + 1}"
                 yield _Entry(where, loader.construct_document(node))
+    except RecursionError:
+        raise TraceError(f"{source}: not valid YAML: {yaml_text.TooDeep()}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -543,3 +543,79 @@ def test_a_tenant_cannot_set_or_remove_the_managers_labels(
     assert proc.returncode != 0 and "it cannot be removed" in proc.stderr
     labels = alice.json("appwrapper", "mine")["metadata"]["labels"]
     assert labels[MANAGER_UID_LABEL] == "u1"
+
+
+# --- a wrapper being deleted, deep input, managedBy -------------------------------------------
+
+KEEP = "alice.example/keep"
+V1BETA2_FIELDS = "workload.codeflare.dev/v1beta2"
+
+
+def _deleting(k: Kubectl, name: str) -> bool:
+    return bool(k.json("appwrapper", name)["metadata"].get("deletionTimestamp"))
+
+
+def test_a_wrapper_kept_alive_by_its_own_finalizer_is_neither_editable_nor_dispatched(
+        tenants: Tenants, quota_tree: str, dispatcher: DispatcherProcess) -> None:
+    """Alice keeps her wrapper with her own finalizer and deletes it, then tries to become
+    system:masters, take priority 1000 and the gold team's quota: each edit is refused. The
+    dispatcher, started afterwards, never dispatches it (the wrapper behind it runs);
+    removing her finalizer still lets it go."""
+    alice, tree = tenants.alice, quota_tree
+    alice.apply(appwrapper("doomed", job("doomed")))
+    alice("patch", "appwrapper", "doomed", "--type=merge", "-p",
+          json.dumps({"metadata": {"finalizers": [KEEP]}}))
+    alice("delete", "appwrapper", "doomed", "--wait=false")
+    wait_for(lambda: _deleting(alice, "doomed"), 30, "doomed to be marked for deletion")
+    for edit in (["annotate", "--overwrite", "appwrapper", "doomed",
+                  f'{CREATOR_GROUPS}=["system:masters"]'],
+                 ["patch", "appwrapper", "doomed", "--type=merge", "-p",
+                  '{"spec": {"priority": 1000}}'],
+                 ["label", "--overwrite", "appwrapper", "doomed", f"{tree}=gold"]):
+        proc = alice.run(*edit, check=False)
+        assert proc.returncode != 0, edit
+        assert "being deleted: only its finalizers may be removed" in proc.stderr, edit
+    shown = alice.json("appwrapper", "doomed")
+    assert "system:masters" not in shown["metadata"]["annotations"][CREATOR_GROUPS]
+    assert shown["spec"].get("priority", 0) == 0 and tree not in (
+        shown["metadata"].get("labels") or {})
+    alice.apply(appwrapper("behind", job("behind")))
+    dispatcher.start("fifo")
+    wait_for(lambda: last_condition(alice, "behind") == "Running", 90, "behind to run")
+    assert tenants.admin.items("jobs", "-l", f"{LABEL}=doomed") == []
+    assert alice.run("get", "job", "doomed", check=False).returncode != 0
+    assert last_condition(alice, "doomed") not in ("Dispatched", "Running")
+    alice("patch", "appwrapper", "doomed", "--type=json", "-p",
+          json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))
+    wait_for(lambda: alice.run("get", "appwrapper", "doomed", check=False).returncode != 0,
+             30, "doomed to be gone once its finalizer is removed")
+
+
+def _nested_job(name: str, depth: int) -> dict[str, Any]:
+    item = job(name)
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    item["spec"]["template"]["spec"]["containers"][0]["x"] = value
+    return item
+
+
+def test_a_template_nested_hundreds_deep_is_refused_at_apply(tenants: Tenants) -> None:
+    obj = appwrapper("deep", _nested_job("deep", 300))
+    proc = tenants.alice.run("create", "-f", "-", input=json.dumps(obj), check=False)
+    assert proc.returncode != 0
+    assert "nests more than 100 levels deep" in proc.stderr and "flatten it" in proc.stderr
+    assert tenants.admin.items("appwrappers") == []
+
+
+def test_managed_by_cannot_be_flipped_on_a_wrapper(tenants: Tenants) -> None:
+    alice = tenants.alice
+    alice.apply(appwrapper("mine", job("mine")))
+    for text in (json.dumps({"managedBy": "kueue.x-k8s.io/multikueue"}), "{not json"):
+        proc = alice.run("annotate", "--overwrite", "appwrapper", "mine",
+                         f"{V1BETA2_FIELDS}={text}", check=False)
+        assert proc.returncode != 0, text
+        assert ("spec.managedBy cannot change" in proc.stderr
+                or f"annotation {V1BETA2_FIELDS}" in proc.stderr), proc.stderr
+    annotations = alice.json("appwrapper", "mine")["metadata"]["annotations"]
+    assert V1BETA2_FIELDS not in annotations

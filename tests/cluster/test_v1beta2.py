@@ -10,13 +10,15 @@ Service. Default profile: 4 nodes x 8 GPUs, 64 CPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from localcluster import Cluster, Kubectl, wait_for
+from localcluster import Cluster, Kubectl, users, wait_for
 
 from ..shared_files import APPWRAPPER_V1BETA2, require
 from .dispatcher_process import (
@@ -339,3 +341,79 @@ def test_codeflares_samples_run_to_their_end(v1beta2_served: DispatcherProcess,
     assert as_v2(k, "sample-gpu-job")["metadata"]["labels"] == {
         "kueue.x-k8s.io/queue-name": "default-queue"}
 
+
+
+# --- a hostile tenant and the v1beta2 reads of everyone ----------------------------------------
+
+APPWRAPPERS = "appwrappers.workload.codeflare.dev"
+V1BETA2_FIELDS = "workload.codeflare.dev/v1beta2"
+UNCONVERTED = "workload.codeflare.dev/unconverted"
+
+
+def _alice(kubectl: Kubectl, namespace: str, as_user: Callable[[str], Kubectl]) -> Kubectl:
+    users.grant(kubectl, "alice", namespace, [APPWRAPPERS, "jobs.batch"])
+    alice = as_user("alice").in_namespace(namespace)
+    wait_for(lambda: alice.run("auth", "can-i", "create", "jobs.batch").stdout.strip() == "yes",
+             30, "alice's grants to take effect")
+    return alice
+
+
+@contextlib.contextmanager
+def validation_skipping(kubectl: Kubectl, namespace: str) -> Iterator[None]:
+    """The validating webhook skips `namespace` meanwhile: as on an install whose webhook
+    was not there when these wrappers were stored."""
+    name = "validatingwebhookconfiguration/dispatcher-appwrappers"
+    hooks = kubectl.json(name)["webhooks"]
+    skip = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                  "values": [namespace]}]}
+    kubectl("patch", name, "--type=json", "-p", json.dumps([
+        {"op": "add", "path": f"/webhooks/{i}/namespaceSelector", "value": skip}
+        for i in range(len(hooks))]))
+    try:
+        yield
+    finally:
+        kubectl("patch", name, "--type=json", "-p", json.dumps([
+            {"op": "replace", "path": f"/webhooks/{i}/namespaceSelector", "value": {}}
+            for i in range(len(hooks))]))
+
+
+def test_one_tenants_wrapper_never_breaks_v1beta2_reads_for_everyone(
+        v1beta2_served: DispatcherProcess, kubectl: Kubectl, k: Kubectl, namespace: str,
+        as_user: Callable[[str], Kubectl]) -> None:
+    """Alice, with her own credentials: an unreadable v1beta2 annotation and a flipped
+    managedBy are refused. Wrappers stored unchecked (an unreadable annotation; a template
+    nested 260 deep) are failed by the dispatcher, which goes on dispatching, and a v1beta2
+    list of every namespace still answers, showing what it cannot convert as such."""
+    alice = _alice(kubectl, namespace, as_user)
+    alice.apply(appwrapper("fine", job("fine", 1, 0)))
+    for text in ("{not json", json.dumps({"managedBy": "kueue.x-k8s.io/multikueue"})):
+        proc = alice.run("annotate", "--overwrite", V1BETA1, "fine",
+                         f"{V1BETA2_FIELDS}={text}", check=False)
+        assert proc.returncode != 0, text
+    alice.apply(v1beta2("v2", job("v2", 1, 0)))
+    proc = alice.run("patch", V1BETA2, "v2", "--type=merge", "-p",
+                     json.dumps({"spec": {"managedBy": "kueue.x-k8s.io/multikueue"}}),
+                     check=False)
+    assert proc.returncode != 0 and "spec.managedBy cannot change" in proc.stderr
+    mangled = appwrapper("mangled", job("mangled", 1, 0))
+    mangled["metadata"]["annotations"] = {V1BETA2_FIELDS: "{not json"}
+    deep = job("deep", 1, 0)
+    value: dict[str, Any] = {}
+    for _ in range(260):
+        value = {"x": value}
+    deep["spec"]["template"]["spec"]["containers"][0]["x"] = value
+    with validation_skipping(kubectl, namespace):
+        k("create", "-f", "-", input=json.dumps(mangled))
+        k("create", "-f", "-", input=json.dumps(appwrapper("deep", deep)))
+    wait_condition(k, "deep", "Failed")
+    assert "nests more than 100 levels deep" in \
+        as_v1(k, "deep")["status"]["conditions"][-1]["message"]
+    k.apply(appwrapper("after", job("after", 1, 1)))
+    wait_condition(k, "after", "Running")
+    listed = {o["metadata"]["name"]: o for o in kubectl.items(V1BETA2, "-A")
+              if o["metadata"]["namespace"] == namespace}
+    assert {"fine", "v2", "mangled", "deep", "after"} <= set(listed)
+    assert "remove the annotation" in listed["mangled"]["metadata"]["annotations"][UNCONVERTED]
+    assert listed["mangled"]["spec"] == {"components": []}
+    assert listed["fine"]["spec"]["components"][0]["template"]["kind"] == "Job"
+    assert {o["metadata"]["name"] for o in alice.items(V1BETA2)} >= {"fine", "mangled"}

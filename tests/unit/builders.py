@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dispatcher.cluster import ClusterState, Node, Taint
 from dispatcher.fit import Capacity, GangPodSet
 from dispatcher.kinds.podset import NO_CONSTRAINTS, PodConstraints, PodSet
@@ -47,3 +49,11 @@ def wrapper(name: str, *sets: PodSet, priority: int = 0, seen: float = 0.0,
             slope: float = 0.0, invalid: str | None = None) -> QueuedWrapper:
     return QueuedWrapper("default", name, f"uid-{name}", seen, gang(*sets), priority, slope,
                          invalid)
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """A mapping nested `depth` levels deep: {"x": {"x": ... {}}}."""
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value

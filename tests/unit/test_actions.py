@@ -12,7 +12,7 @@ import pytest
 from dispatcher import actions
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
 from dispatcher.controller.kube import ApiError
-from dispatcher.visibility import Listing
+from dispatcher.visibility import Listing, pending_queue, to_table
 
 from .fake_kube import merge
 from .test_queue_command import T0, at, aw
@@ -96,3 +96,19 @@ def test_why_says_what_the_dispatcher_published_and_who_is_ahead() -> None:
     assert "  ahead      1 AppWrapper(s) of namespaces you may not list" in alone
     # Not seen by a dispatcher: says so instead of guessing.
     assert "not taken in by a dispatcher" in actions.explain(aw("new"), None, T0)
+
+
+ESCAPES = "\x1b[2J\x1b[31mroot\x1b[0m\x1b]0;pwned\x07\rfake line\u202e"
+
+
+def test_what_a_tenant_wrote_reaches_queue_and_why_without_control_characters() -> None:
+    held = aw("mine", status=at(2, message="waiting\x1b[1A\x1b[2K" + ESCAPES))
+    held["metadata"]["annotations"] = {HELD_BY_ANNOTATION: ESCAPES}
+    ahead = aw("head", status=at(1, message="the head\n\x1b[5m"))
+    for text in (actions.explain(held, Listing([held, ahead], "cluster", "team"), T0),
+                 to_table(pending_queue([held, ahead], T0), "cluster", None)):
+        assert not any((ord(c) < 32 and c != "\n") or ord(c) == 127 or c == "\u202e"
+                       for c in text), repr(text)
+        assert "root fake line" in text  # the words stay, the carriage return is a space
+    why = actions.explain(held, Listing([held, ahead], "cluster", "team"), T0)
+    assert "  held by    root fake line" in why

@@ -37,6 +37,7 @@ from dispatcher.controller.runtime import Dispatcher
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 from dispatcher.queue import Policy
 
+from .builders import nested
 from .fake_authz import FakeApi, apply_json_patch
 from .fake_kube import FakeKube
 
@@ -412,9 +413,10 @@ def test_an_invalid_edit_is_refused_and_deletion_is_never_held_up() -> None:
     verdict = run(review.validate(request(bad, ALICE, "UPDATE", old)))
     assert not verdict.allowed and "spec.schedulingSpec.minAvailable" in verdict.message
     old = with_status(old, "Running")
+    old["metadata"].update(finalizers=["example.com/keep"],
+                           deletionTimestamp="2027-01-01T00:00:00Z")
     going = json.loads(json.dumps(old))
-    going["metadata"]["deletionTimestamp"] = "2027-01-01T00:00:00Z"
-    going["spec"]["resources"]["GenericItems"] = []
+    going["metadata"]["finalizers"] = []
     assert run(review.validate(request(going, ALICE, "UPDATE", old))).allowed
 
 
@@ -620,3 +622,106 @@ def test_a_v1beta1_wrapper_is_not_warned_about_codeflares_annotations() -> None:
     _, verdict = admitted(review, appwrapper(job(), annotations={
         FT + "failureGracePeriodDuration": "soon"}), ALICE)
     assert verdict.allowed and not verdict.warnings  # MCAD's rules: they mean nothing
+
+
+# --- hostile tenants: a wrapper being deleted, the v1beta2 annotation, deep input ----------
+
+def _terminating(review: AppWrapperReview) -> dict[str, Any]:
+    """Alice's queued wrapper, kept alive by her own finalizer and deleted."""
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    old = with_status(old, "Queueing")
+    old["metadata"].update(finalizers=["alice.example/keep"],
+                           deletionTimestamp="2027-01-01T00:00:00Z")
+    return old
+
+
+@pytest.mark.parametrize("edit", ["creator", "priority", "quota-label", "items", "finalizer"])
+def test_a_wrapper_being_deleted_cannot_be_edited_past_the_checks(edit: str) -> None:
+    review, _ = reviewer()
+    old = _terminating(review)
+    new = json.loads(json.dumps(old))
+    meta = new["metadata"]
+    if edit == "creator":
+        meta["annotations"][CREATOR] = "admin"
+        meta["annotations"][CREATOR_GROUPS] = json.dumps(["system:masters"])
+    elif edit == "priority":
+        new["spec"]["priority"] = 1000
+    elif edit == "quota-label":
+        meta["labels"] = {"quota_context": "team-b"}
+    elif edit == "items":
+        new["spec"]["resources"]["GenericItems"].append({"generictemplate": privileged_pod()})
+    else:
+        meta["finalizers"] = [*meta["finalizers"], "alice.example/another"]
+    verdict = run(review.validate(request(new, ALICE, "UPDATE", old)))
+    assert not verdict.allowed and verdict.code == 403
+    assert "being deleted: only its finalizers may be removed" in verdict.message
+
+
+def test_the_v1beta2_annotation_is_reviewed_like_the_spec_it_carries() -> None:
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    old = with_status(old, "Queueing")
+    for text in ("{not json", json.dumps({"components": [{"podSets": 5}]})):
+        new = json.loads(json.dumps(old))
+        new["metadata"]["annotations"]["workload.codeflare.dev/v1beta2"] = text
+        verdict = run(review.validate(request(new, ALICE, "UPDATE", old)))
+        assert not verdict.allowed, text
+        assert "annotation workload.codeflare.dev/v1beta2" in verdict.message
+
+
+def _with_managed_by(obj: dict[str, Any], managed_by: str | None) -> dict[str, Any]:
+    out = json.loads(json.dumps(obj))
+    stash = json.loads(out["metadata"]["annotations"].get(
+        "workload.codeflare.dev/v1beta2", "{}"))
+    stash.pop("managedBy", None)
+    if managed_by is not None:
+        stash["managedBy"] = managed_by
+    out["metadata"]["annotations"]["workload.codeflare.dev/v1beta2"] = json.dumps(stash)
+    return out
+
+
+def test_managed_by_cannot_change_once_the_wrapper_exists() -> None:
+    review, _ = reviewer()
+    written = to_v1beta1(to_v1beta2(appwrapper(job())))  # a wrapper written as v1beta2
+    old, verdict = admitted(review, written, ALICE)
+    assert verdict.allowed
+    old = with_status(old, "Running")
+    for before, after in ((None, "kueue.x-k8s.io/multikueue"),
+                          ("workload.codeflare.dev/appwrapper-controller", None),
+                          ("workload.codeflare.dev/appwrapper-controller", "other.example/x")):
+        was = _with_managed_by(old, before)
+        verdict = run(review.validate(request(_with_managed_by(old, after), ALICE, "UPDATE",
+                                              was)))
+        assert not verdict.allowed and "spec.managedBy cannot change" in verdict.message
+    # An MCAD wrapper (no annotation) cannot be handed to another controller either.
+    mcad, _ = admitted(review, appwrapper(job()), ALICE)
+    verdict = run(review.validate(request(_with_managed_by(mcad, "other.example/x"), ALICE,
+                                          "UPDATE", mcad)))
+    assert not verdict.allowed and "spec.managedBy cannot change" in verdict.message
+    # suspend may still change, as codeflare's.
+    suspended = _with_managed_by(old, None)
+    annotations = suspended["metadata"]["annotations"]
+    annotations["workload.codeflare.dev/v1beta2"] = json.dumps(
+        {**json.loads(annotations["workload.codeflare.dev/v1beta2"]), "suspend": True})
+    assert run(review.validate(request(suspended, ALICE, "UPDATE",
+                                       _with_managed_by(old, None)))).allowed
+
+
+
+@pytest.mark.parametrize("depth", [260, 590, 1000])
+def test_a_template_nested_deep_is_refused_at_apply(depth: int) -> None:
+    review, _ = reviewer()
+    deep = job()
+    deep["spec"]["template"]["spec"]["containers"][0]["x"] = nested(depth)
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    new = {**old, "spec": {"resources": {"GenericItems": [{"generictemplate": deep}]}}}
+    verdict = run(review.validate(request(new, ALICE)))
+    assert not verdict.allowed and verdict.code == 422
+    assert "nests more than 100 levels deep" in verdict.message
+    verdict = run(review.validate(request(new, ALICE, "UPDATE", with_status(old, "Queueing"))))
+    assert not verdict.allowed and "nests more than 100 levels deep" in verdict.message
+    stash = json.loads(json.dumps(old))
+    stash["metadata"]["annotations"]["workload.codeflare.dev/v1beta2"] = \
+        '{"components":[{"podSets":[' + '{"x":' * depth + '{}' + '}' * depth + ']}]}'
+    verdict = run(review.validate(request(stash, ALICE, "UPDATE", old)))
+    assert not verdict.allowed and "nests more than 100 levels deep" in verdict.message

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.api.conversion import (
+    UNCONVERTED_ANNOTATION,
     V1BETA1_FIELDS_ANNOTATION,
     V1BETA2_FIELDS_ANNOTATION,
     ConversionError,
@@ -18,8 +19,11 @@ from dispatcher.api.conversion import (
     to_v1beta2,
     v1beta2_fields,
 )
+from dispatcher.api.conversion_review import conversion_response
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.api.v1beta2 import parse_appwrapper_v1beta2
+
+from .builders import nested
 
 V1 = "workload.codeflare.dev/v1beta1"
 V2 = "workload.codeflare.dev/v1beta2"
@@ -330,3 +334,40 @@ def test_a_waiting_wrapper_read_as_v1beta2_shows_its_place_eta_gpus_and_message(
     back = to_v1beta1(shown)
     assert back["status"]["queuePosition"] == 3
     assert back["status"]["message"] == "needs 16 nvidia.com/gpu"
+
+
+# --- one wrapper never breaks a v1beta2 list -------------------------------------------------
+
+
+def test_one_wrapper_that_cannot_be_converted_does_not_fail_a_v1beta2_list() -> None:
+    good = mcad_wrapper(state="Running")
+    deep = mcad_wrapper(state="Pending")
+    deep["metadata"]["name"] = "deep"
+    deep["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["x"] = nested(600)
+    mangled = mcad_wrapper()
+    mangled["metadata"].update(name="mangled",
+                               annotations={V1BETA2_FIELDS_ANNOTATION: "{not json"})
+    answer = conversion_response({"uid": "l1", "desiredAPIVersion": V2,
+                                  "objects": [good, deep, mangled]})
+    assert answer["result"] == {"status": "Success"}
+    shown_good, shown_deep, shown_mangled = answer["convertedObjects"]
+    assert shown_good == to_v1beta2(good)
+    for shown, original, why in ((shown_deep, deep, "nests too deep"),
+                                 (shown_mangled, mangled, "remove the annotation")):
+        assert shown["apiVersion"] == V2 and shown["spec"] == {"components": []}
+        assert shown["metadata"]["name"] == original["metadata"]["name"]
+        assert why in shown["metadata"]["annotations"][UNCONVERTED_ANNOTATION]
+    assert shown_deep["status"]["phase"] == "Suspended"
+    # What was shown is never written back in place of the stored spec.
+    back = conversion_response({"uid": "w1", "desiredAPIVersion": V1,
+                                "objects": [shown_mangled]})
+    assert back["result"]["status"] == "Failure"
+    assert "edit it as v1beta1" in back["result"]["message"]
+
+
+def test_a_v1beta2_write_that_cannot_be_converted_is_refused_with_the_reason() -> None:
+    written = to_v1beta2(mcad_wrapper())
+    written["metadata"]["annotations"][V1BETA1_FIELDS_ANNOTATION] = "{not json"
+    answer = conversion_response({"uid": "w2", "desiredAPIVersion": V1, "objects": [written]})
+    assert answer["result"]["status"] == "Failure"
+    assert answer["result"]["message"].startswith("AppWrapper team-a/train: annotation")

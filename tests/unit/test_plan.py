@@ -253,7 +253,8 @@ def test_plan_shows_preemption_quota_nodes_and_usage(capsys: pytest.CaptureFixtu
                         "1 wait, 0 invalid")
     assert lines[1].split() == ["#", "APPWRAPPER", "DECISION", "REASON", "QUOTA", "MESSAGE"]
     assert lines[2].split()[:5] == ["1", "team-a/urgent", "preempt", "Preempting", "team-a"]
-    assert ("dispatch after preempting team-b/train-big (reclaiming the quota it borrows); "
+    assert ("dispatch after preempting an AppWrapper in another namespace (reclaiming the "
+            "quota it borrows); "
             "then its pod fits: on gpu-1") in lines[2]
     assert lines[4].split()[:4] == ["3", "team-c/sweep", "wait", "QuotaExceeded"]
     assert "QuotaExceeded  team-c (no room)  team-c (tree quota_gpu) would use 12 of its 8" in (
@@ -329,3 +330,51 @@ def test_a_template_that_names_its_node_is_planned_there_or_waits(
     assert by_name["named"]["decision"] == "wait"
     assert by_name["small"]["decision"] == "dispatch"
     assert [p["node"] for p in by_name["small"]["placements"]] == ["n2"]
+
+
+def _deep_wrapper(tmp: Path, depth: int) -> str:
+    """A wrapper whose Job nests `depth` levels deep, as JSON text (PyYAML's own dumper
+    would not write it)."""
+    wrapper = aw("deep", 1, 1)
+    value = "{}"
+    for _ in range(depth):
+        value = '{"x":' + value + "}"
+    container = wrapper["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"][
+        "template"]["spec"]["containers"][0]
+    container["x"] = "DEEP"
+    path = tmp / f"deep-{depth}.json"
+    path.write_text(json.dumps(wrapper).replace('"DEEP"', value))
+    return str(path)
+
+
+@pytest.mark.parametrize("depth", [150, 300])
+def test_plan_says_a_deep_wrapper_is_invalid(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             depth: int) -> None:
+    cluster = write(tmp_path, "cluster.yaml", node("n1"))
+    out = plan_json(capsys, "--cluster", cluster, _deep_wrapper(tmp_path, depth), status=2)
+    (decision,) = out["decisions"]
+    assert decision["decision"] == "invalid"
+    assert "nests more than 100 levels deep" in decision["message"]
+
+
+def test_plan_on_a_file_nested_900_deep_is_a_clear_error_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "cluster.yaml", node("n1"))
+    deep = _deep_wrapper(tmp_path, 900)
+    assert main(["plan", "--cluster", cluster, deep]) == 2
+    err = capsys.readouterr().err
+    assert f"{deep}: not valid YAML: nested too deep to be read" in err
+    assert "Traceback" not in err and "RecursionError" not in err
+
+
+def test_plan_prints_what_a_tenant_wrote_without_control_characters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = write(tmp_path, "cluster.yaml", node("n1"))
+    wrapper = aw("escapes", 1, 1)
+    wrapper["spec"]["resources"]["GenericItems"][0]["generictemplate"]["kind"] = \
+        "Jo\x1b[2J\x1b[31mb\u202e"
+    main(["plan", "--cluster", cluster, write(tmp_path, "aws.yaml", wrapper)])
+    out = capsys.readouterr().out
+    assert "team/escapes" in out and "Job" in out
+    assert "\x1b" not in out and "\u202e" not in out

@@ -410,7 +410,7 @@ def test_an_error_while_creating_items_is_retried_not_left_half_done() -> None:
         kube.put(appwrapper("a", job("a", 1, 1)))
         d = await started(kube, clock)
 
-        class Flaky(Exception):
+        class Flaky(ConnectionResetError):
             pass
 
         real_resource = kube.resource

@@ -5,6 +5,7 @@ their pods are gone, quota waits said in status, QuotaSubtrees followed as they 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dispatcher.controller.runtime import Dispatcher
@@ -237,5 +238,35 @@ def test_a_preemptor_whose_victims_never_go_gives_up_its_hold_after_the_deadline
                                   "what it waited for was not gone after 5m; "), message
         assert not d.memory.sharing.holds
         assert kube.get("batch/v1", "Job", "team", "high") is None
+
+    run(scenario)
+
+
+def test_a_preemption_across_namespaces_names_nobody_the_reader_cannot_read() -> None:
+    """Each side's status is read in its own namespace: the other wrapper is said to be
+    in another namespace, not named."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("low", job("low", 1, 8), created=1, priority=1))
+        d = await started(kube, clock, trees=[])
+        await d.cycle()
+        running(kube, d, "low", 1, 8, ["n1"])
+        await d.cycle()
+        clock.now += 10
+        high = appwrapper("high", job("high", 1, 8), created=2, priority=9)
+        high["metadata"]["namespace"] = "secret-team"
+        d.on_appwrapper("ADDED", kube.put(high))
+        await d.cycle()
+        low = aw_status(kube, "low")
+        preempted = [c for c in low["conditions"] if c["type"] == "PreemptCandidate"][-1]
+        assert preempted["message"].startswith(
+            "preempted by a higher-priority AppWrapper in another namespace as it has a "
+            "lower priority")
+        assert "secret-team" not in json.dumps(low)
+        shown = kube.get("workload.codeflare.dev/v1beta1", "AppWrapper", "secret-team", "high")
+        assert shown is not None
+        assert shown["status"]["message"].startswith(
+            "Preempting: dispatch after preempting an AppWrapper in another namespace")
+        assert "team/low" not in shown["status"]["message"]
 
     run(scenario)
