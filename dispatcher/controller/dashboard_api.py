@@ -62,6 +62,7 @@ class DashboardApi:
         self.monotonic = monotonic
         self.version = 0
         self._rows: list[view.Waiting] = []
+        self._gathering = facts.Gathering()
         self._gathered: tuple[object, float] | None = None  # (snapshot, monotonic)
         self._bars: tuple[float, list[view.Bar]] | None = None
 
@@ -120,7 +121,7 @@ class DashboardApi:
         snapshot, now = d.positions.snapshot, self.monotonic()
         if self._gathered is None or self._gathered[0] is not snapshot \
                 or now - self._gathered[1] >= GATHER_SECONDS:
-            rows = view.in_order(facts.waiting(d))
+            rows = view.in_order(self._gathering.waiting(d))
             if rows != self._rows:
                 self._rows = rows
                 self.version += 1

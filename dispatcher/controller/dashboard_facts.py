@@ -44,33 +44,50 @@ def _teams_of(t: Tracked, d: Dispatcher) -> tuple[str, ...]:
     return tuple(f"{tree}/{leaf}" for tree, leaf in forest.resolve(t.queued.labels).leaves)
 
 
-def waiting(d: Dispatcher) -> list[Waiting]:
-    """Every waiting wrapper: those the last cycle numbered, then the held."""
-    out: list[Waiting] = []
-    for e in d.positions.snapshot.entries:
-        t = d.tracked.get(e.key)
-        if t is None or t.phase != "queued":
-            continue
-        teams = tuple(f"{q.tree}/{q.node}" for q in e.quota)
-        out.append(_waiting(t, e.position, e.priority, e.effective_priority, teams))
-    for t in d.tracked.values():
-        if t.phase == "queued" and t.held_by is not None and t.cancelled_by is None:
-            priority = t.aw.spec.priority if t.aw is not None else 0
-            out.append(_waiting(t, None, priority, float(priority), _teams_of(t, d)))
-    return out
+class Gathering:
+    """Gathers the waiting wrappers, keeping what each one's spec says (what it wraps,
+    its gang's GPUs and pods) while its spec object is the same: a spec is replaced,
+    never changed in place, and reading 10,000 specs again at every refresh would cost
+    most of it. Kept only for the wrappers of the last gathering."""
 
+    def __init__(self) -> None:
+        self._specs: dict[Key, tuple[object, object, tuple[str, ...], int, int]] = {}
 
-def _waiting(t: Tracked, position: int | None, priority: int, effective: float,
-             teams: tuple[str, ...]) -> Waiting:
-    last = latest(t.status.conditions)
-    gang = _gang(t)
-    estimate = t.status.estimatedStart
-    return Waiting(
-        t.key[0], t.key[1], position, priority, effective, t.first_seen, teams, _kinds(t),
-        t.held_by, last.type if last is not None else "", last.reason if last else "",
-        t.status.message or (last.message if last else ""),
-        estimate.timestamp() if estimate is not None else None,
-        gang.get(GPU, 0), gang.get(PODS, 0))
+    def waiting(self, d: Dispatcher) -> list[Waiting]:
+        """Every waiting wrapper: those the last cycle numbered, then the held."""
+        out: list[Waiting] = []
+        specs: dict[Key, tuple[object, object, tuple[str, ...], int, int]] = {}
+        for e in d.positions.snapshot.entries:
+            t = d.tracked.get(e.key)
+            if t is None or t.phase != "queued":
+                continue
+            teams = tuple(f"{q.tree}/{q.node}" for q in e.quota)
+            out.append(self._waiting(t, specs, e.position, e.priority, e.effective_priority,
+                                     teams))
+        for t in d.tracked.values():
+            if t.phase == "queued" and t.held_by is not None and t.cancelled_by is None:
+                priority = t.aw.spec.priority if t.aw is not None else 0
+                out.append(self._waiting(t, specs, None, priority, float(priority),
+                                         _teams_of(t, d)))
+        self._specs = specs
+        return out
+
+    def _waiting(self, t: Tracked, specs: dict[Key, tuple[object, object, tuple[str, ...],
+                                                           int, int]],
+                 position: int | None, priority: int, effective: float,
+                 teams: tuple[str, ...]) -> Waiting:
+        spec = self._specs.get(t.key)
+        if spec is None or spec[0] is not t.aw or spec[1] is not t.queued:
+            gang = _gang(t)
+            spec = (t.aw, t.queued, _kinds(t), gang.get(GPU, 0), gang.get(PODS, 0))
+        specs[t.key] = spec
+        last = latest(t.status.conditions)
+        estimate = t.status.estimatedStart
+        return Waiting(
+            t.key[0], t.key[1], position, priority, effective, t.first_seen, teams, spec[2],
+            t.held_by, last.type if last is not None else "", last.reason if last else "",
+            t.status.message or (last.message if last else ""),
+            estimate.timestamp() if estimate is not None else None, spec[3], spec[4])
 
 
 def teams(d: Dispatcher) -> list[TeamUsage]:

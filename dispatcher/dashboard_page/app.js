@@ -61,9 +61,9 @@ function queueRow(item) {
   const eta = item.estimatedStart ? `${item.estimatedIn} (${item.estimatedStart})`
                                   : item.estimatedIn;
   return el("tr", { "data-key": `${item.namespace}/${item.name}` },
-    el("td", { class: "num" }, item.position ?? "–"), el("td", {}, open),
-    el("td", {}, state), el("td", {}, item.teams.join(", ") || "–"),
-    el("td", {}, item.kinds.join(", ") || "–"), el("td", { class: "num" }, item.gpus),
+    el("td", { class: "num" }, item.position ?? "-"), el("td", {}, open),
+    el("td", {}, state), el("td", {}, item.teams.join(", ") || "-"),
+    el("td", {}, item.kinds.join(", ") || "-"), el("td", { class: "num" }, item.gpus),
     el("td", {}, item.waiting), el("td", {}, eta), el("td", { class: "why" }, item.why));
 }
 
@@ -83,7 +83,7 @@ async function loadQueue() {
     `${page.total} waiting shown of ${page.inScope} in ${page.scope ? page.scope.join(", ")
       : "all namespaces"}; policy ${page.policy}`;
   document.getElementById("page-label").textContent =
-    page.total ? `${page.offset + 1}–${last} of ${page.total}` : "nothing waits";
+    page.total ? `${page.offset + 1}-${last} of ${page.total}` : "nothing waits";
   document.getElementById("prev").disabled = page.offset === 0;
   document.getElementById("next").disabled = last >= page.total;
 }
@@ -107,7 +107,7 @@ function turnPage(by) {
 // --- timeline, teams, history ------------------------------------------------------------
 
 function hours(seconds) {
-  if (seconds == null) return "–";
+  if (seconds == null) return "-";
   const s = Math.max(0, Math.round(seconds));
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m`;
@@ -202,10 +202,10 @@ async function loadDetail() {
     el("h2", {}, `${a.namespace}/${a.name}`),
     el("dl", {}, el("dt", {}, "State"), el("dd", {}, a.state || a.phase),
        el("dt", {}, "Held"), el("dd", {}, a.heldBy ? `by ${a.heldBy}` : "no"),
-       el("dt", {}, "Position"), el("dd", {}, a.position ?? "–"),
+       el("dt", {}, "Position"), el("dd", {}, a.position ?? "-"),
        el("dt", {}, "Estimated start"), el("dd", {}, a.estimatedStart || "unknown"),
-       el("dt", {}, "Wraps"), el("dd", {}, a.kinds.join(", ") || "–"),
-       el("dt", {}, "Why it waits"), el("dd", { id: "detail-why" }, a.message || "–"),
+       el("dt", {}, "Wraps"), el("dd", {}, a.kinds.join(", ") || "-"),
+       el("dt", {}, "Why it waits"), el("dd", { id: "detail-why" }, a.message || "-"),
        el("dt", {}, "If it were released"),
        el("dd", {}, "ask the planner: ", el("code", {}, a.whatIf))),
     table("Conditions, in order", ["When", "Type", "Status", "Reason", "Message"],
