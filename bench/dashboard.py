@@ -7,8 +7,8 @@ one admission cycle run, then the dashboard served on a local port. Prints, side
 
 - CPU per refresh of /dashboard/api/queue (a page of 100 rows), measured in the server's
   handler with the token check answered from its cache: a refresh that gathers the rows
-  from memory again (a new numbering, or every 2 s), one that reuses them (another viewer,
-  another filter or page within those 2 s), and one answered "unchanged" (the page's own
+  from memory again (a new numbering, or every 5 s), one that reuses them (another viewer,
+  another filter or page within those 5 s), and one answered "unchanged" (the page's own
   poll every 5 s while nothing changed); each the median of --rounds;
 - the answer's size;
 - the page in Chromium: from navigation to the first 100 rows drawn, median of --loads

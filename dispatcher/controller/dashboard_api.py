@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 PAGE = Path(__file__).resolve().parent.parent / "dashboard_page"
 FILES = {"": ("index.html", "text/html"), "app.js": ("app.js", "text/javascript"),
          "style.css": ("style.css", "text/css")}
-GATHER_SECONDS = 2.0
+GATHER_SECONDS = 5.0  # the page asks every 5 s: the rows at most once a refresh
 TIMELINE_SECONDS = 10.0
 MAX_NAMESPACES = 20
 NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -54,11 +54,9 @@ Scope = frozenset[str] | None  # the namespaces a viewer may see; None: all
 
 class DashboardApi:
     def __init__(self, dispatcher: Callable[[], Dispatcher | None], auth: TokenReviewAuth,
-                 clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.dispatcher = dispatcher
         self.auth = auth
-        self.clock = clock
         self.monotonic = monotonic
         self.version = 0
         self._rows: list[view.Waiting] = []
@@ -142,7 +140,7 @@ class DashboardApi:
             return _json({"unchanged": True, "version": self.version})
         return _json({"version": self.version, "policy": d.positions.snapshot.policy,
                       "scope": None if scope is None else sorted(scope),
-                      **view.queue_page(rows, scope, filters, self.clock())})
+                      **view.queue_page(rows, scope, filters, d.clock())})
 
     async def teams(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)
@@ -159,7 +157,7 @@ class DashboardApi:
         if isinstance(ready, web.Response):
             return ready
         d, scope = ready
-        now = self.clock()
+        now = d.clock()
         if self._bars is None or self.monotonic() - self._bars[0] >= TIMELINE_SECONDS:
             self._bars = (self.monotonic(), facts.bars(d, now))
         return _json(view.timeline(self._bars[1], scope, now))
@@ -169,7 +167,7 @@ class DashboardApi:
         if isinstance(ready, web.Response):
             return ready
         d, scope = ready
-        return _json(view.history(facts.started(d), scope, self.clock()))
+        return _json(view.history(facts.started(d), scope, d.clock()))
 
     async def one(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)
@@ -179,7 +177,7 @@ class DashboardApi:
         ns, name = request.match_info["namespace"], request.match_info["name"]
         if scope is not None and ns not in scope:
             return _text(403, f"namespace {ns} is not among the namespaces you asked to see")
-        found = facts.one(d, (ns, name), self.clock())
+        found = facts.one(d, (ns, name), d.clock())
         if found is None:
             return _text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
         found["events"] = await _events(d, ns, name)

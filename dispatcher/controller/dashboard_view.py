@@ -242,8 +242,11 @@ def history(started: Iterable[Started], visible: Collection[str] | None,
     for s in started:
         if visible is not None and s.namespace not in visible:
             continue
-        hour = bisect.bisect_right(edges, s.dispatched_at) - 1
-        if not 0 <= hour < HISTORY_HOURS:
+        if s.dispatched_at > now:
+            continue
+        # The last hour ends now, and includes it.
+        hour = min(bisect.bisect_right(edges, s.dispatched_at) - 1, HISTORY_HOURS - 1)
+        if hour < 0:
             continue
         for team in s.teams or (f"namespace {s.namespace}",):
             waits.setdefault(team, [[] for _ in range(HISTORY_HOURS)])[hour].append(

@@ -24,8 +24,8 @@ from dispatcher.queue import Policy
 from .fake_authz import FakeApi
 from .fake_kube import FakeKube
 from .test_metrics_auth import auth
-from .test_runtime import Clock, node
-from .test_runtime_sharing import TREE
+from .test_runtime import Clock, appwrapper, job, node
+from .test_runtime_sharing import TREE, team
 from .test_runtime_sharing import started as started_with_quota
 from .test_visibility_api import APPWRAPPERS, waiting
 
@@ -112,26 +112,33 @@ def test_history_counts_the_last_days_waits_per_team_and_hour() -> None:
     started = [view.Started("a", ("t/gold",), NOW - 900, NOW - 300),
                view.Started("a", ("t/gold",), NOW - 1000, NOW - 100),
                view.Started("b", (), NOW - 90_000, NOW - 89_000),  # more than a day ago
-               view.Started("b", (), NOW - 7200, NOW - 3700)]
+               view.Started("b", (), NOW - 7200, NOW - 3700),
+               view.Started("c", (), NOW - 10, NOW)]  # started this very second
     h = view.history(started, None, NOW)
     assert len(h["hours"]) == 24
     gold = next(t for t in h["teams"] if t["team"] == "t/gold")["hours"]
     assert gold[-1] == {"started": 2, "medianSeconds": 750, "longestSeconds": 900}
     b = next(t for t in h["teams"] if t["team"] == "namespace b")["hours"]
     assert sum(x["started"] for x in b) == 1 and b[-2]["medianSeconds"] == 3500
+    c = next(t for t in h["teams"] if t["team"] == "namespace c")["hours"]
+    assert c[-1] == {"started": 1, "medianSeconds": 10, "longestSeconds": 10}
     assert [t["team"] for t in view.history(started, frozenset({"b"}), NOW)["teams"]] == [
         "namespace b"]
 
 
 # --- the endpoint ------------------------------------------------------------------------
 
-async def queue_with_a_held_one(kube: FakeKube, clock: Clock) -> Dispatcher:
+async def queue_with_a_held_one(kube: FakeKube, clock: Clock, held_by: str = "carol"
+                                ) -> Dispatcher:
     kube.put(node("n1"))  # 8 GPUs: none of the 16-GPU wrappers fits, all wait
+    runs = team(appwrapper("runs", job("runs", 1, 8)), "gold")  # but this one runs
+    runs["metadata"]["namespace"] = "team-a"
+    kube.put(runs)
     kube.put(waiting("a-low", "team-a", 1, 1, "gold"))
     kube.put(waiting("b-high", "team-b", 2, 9, "bronze"))
     kube.put(waiting("a-high", "team-a", 3, 5, "gold"))
     held = waiting("a-held", "team-a", 4, 1, "gold")
-    held["metadata"]["annotations"] = {HELD_BY_ANNOTATION: "carol"}
+    held["metadata"]["annotations"] = {HELD_BY_ANNOTATION: held_by}
     kube.put(held)
     kube.objects["/api/v1/namespaces/team-a/events"] = {"items": [
         {"type": "Normal", "reason": "Queued", "message": "waits", "count": 1,
@@ -154,8 +161,8 @@ def names(body: dict[str, Any]) -> list[tuple[str, int | None, str]]:
     return [(i["name"], i["position"], i["state"]) for i in body["items"]]
 
 
-async def serving(d: Dispatcher) -> tuple[MetricsServer, int]:
-    api = FakeApi(RIGHTS, TOKENS)
+async def serving(d: Dispatcher, api: FakeApi | None = None) -> tuple[MetricsServer, int]:
+    api = api or FakeApi(RIGHTS, TOKENS)
     server = MetricsServer(PrometheusObserver(), 0, "127.0.0.1",
                            dashboard=DashboardApi(lambda: d, auth(api)))
     await server.start()
@@ -166,7 +173,8 @@ def test_each_viewer_sees_its_namespaces_in_the_controllers_order() -> None:
     async def scenario() -> None:
         clock = Clock()
         d = await queue_with_a_held_one(FakeKube(clock), clock)
-        server, port = await serving(d)
+        api = FakeApi(RIGHTS, TOKENS)
+        server, port = await serving(d, api)
         try:
             status, body, _ = await get(port, "api/queue?namespaces=team-a", "alice-token")
             assert status == 200 and body["scope"] == ["team-a"]
@@ -187,6 +195,12 @@ def test_each_viewer_sees_its_namespaces_in_the_controllers_order() -> None:
             status, body, _ = await get(port, "api/queue?state=held", "admin-token")
             assert names(body) == [("a-held", None, "held")] and body["inScope"] == 4
             assert (await get(port, "api/queue?namespaces=../x", "admin-token"))[0] == 400
+            # Asking for many namespaces costs no review: refused before any is made.
+            many = ",".join(f"ns{i}" for i in range(1000))
+            reviews = len(api.requests)
+            assert (await get(port, f"api/queue?namespaces={many}", "alice-token"))[:2] == (
+                400, "namespaces must be at most 20 namespace names, separated by commas\n")
+            assert len(api.requests) == reviews
         finally:
             await server.stop()
 
@@ -233,10 +247,17 @@ def test_one_appwrapper_teams_timeline_and_history_for_an_admin() -> None:
             assert (await get(port, "api/appwrappers/team-a/nope", "admin-token"))[0] == 404
             status, teams, _ = await get(port, "api/teams", "admin-token")
             assert [n["name"] for n in teams["nodes"]] == ["root", "bronze", "gold"]
+            clock.now += 600
             status, t, _ = await get(port, "api/timeline", "admin-token")
-            assert status == 200 and "lanes" in t
+            assert status == 200
+            [lane] = t["lanes"]
+            assert lane["lane"] == "n1" and [(b["name"], b["kind"], b["from"])
+                                             for b in lane["bars"]] == [("runs", "running", -600)]
+            assert lane["bars"][0]["to"] > 0  # expected to end later (the default duration)
             status, h, _ = await get(port, "api/history", "admin-token")
             assert status == 200 and len(h["hours"]) == 24
+            [gold] = h["teams"]
+            assert gold["team"] == "quota_gpu/gold" and gold["hours"][-1]["started"] == 1
         finally:
             await server.stop()
 

@@ -119,3 +119,35 @@ def test_labels_contrast_and_keyboard(page: str) -> None:
         detail = browser.wait_until("the AppWrapper's page", lambda: driver.find_element(
             "id", "detail-body").text)
         assert "team-b/b-high" in detail and "Conditions, in order" in detail
+
+
+HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+
+
+def test_markup_an_attacker_puts_in_an_annotation_is_shown_as_text() -> None:
+    """The held-by annotation is any text a user with patch rights writes: the page shows
+    it, and runs none of it."""
+    browser.skip_or_fail()
+
+    async def up() -> tuple[Any, int]:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock, held_by=HOSTILE)
+        return await serving(d)
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server, port = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
+    try:
+        with browser.chromium() as driver:
+            driver.get(f"http://127.0.0.1:{port}/dashboard/#token=admin-token")
+            shown = browser.wait_until("the rows", lambda: len(browser.rows(driver)) == 4
+                                       and browser.rows(driver))
+            assert shown[3][2] == f"held by {HOSTILE}"
+            assert driver.execute_script(
+                "return document.querySelectorAll('#queue-table img').length") == 0
+            assert driver.title == "dispatcher: the queue"
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
