@@ -177,7 +177,7 @@ class DashboardApi:
         ns, name = request.match_info["namespace"], request.match_info["name"]
         if scope is not None and ns not in scope:
             return _text(403, f"namespace {ns} is not among the namespaces you asked to see")
-        found = facts.one(d, (ns, name), d.clock())
+        found = facts.one(d, (ns, name))
         if found is None:
             return _text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
         found["events"] = await _events(d, ns, name)

@@ -146,7 +146,7 @@ def started(d: Dispatcher) -> list[Started]:
     return out
 
 
-def one(d: Dispatcher, key: Key, now: float) -> dict[str, Any] | None:
+def one(d: Dispatcher, key: Key) -> dict[str, Any] | None:
     """One AppWrapper: its conditions in order, its pods and where they are, why it waits."""
     t = d.tracked.get(key)
     if t is None:

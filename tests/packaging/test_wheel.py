@@ -150,3 +150,11 @@ def test_pipx_installs_the_kubectl_plugin_with_what_it_needs(
     assert done.returncode == 1
     assert "kubectl appwrapper queue: " in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_wheel_ships_the_dashboards_page(installed: Run) -> None:
+    # Without the controller's extras installed: the files are looked up beside the package.
+    out = installed("python", "-c", "import dispatcher, pathlib; page = pathlib.Path("
+                    "dispatcher.__file__).parent / 'dashboard_page';"
+                    "print(*sorted(p.name for p in page.iterdir()))").stdout
+    assert out.split() == ["app.js", "index.html", "style.css"]
