@@ -8,7 +8,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
+# The dashboard's browser tests drive Debian's chromium through its chromedriver (never a
+# downloaded browser): installed here when missing (as root, with apt-get).
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif command -v apt-get >/dev/null; then \
+	  apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+	else echo "install chromium and its chromedriver at /usr/bin (the browser tests need them)"; exit 1; fi
+
+.PHONY: browser setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +32,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m tests.function_length
 
-unit: setup
+unit: setup browser
 	$(VENV)/bin/pytest -q tests/unit
 
 # A plain (non-editable) install of the built wheel, in a fresh venv (needs PyPI).
@@ -41,7 +49,7 @@ cluster-up: cluster-build
 cluster-down: setup
 	$(PY) -m localcluster down
 
-cluster-test: cluster-build
+cluster-test: cluster-build browser
 	$(VENV)/bin/pytest -q tests/cluster
 
 # MCAD's own kuttl suites (../shared/conformance/mcad-kuttl, or $MCAD_KUTTL) against

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLED = {"Running", "Completed", "Failed"}
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)
         k = kubectl.in_namespace(namespace)
         print(k("apply", "-f", args.examples), end="")
+        if args.metrics_port:
+            print(f"dashboard: {dashboard_url(kubectl, args.metrics_port, namespace)}")
         queue = [sys.executable, "-m", "dispatcher.cli", "queue", "--kubeconfig",
                  str(cluster.kubeconfig), "-n", namespace, "--policy", args.policy]
         return _watch(k, proc, args.timeout, cluster.kubeconfig,
@@ -72,6 +75,29 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+VIEWER = "dashboard-viewer"
+
+
+def dashboard_url(kubectl: Any, port: int, namespace: str) -> str:
+    """The dashboard's address with a token of a service account that may list every
+    namespace's AppWrappers, in the fragment (which the browser never sends; the page
+    takes it and drops it from the address bar)."""
+    kubectl.apply([
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": VIEWER, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": VIEWER},
+         "rules": [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
+                    "verbs": ["list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": VIEWER},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": VIEWER},
+         "subjects": [{"kind": "ServiceAccount", "name": VIEWER, "namespace": namespace}]}])
+    token = kubectl("create", "token", VIEWER, "-n", namespace, "--duration=24h").strip()
+    return f"http://127.0.0.1:{port}/dashboard/#token={token}"
 
 
 def _watch(k: object, proc: subprocess.Popen[bytes], timeout: float, kubeconfig: Path,

@@ -226,9 +226,9 @@ class AppWrapperReview:
             return ALLOW
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return _while_deleting(old, obj)
-        refusal = _refused_update(old, obj)
-        if refusal is not None:
-            return refusal
+        refused = _refused_update(old, obj)
+        if refused is not None:
+            return refused
         items_changed = _items(old) != _items(obj) or _components(old) != _components(obj)
         spec_changed = old.get("spec") != obj.get("spec")
         # New fault-tolerance annotations are looked at for warnings (kubectl annotate);

@@ -215,12 +215,12 @@ class Estimates:
         return functools.partial(replay_round, r, self.policy, self.fit, self.s, now,
                                  self._empty_answers(), self.topology)
 
-    def taken(self, now: float) -> EstimateRound | None:
+    def taken(self, now: float, empty: bool = False) -> EstimateRound | None:
         """The queue, what runs and the rest a round (or reservations) needs, taken on the
-        event loop; None when nothing is queued."""
+        event loop; None when nothing is queued, unless `empty` (what runs is wanted)."""
         memory = self.memory
         queued = list(memory.queue.ordered(now))
-        if not queued:
+        if not queued and not empty:
             return None
         specs = {w.key: self._spec(memory.tracked.get(w.key)) for w in queued}
         # One whose Dispatched write is under way starts now.

@@ -18,6 +18,7 @@ from prometheus_client.exposition import choose_encoder
 
 from dispatcher.wording import span
 
+from .dashboard_api import DashboardApi
 from .metrics import PrometheusObserver
 from .runtime import Dispatcher
 from .visibility_api import VisibilityApi
@@ -56,10 +57,12 @@ class MetricsServer:
                  max_cycle_age: float = HEALTHY_CYCLE_AGE_SECONDS,
                  auth: MetricsAuth | None = None,
                  visibility: VisibilityApi | None = None,
+                 dashboard: DashboardApi | None = None,
                  problem: Callable[[], str | None] = lambda: None,
                  dispatcher: Callable[[], Dispatcher | None] = lambda: None,
                  standby: Callable[[], str | None] = lambda: None) -> None:
-        """`visibility`: the queue's visibility endpoint, served beside the metrics;
+        """`visibility`: the queue's visibility endpoint, served beside the metrics, and
+        `dashboard` the web page (with the same authentication);
         `problem`: why start-up is stuck, if it is (the API server unreachable, a grant
         missing); `dispatcher`: the loop, once made; `standby`: what this replica waits
         for while another leads (a standby is healthy)."""
@@ -69,6 +72,7 @@ class MetricsServer:
         self.max_cycle_age = max_cycle_age
         self.auth = auth if auth is not None else MetricsServer.default_auth
         self.visibility = visibility
+        self.dashboard = dashboard
         self.problem = problem
         self.dispatcher = dispatcher
         self.standby = standby
@@ -80,6 +84,8 @@ class MetricsServer:
         app.router.add_get("/healthz", self.healthz)
         if self.visibility is not None:
             self.visibility.add_routes(app)
+        if self.dashboard is not None:
+            self.dashboard.add_routes(app)
         return app
 
     async def start(self) -> None:

@@ -139,14 +139,18 @@ class Operator:
         if metrics is None:
             return None
         from .bearer import TokenReviewAuth
+        from .dashboard_api import DashboardApi
         from .metrics_server import MetricsServer
         from .visibility_api import VisibilityApi
 
-        # The queue as this process numbers it, to users RBAC lets list AppWrappers.
-        visibility = VisibilityApi(lambda: self.dispatcher,
-                                   TokenReviewAuth(lambda: Kube.connect(s.kubeconfig)))
+        # The queue as this process numbers it, to users RBAC lets list AppWrappers: as
+        # data, and as a web page (one token check serves both).
+        auth = TokenReviewAuth(lambda: Kube.connect(s.kubeconfig))
+        visibility = VisibilityApi(lambda: self.dispatcher, auth)
         server = MetricsServer(metrics, s.metrics_port, s.metrics_host,
-                               visibility=visibility, problem=self.problem,
+                               visibility=visibility,
+                               dashboard=DashboardApi(lambda: self.dispatcher, auth),
+                               problem=self.problem,
                                dispatcher=lambda: self.dispatcher,
                                standby=lambda: self.standby)
         await server.start()

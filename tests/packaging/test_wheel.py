@@ -263,3 +263,11 @@ def test_the_readme_install_runs_as_written_from_a_clone(wheel: Wheel,
     text = (REPO / "README.md").read_text()
     assert "pipx install 'appwrapper-dispatcher[controller]'" not in text
     assert "Once released: `pipx install appwrapper-dispatcher`" in text
+
+
+def test_the_wheel_ships_the_dashboards_page(installed: Run) -> None:
+    # The page's files are looked up beside the installed package.
+    out = installed("python", "-c", "import dispatcher, pathlib; page = pathlib.Path("
+                    "dispatcher.__file__).parent / 'dashboard_page';"
+                    "print(*sorted(p.name for p in page.iterdir()))").stdout
+    assert out.split() == ["app.js", "index.html", "style.css"]

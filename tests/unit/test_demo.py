@@ -75,3 +75,26 @@ def test_the_demo_shows_the_queue_and_its_estimates_while_some_wait(
     settled = SettledQueue(clock)
     demo._watch(settled, Alive(), 10, Path("kubeconfig"), lambda: queue)  # type: ignore[arg-type]
     assert "dispatcher queue" not in capsys.readouterr().out
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.applied: list[Any] = []
+
+    def apply(self, manifest: Any) -> str:
+        self.applied.append(manifest)
+        return ""
+
+    def __call__(self, *args: str) -> str:
+        assert args[:3] == ("create", "token", demo.VIEWER)
+        return "the-token\n"
+
+
+def test_the_demo_prints_the_dashboards_address_with_a_viewers_token_in_the_fragment(
+        ) -> None:
+    kubectl = Recording()
+    url = demo.dashboard_url(kubectl, 8080, "demo")
+    assert url == "http://127.0.0.1:8080/dashboard/#token=the-token"
+    role = next(o for o in kubectl.applied[0] if o["kind"] == "ClusterRole")
+    assert role["rules"] == [{"apiGroups": ["workload.codeflare.dev"],
+                              "resources": ["appwrappers"], "verbs": ["list"]}]

@@ -1,0 +1,283 @@
+"""The dashboard: its data shaping (pure) and its endpoint over HTTP, with the same
+authentication as the visibility endpoint: each viewer sees only the namespaces RBAC
+lets it list AppWrappers in."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import aiohttp
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.api.labels import HELD_BY_ANNOTATION
+from dispatcher.controller import dashboard_view as view
+from dispatcher.controller.dashboard_api import DashboardApi
+from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.metrics_server import MetricsServer
+from dispatcher.controller.runtime import Dispatcher
+from dispatcher.queue import Policy
+
+from .fake_authz import FakeApi
+from .fake_kube import FakeKube
+from .test_metrics_auth import auth
+from .test_runtime import Clock, appwrapper, job, node
+from .test_runtime_sharing import TREE, team
+from .test_runtime_sharing import started as started_with_quota
+from .test_visibility_api import APPWRAPPERS, waiting
+
+TOKENS = {"alice-token": {"username": "alice", "groups": []},
+          "admin-token": {"username": "admin", "groups": []}}
+RIGHTS = {"alice": {f"list {APPWRAPPERS} in team-a"}, "admin": {f"list {APPWRAPPERS}"}}
+NOW = 1_000_000.0
+AW = "workload.codeflare.dev/v1beta1"
+
+
+def w(name: str, position: int | None, ns: str = "a", **kw: Any) -> view.Waiting:
+    return view.Waiting(ns, name, position, 0, 0.0, kw.pop("first_seen", NOW - 60), **kw)
+
+
+# --- the pure shaping --------------------------------------------------------------------
+
+def test_rows_keep_the_controllers_order_and_the_held_come_after_oldest_first() -> None:
+    rows = view.in_order([w("held-new", None, held_by="bob", first_seen=NOW - 5),
+                          w("second", 2), w("held-old", None, held_by="bob",
+                                            first_seen=NOW - 50), w("first", 1)])
+    assert [r.name for r in rows] == ["first", "second", "held-old", "held-new"]
+
+
+@given(st.permutations(range(6)))
+def test_the_order_does_not_depend_on_the_order_facts_arrive_in(order: list[int]) -> None:
+    facts = [w(f"w{i}", i + 1 if i < 3 else None, held_by=None if i < 3 else "x",
+               first_seen=NOW - i) for i in range(6)]
+    assert view.in_order(facts[i] for i in order) == view.in_order(facts)
+
+
+def test_a_page_shows_only_the_viewers_namespaces_with_whole_queue_positions() -> None:
+    rows = view.in_order([w("b1", 1, "b"), w("a1", 2, "a", teams=("t/gold",),
+                                              kinds=("Job",), estimated_start=NOW + 7800),
+                          w("a2", 3, "a", kinds=("PyTorchJob",), message="needs 16 GPUs")])
+    page = view.queue_page(rows, frozenset({"a"}), view.Filters(), NOW)
+    assert [(i["name"], i["position"]) for i in page["items"]] == [("a1", 2), ("a2", 3)]
+    assert page["facets"]["namespaces"] == [["a", 2]]
+    assert page["items"][0]["estimatedIn"] == "in 2h10m"
+    assert page["items"][0]["estimatedStart"] == view.iso(NOW + 7800)
+    assert page["items"][1]["why"] == "needs 16 GPUs"
+    kind = view.queue_page(rows, None, view.Filters(kind="PyTorchJob"), NOW)
+    assert [i["name"] for i in kind["items"]] == ["a2"] and kind["inScope"] == 3
+    team = view.queue_page(rows, None, view.Filters(team="t/gold"), NOW)
+    assert [i["name"] for i in team["items"]] == ["a1"]
+    paged = view.queue_page(rows, None, view.Filters(offset=1, limit=1), NOW)
+    assert [i["name"] for i in paged["items"]] == ["a1"] and paged["total"] == 3
+
+
+def test_filters_that_cannot_be_read_say_what_to_fix() -> None:
+    with pytest.raises(ValueError, match="whole numbers"):
+        view.Filters.parse({"offset": "x"})
+    with pytest.raises(ValueError, match="limit between 1 and 500"):
+        view.Filters.parse({"limit": "100000"})
+    with pytest.raises(ValueError, match="waiting, held"):
+        view.Filters.parse({"state": "running"})
+    assert view.Filters.parse({"state": "held", "offset": "10"}) == view.Filters(
+        state="held", offset=10)
+
+
+def test_teams_show_what_a_parent_lends_its_children() -> None:
+    nodes = [view.TeamUsage("t", "root", None, 0, {"gpu": 16}, {"gpu": 12}, {}),
+             view.TeamUsage("t", "gold", "root", 1, {"gpu": 8}, {"gpu": 12}, {"gpu": 4}),
+             view.TeamUsage("t", "bronze", "root", 1, {"gpu": 8}, {}, {})]
+    shaped = {n["name"]: n["resources"][0] for n in view.teams(nodes)}
+    assert shaped["root"] == {"resource": "gpu", "guaranteed": 16, "used": 12,
+                              "borrowed": 0, "lent": 4}
+    assert shaped["gold"]["borrowed"] == 4 and shaped["gold"]["lent"] == 0
+    assert shaped["bronze"] == {"resource": "gpu", "guaranteed": 8, "used": 0,
+                                "borrowed": 0, "lent": 0}
+
+
+def test_the_timeline_draws_each_bar_on_its_node_groups_for_its_viewer() -> None:
+    bars = [view.Bar("a", "run", "running", NOW - 600, NOW + 1200, ("n1", "n2")),
+            view.Bar("b", "next", "estimated", NOW + 1200, NOW + 9000, ("n1",)),
+            view.Bar("a", "far", "estimated", NOW + 100, NOW + 200, ())]
+    t = view.timeline(bars, frozenset({"a"}), NOW)
+    assert [(lane["lane"], [b["name"] for b in lane["bars"]]) for lane in t["lanes"]] == [
+        ("n1", ["run"]), ("n2", ["run"]), ("unplaced", ["far"])]
+    assert t["lanes"][0]["bars"][0]["from"] == -600 and t["span"] == 3600
+    assert view.timeline(bars, None, NOW, max_lanes=1)["moreLanes"] == 2
+
+
+def test_history_counts_the_last_days_waits_per_team_and_hour() -> None:
+    started = [view.Started("a", ("t/gold",), NOW - 900, NOW - 300),
+               view.Started("a", ("t/gold",), NOW - 1000, NOW - 100),
+               view.Started("b", (), NOW - 90_000, NOW - 89_000),  # more than a day ago
+               view.Started("b", (), NOW - 7200, NOW - 3700),
+               view.Started("c", (), NOW - 10, NOW)]  # started this very second
+    h = view.history(started, None, NOW)
+    assert len(h["hours"]) == 24
+    gold = next(t for t in h["teams"] if t["team"] == "t/gold")["hours"]
+    assert gold[-1] == {"started": 2, "medianSeconds": 750, "longestSeconds": 900}
+    b = next(t for t in h["teams"] if t["team"] == "namespace b")["hours"]
+    assert sum(x["started"] for x in b) == 1 and b[-2]["medianSeconds"] == 3500
+    c = next(t for t in h["teams"] if t["team"] == "namespace c")["hours"]
+    assert c[-1] == {"started": 1, "medianSeconds": 10, "longestSeconds": 10}
+    assert [t["team"] for t in view.history(started, frozenset({"b"}), NOW)["teams"]] == [
+        "namespace b"]
+
+
+# --- the endpoint ------------------------------------------------------------------------
+
+async def queue_with_a_held_one(kube: FakeKube, clock: Clock, held_by: str = "carol"
+                                ) -> Dispatcher:
+    kube.put(node("n1"))  # 8 GPUs: none of the 16-GPU wrappers fits, all wait
+    runs = team(appwrapper("runs", job("runs", 1, 8)), "gold")  # but this one runs
+    runs["metadata"]["namespace"] = "team-a"
+    kube.put(runs)
+    kube.put(waiting("a-low", "team-a", 1, 1, "gold"))
+    kube.put(waiting("b-high", "team-b", 2, 9, "bronze"))
+    kube.put(waiting("a-high", "team-a", 3, 5, "gold"))
+    held = waiting("a-held", "team-a", 4, 1, "gold")
+    held["metadata"]["annotations"] = {HELD_BY_ANNOTATION: held_by}
+    kube.put(held)
+    kube.objects["/api/v1/namespaces/team-a/events"] = {"items": [
+        {"type": "Normal", "reason": "Queued", "message": "waits", "count": 1,
+         "lastTimestamp": "2026-01-01T00:00:00Z"}]}
+    d = await started_with_quota(kube, clock, TREE, Policy("priority", order="priority"))
+    await d.cycle()
+    d.ready = True
+    return d
+
+
+async def get(port: int, path: str, token: str | None) -> tuple[int, Any, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession() as s, \
+            s.get(f"http://127.0.0.1:{port}/dashboard/{path}", headers=headers) as r:
+        body = await r.json() if r.content_type == "application/json" else await r.text()
+        return r.status, body, r.headers
+
+
+def names(body: dict[str, Any]) -> list[tuple[str, int | None, str]]:
+    return [(i["name"], i["position"], i["state"]) for i in body["items"]]
+
+
+async def serving(d: Dispatcher, api: FakeApi | None = None) -> tuple[MetricsServer, int]:
+    api = api or FakeApi(RIGHTS, TOKENS)
+    server = MetricsServer(PrometheusObserver(), 0, "127.0.0.1",
+                           dashboard=DashboardApi(lambda: d, auth(api)))
+    await server.start()
+    return server, server.addresses()[0][1]
+
+
+def test_each_viewer_sees_its_namespaces_in_the_controllers_order() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        api = FakeApi(RIGHTS, TOKENS)
+        server, port = await serving(d, api)
+        try:
+            status, body, _ = await get(port, "api/queue?namespaces=team-a", "alice-token")
+            assert status == 200 and body["scope"] == ["team-a"]
+            assert names(body) == [("a-high", 2, "waiting"), ("a-low", 3, "waiting"),
+                                   ("a-held", None, "held")]
+            assert body["items"][0]["teams"] == ["quota_gpu/gold"]
+            assert body["items"][0]["kinds"] == ["Job"] and body["items"][0]["gpus"] == 16
+            assert body["items"][2]["why"].startswith("held by carol")
+            assert body["facets"]["namespaces"] == [["team-a", 3]]
+            # Alice asks for another namespace, or all of them: refused.
+            assert (await get(port, "api/queue?namespaces=team-a,team-b", "alice-token"))[:2] \
+                == (403, "alice may not list appwrappers in namespace team-b\n")
+            assert (await get(port, "api/queue", "alice-token"))[0] == 403
+            assert (await get(port, "api/queue", None))[0] == 401
+            assert (await get(port, "api/teams?namespaces=team-a", "alice-token"))[0] == 403
+            assert (await get(port, "api/appwrappers/team-b/b-high?namespaces=team-a",
+                              "alice-token"))[0] == 403
+            status, body, _ = await get(port, "api/queue?state=held", "admin-token")
+            assert names(body) == [("a-held", None, "held")] and body["inScope"] == 4
+            assert (await get(port, "api/queue?namespaces=../x", "admin-token"))[0] == 400
+            # Asking for many namespaces costs no review: refused before any is made.
+            many = ",".join(f"ns{i}" for i in range(1000))
+            reviews = len(api.requests)
+            assert (await get(port, f"api/queue?namespaces={many}", "alice-token"))[:2] == (
+                400, "namespaces must be at most 20 namespace names, separated by commas\n")
+            assert len(api.requests) == reviews
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_refresh_when_nothing_changed_is_answered_unchanged() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        kube = FakeKube(clock)
+        d = await queue_with_a_held_one(kube, clock)
+        server, port = await serving(d)
+        try:
+            _, first, _ = await get(port, "api/queue", "admin-token")
+            _, again, _ = await get(port, f"api/queue?since={first['version']}",
+                                    "admin-token")
+            assert again == {"unchanged": True, "version": first["version"]}
+            obj = kube.get(AW, "AppWrapper", "team-a", "a-held")
+            assert obj is not None
+            obj["metadata"]["annotations"].pop(HELD_BY_ANNOTATION)  # released
+            d.on_appwrapper("MODIFIED", copy.deepcopy(obj))
+            await d.cycle()
+            _, after, _ = await get(port, f"api/queue?since={first['version']}",
+                                    "admin-token")
+            assert after["version"] != first["version"]
+            assert ("a-held", 4, "waiting") in names(after)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_one_appwrapper_teams_timeline_and_history_for_an_admin() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        server, port = await serving(d)
+        try:
+            status, one, _ = await get(port, "api/appwrappers/team-a/a-high", "admin-token")
+            assert status == 200 and one["position"] == 2
+            assert [c["type"] for c in one["conditions"]][:2] == ["Init", "Queueing"]
+            assert one["events"][0]["reason"] == "Queued"
+            assert "plan --live" in one["whatIf"]
+            assert (await get(port, "api/appwrappers/team-a/nope", "admin-token"))[0] == 404
+            status, teams, _ = await get(port, "api/teams", "admin-token")
+            assert [n["name"] for n in teams["nodes"]] == ["root", "bronze", "gold"]
+            clock.now += 600
+            status, t, _ = await get(port, "api/timeline", "admin-token")
+            assert status == 200
+            [lane] = t["lanes"]
+            assert lane["lane"] == "n1" and [(b["name"], b["kind"], b["from"])
+                                             for b in lane["bars"]] == [("runs", "running", -600)]
+            assert lane["bars"][0]["to"] > 0  # expected to end later (the default duration)
+            status, h, _ = await get(port, "api/history", "admin-token")
+            assert status == 200 and len(h["hours"]) == 24
+            [gold] = h["teams"]
+            assert gold["team"] == "quota_gpu/gold" and gold["hours"][-1]["started"] == 1
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_page_is_served_to_anyone_and_forbids_inline_script() -> None:
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        server, port = await serving(d)
+        try:
+            status, html, headers = await get(port, "", None)
+            assert status == 200 and '<script src="app.js"' in html
+            assert "script-src 'self'" in headers["Content-Security-Policy"]
+            assert headers["Referrer-Policy"] == "no-referrer"
+            status, js, headers = await get(port, "app.js", None)
+            assert status == 200 and "textContent" in js
+            assert (await get(port, "../pyproject.toml", None))[0] == 404
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
