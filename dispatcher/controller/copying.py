@@ -37,7 +37,8 @@ class Copying:
         if (copy["metadata"].get("labels") or {}).get(MANAGER_UID_LABEL) != meta["uid"]:
             return
         seen = self.mirrored.setdefault(meta["uid"], set())
-        for event in rules.new_events(link.look.events, copy["metadata"]["uid"], seen):
+        for event in rules.new_events(link.look.events_of(copy["metadata"]["uid"]),
+                                       copy["metadata"]["uid"], seen):
             try:
                 await self.kube.request("POST", EVENTS.path(meta["namespace"]),
                                         rules.mirrored_event(event, link.name, obj))

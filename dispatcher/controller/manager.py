@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
-from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL
+from dispatcher.api.labels import CLUSTER_LABEL
 from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import Placer
@@ -343,12 +343,7 @@ def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink, placer: Placer) 
         entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
     except InvalidSpec:
         return
-    bound = sum(1 for p in link.look.pods
-                if p["metadata"].get("namespace") == meta["namespace"]
-                and (p["metadata"].get("labels") or {}).get(APPWRAPPER_LABEL) == meta["name"]
-                and (p.get("spec") or {}).get("nodeName")
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-    rest = unbound(entry.gang, bound)
+    rest = unbound(entry.gang, link.look.bound(meta["namespace"], meta["name"]))
     if rest:
         placer(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
 
