@@ -236,7 +236,8 @@ class Manager:
         match rules.step(link.name, meta["uid"], mine, copy,
                          int(limit.get("maxNumRequeuings") or 0)):
             case rules.Make():
-                await self.copying.make(link, obj)
+                if not await self._make(link, obj):
+                    return False
             case rules.Mirror(status) | rules.GiveUp(status):
                 await self._write_status(obj, status)
             case rules.TakeBack(status):
@@ -306,7 +307,17 @@ class Manager:
         log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
                  chosen.cluster)
         obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
-        await self.copying.make(self.links[chosen.cluster], obj)
+        await self._make(self.links[chosen.cluster], obj)
+
+    async def _make(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Make the copy; False when its worker refused it: the wrapper then fails with
+        the worker's reason, and is sent nowhere (its target cleared, fenced)."""
+        reason = await self.copying.make(link, obj)
+        if reason is None:
+            return True
+        if await self._fenced_label(obj, None):
+            await self._write_status(obj, rules.refused(link.name, reason))
+        return False
 
     async def _waiting(self, obj: dict[str, Any], message: str) -> None:
         if (obj.get("status") or {}).get("message") != message:

@@ -51,6 +51,7 @@ class Worker(FakeKube):
         self.quota_error = quota_error  # what listing QuotaSubtrees answers (0: the list)
         self.on_copy: list[Any] = []
         self.listed: list[str] = []  # each listing asked of it, by resource
+        self.copy_posts = 0  # copies asked for, answered or refused
         self.put(node(f"{name}-n0", gpus))
 
     @property
@@ -83,6 +84,7 @@ class Worker(FakeKube):
         if self.down:
             raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
         if method == "POST" and path == AW_PATH:
+            self.copy_posts += 1
             for hook in self.on_copy:
                 hook(body)
         return await super().request(method, path, body, **kw)
@@ -643,3 +645,37 @@ def test_a_copys_events_are_found_among_many_without_reading_the_others() -> Non
                   if not (o.get("kind") == "Event" and o["metadata"]["uid"] == "mine")}
     fleet.cycle()
     assert view.events_of(copy["metadata"]["uid"]) == []  # deleted there: forgotten here
+
+
+DENIED = ('admission webhook "appwrappers.dispatcher.codeflare.dev" denied the request: '
+          'metadata.labels.quota_context: quota node gold of tree quota_context needs use on '
+          'quotasubtrees named quota_context:gold')
+
+
+def test_a_copy_its_worker_refuses_fails_the_wrapper_with_the_workers_reason() -> None:
+    w1 = Worker("w1")
+    w1.fail[("POST", AW_PATH)] = ApiError(403, "Forbidden", DENIED)
+    fleet = Fleet(w1)
+    fleet.submit("a", labels=GOLD)
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert status["state"] == "Failed"
+    assert status["message"] == f"failed: worker cluster w1 refused its copy: {DENIED}"
+    assert fleet.target("a") is None
+    fleet.cycle(3)  # not tried again: it would be refused again
+    assert w1.copy_posts == 1 and fleet.wrapper("a")["status"]["state"] == "Failed"
+
+
+def test_a_worker_where_the_manager_may_not_create_appwrappers_is_tried_again() -> None:
+    w1 = Worker("w1")
+    w1.fail[("POST", AW_PATH)] = ApiError(
+        403, "Forbidden", 'appwrappers.workload.codeflare.dev is forbidden: User "system:'
+        'serviceaccount:dispatcher-system:dispatcher-manager-access" cannot create resource '
+        '"appwrappers"')
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1" and w1.copy_posts == 2  # the worker to fix, not it
+    del w1.fail[("POST", AW_PATH)]
+    fleet.cycle()
+    assert fleet.holding("a") == {"w1"}
