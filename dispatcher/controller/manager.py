@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ from dispatcher.resources import GPU
 from .copying import Copying
 from .heartbeats import Heartbeats
 from .kube import ApiError, Kube
-from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+from .manager_metrics import ManagerMetrics, WorkerFigures
 from .status import APPWRAPPERS
 from .worker_quota import worker_quota
 from .workers import (
@@ -88,6 +87,10 @@ class ManagerSettings:
     #: configuration's topology levels).
     fit: Fit = "per-node"
     topology: Topology = NO_TOPOLOGY
+    #: Two replicas or more: only the holder of this Lease (in the manager cluster) sends.
+    leader_election: bool = False
+    lease_namespace: str = "dispatcher-system"
+    lease_name: str = "dispatcher-manager-leader"
 
 
 class Manager:
@@ -368,21 +371,3 @@ async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
             return await step
 
     return list(await asyncio.gather(*(one(s) for s in steps)))
-
-
-async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:
-    kube = await Kube.connect(settings.kubeconfig)
-    try:
-        metrics = ManagerMetrics()
-        server = None
-        if settings.metrics_port:
-            server = ManagerServer(metrics, settings.metrics_port, settings.metrics_host)
-            await server.start()
-        try:
-            with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
-                return await Manager(kube, settings, Path(d), metrics=metrics).run(stop)
-        finally:
-            if server is not None:
-                await server.stop()
-    finally:
-        await kube.close()

@@ -494,6 +494,53 @@ def test_the_managers_health_is_its_passes() -> None:
     assert not ok and "has not finished a pass for" in why
 
 
+def test_the_managers_health_names_the_workers_not_answering_and_a_standby() -> None:
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+
+    metrics = ManagerMetrics(clock=lambda: 10.0)
+    waiting: list[str | None] = ["waiting for Lease dispatcher-system/dispatcher-manager-leader"]
+    server = ManagerServer(metrics, port=0, standby=lambda: waiting[0])
+    assert server.health() == (
+        True, "standby: waiting for Lease dispatcher-system/dispatcher-manager-leader")
+    waiting[0] = None
+    metrics.observe({"w1": WorkerFigures(1, True, 8), "w2": WorkerFigures(0, False, 0)})
+    assert server.health() == (True, "ok: 1 passes, the last 0.0s ago; not answering: w2")
+
+
+class Refuse:
+    """--metrics-auth as a stand-in: only the token "good" may read /metrics."""
+
+    async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
+        return None if authorization == "Bearer good" else (401, "a bearer token, please")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_the_managers_metrics_answer_only_whom_metrics_auth_lets_through() -> None:
+    import aiohttp
+
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+
+    async def scenario() -> list[int]:
+        server = ManagerServer(ManagerMetrics(), port=0, host="127.0.0.1", auth=Refuse())
+        await server.start()
+        assert server._runner is not None
+        port = next(a[1] for a in server._runner.addresses if isinstance(a, tuple))
+        out = []
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"Authorization": "Bearer bad"},
+                            {"Authorization": "Bearer good"}):
+                async with http.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
+                    out.append(r.status)
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                out.append(r.status)  # the kubelet's probes carry no token
+        await server.stop()
+        return out
+
+    assert asyncio.run(scenario()) == [401, 401, 200, 503]
+
+
 GOLD = {"team": "gold"}
 
 
