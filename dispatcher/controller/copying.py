@@ -39,6 +39,15 @@ class Copying:
         """Forget the mirrored Events of wrappers no longer sent."""
         self.mirrored = {uid: seen for uid, seen in self.mirrored.items() if uid in sent}
 
+    def pending(self, link: WorkerLink, obj: dict[str, Any], copy: dict[str, Any]) -> bool:
+        """Whether the copy has Events not mirrored yet."""
+        assert link.look is not None
+        if copy["metadata"].get("deletionTimestamp"):
+            return False
+        seen = self.mirrored.get(obj["metadata"]["uid"], set())
+        return any(uid not in seen for uid in link.look.events_by_object.get(
+            copy["metadata"]["uid"], {}))
+
     async def mirror_events(self, link: WorkerLink, obj: dict[str, Any],
                             copy: dict[str, Any]) -> None:
         """The copy's Events not mirrored yet, posted on the manager's wrapper."""

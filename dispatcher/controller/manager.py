@@ -28,21 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
+from dispatcher.admission import FINISHED_STATES
 from dispatcher.api.labels import CLUSTER_LABEL
-from dispatcher.api.models import InvalidSpec, parse_appwrapper
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import Placer
 from dispatcher.fit.rules import NO_TOPOLOGY, Fit, fit_rules
 from dispatcher.fit.topology import Topology
 from dispatcher.fleet import (
-    CLUSTER_SELECTOR_ANNOTATION,
     Chosen,
     NoneFits,
-    SelectorError,
     Worker,
     dispatch,
-    parse_selector,
     unbound,
 )
 from dispatcher.fleet import copies as rules
@@ -52,6 +48,7 @@ from dispatcher.resources import GPU
 from .copying import Copying
 from .heartbeats import Heartbeats
 from .kube import ApiError, Kube
+from .manager_entries import Entries
 from .manager_metrics import ManagerMetrics, WorkerFigures
 from .status import APPWRAPPERS
 from .worker_quota import worker_quota
@@ -111,6 +108,7 @@ class Manager:
         self._reported: dict[str, tuple[str, str]] = {}
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         self.copying = Copying(kube)
+        self.entries = Entries()
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -162,8 +160,12 @@ class Manager:
                                                             self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        kept = await _bounded([self._keep_copy(obj) for obj in sent.values()])
-        sent = {uid: obj for (uid, obj), keep in zip(sent.items(), kept, strict=True) if keep}
+        self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
+        busy = [uid for uid, obj in sent.items() if self._copy_step(obj) is not None]
+        kept = await _bounded([self._keep_copy(sent[uid]) for uid in busy])
+        for uid, keep in zip(busy, kept, strict=True):
+            if not keep:
+                del sent[uid]
         self.copying.keep_only(sent)
         await self.copying.delete_strays(self.links.values(), sent, self.passes)
         workers = self._workers(sent)
@@ -226,18 +228,31 @@ class Manager:
         await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
         return True
 
-    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
-        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
-        to the queue (its copy requeued or failed there)."""
+    def _copy_step(self, obj: dict[str, Any]
+                   ) -> tuple[WorkerLink, dict[str, Any] | None, rules.Step] | None:
+        """The sent wrapper's link, copy and what to do with it; None when there is nothing
+        to do (its worker not answering, or the copy as the wrapper already says, with no
+        Event left to mirror): most sent wrappers in most passes."""
         meta = obj["metadata"]
         link = self.links[meta["labels"][CLUSTER_LABEL]]
         if not link.reachable or link.look is None:
-            return True
+            return None
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
-        mine = obj.get("status") or {}
         limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
-        match rules.step(link.name, meta["uid"], mine, copy,
-                         int(limit.get("maxNumRequeuings") or 0)):
+        step = rules.step(link.name, meta["uid"], obj.get("status") or {}, copy,
+                          int(limit.get("maxNumRequeuings") or 0))
+        if step is None and (copy is None or not self.copying.pending(link, obj, copy)):
+            return None
+        return link, copy, step
+
+    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
+        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
+        to the queue (its copy requeued or failed there)."""
+        todo = self._copy_step(obj)
+        if todo is None:
+            return True
+        link, copy, step = todo
+        match step:
             case rules.Make():
                 if not await self._make(link, obj):
                     return False
@@ -259,24 +274,25 @@ class Manager:
         selectors: dict[tuple[str, str], dict[str, str]] = {}
         refused: list[tuple[dict[str, Any], str]] = []
         for obj in queued:
-            try:
-                aw = parse_appwrapper(obj)
-                selector = parse_selector(
-                    (obj["metadata"].get("annotations") or {}).get(
-                        CLUSTER_SELECTOR_ANNOTATION, ""))
-            except (InvalidSpec, SelectorError) as e:
-                refused.append((obj, str(e)))
+            read = self.entries.read(obj, self.wall())
+            if isinstance(read, str):
+                refused.append((obj, read))
                 continue
-            entry = queued_from_appwrapper(aw, first_seen_of(aw, self.wall()))
+            entry, selectors[read[0].key] = read
             queue.append(entry)
             entries[entry.key] = obj
-            selectors[entry.key] = selector
-        writes = [self._waiting(obj, message) for obj, message in refused]
+        waits = list(refused)
+        writes = []
         for entry, answer in dispatch(queue, workers, self.wall(), selectors,
                                       self.settings.fit, self.settings.topology):
             obj = entries[entry.key]
-            writes.append(self._waiting(obj, answer.message) if isinstance(answer, NoneFits)
-                          else self._send(obj, answer))
+            if isinstance(answer, NoneFits):
+                waits.append((obj, answer.message))
+            else:
+                writes.append(self._send(obj, answer))
+        # Only the messages that changed are written (most of a long queue's do not).
+        writes += [self._waiting(obj, message) for obj, message in waits
+                   if (obj.get("status") or {}).get("message") != message]
         # The room of each was taken in the decision: the writes, each fenced on its own
         # wrapper, need no order between them.
         await _bounded(writes)
@@ -295,7 +311,9 @@ class Manager:
             cap = Capacity.of(link.look.state)
             placer, _ = fit_rules(self.settings.fit, self.settings.topology)
             for obj in there:
-                _hold(cap, obj, link, placer)
+                read = self.entries.read(obj, self.wall())
+                if not isinstance(read, str):
+                    _hold(cap, read[0], obj, link, placer)
             quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
                                  self.wall(), there)
             out.append(Worker(name, cap, link.labels, quota, link.reachable, len(there)))
@@ -349,14 +367,11 @@ class Manager:
                 {"status": status}, content_type="application/merge-patch+json")
 
 
-def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink, placer: Placer) -> None:
+def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,
+          placer: Placer) -> None:
     """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
     assert link.look is not None
     meta = obj["metadata"]
-    try:
-        entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
-    except InvalidSpec:
-        return
     rest = unbound(entry.gang, link.look.bound(meta["namespace"], meta["name"]))
     if rest:
         placer(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
