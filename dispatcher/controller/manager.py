@@ -50,6 +50,7 @@ from .heartbeats import Heartbeats
 from .kube import ApiError, Kube
 from .manager_entries import Entries
 from .manager_metrics import ManagerMetrics, WorkerFigures
+from .manager_wrappers import OwnWrappers
 from .status import APPWRAPPERS
 from .worker_quota import worker_quota
 from .workers import (
@@ -109,6 +110,7 @@ class Manager:
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         self.copying = Copying(kube)
         self.entries = Entries()
+        self.own = OwnWrappers(kube)
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -123,9 +125,14 @@ class Manager:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.interval)
         finally:
-            for link in self.links.values():
-                await link.close()
+            await self.close()
         return 0
+
+    async def close(self) -> None:
+        """Its watches end (the manager stops, or another process takes over)."""
+        await self.own.close()
+        for link in self.links.values():
+            await link.close()
 
     async def cycle(self) -> None:
         self.passes += 1
@@ -144,7 +151,7 @@ class Manager:
                 # runs from when it saw that one, no sooner (heartbeats.py).
                 self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
             await self._report(link)
-        wrappers = await self.kube.list(APPWRAPPERS)
+        wrappers = await self.own.current()
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
         for obj in wrappers:
@@ -254,7 +261,7 @@ class Manager:
         link, copy, step = todo
         match step:
             case rules.Make():
-                if not await self._make(link, obj):
+                if await self._still_sent(link, obj) and not await self._make(link, obj):
                     return False
             case rules.Mirror(status) | rules.GiveUp(status):
                 await self._write_status(obj, status)
@@ -330,6 +337,19 @@ class Manager:
         obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
         await self._make(self.links[chosen.cluster], obj)
 
+    async def _still_sent(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Whether the API server's wrapper, not the watched view of it (which may lag a
+        write of this manager's), still names this worker: a copy is made only then."""
+        meta = obj["metadata"]
+        try:
+            fresh = await self.kube.request("GET", APPWRAPPERS.path(meta["namespace"],
+                                                                    meta["name"]))
+        except ApiError:
+            return False  # gone, or no answer: the next pass sees
+        fmeta = fresh.get("metadata") or {}
+        return fmeta.get("uid") == meta["uid"] and \
+            (fmeta.get("labels") or {}).get(CLUSTER_LABEL) == link.name
+
     async def _make(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
         """Make the copy; False when its worker refused it: the wrapper then fails with
         the worker's reason, and is sent nowhere (its target cleared, fenced)."""
@@ -356,7 +376,9 @@ class Manager:
             if e.status in (404, 409):
                 return False  # changed or gone since the listing: the next pass sees it
             raise
+        # The view says what was written until the watch brings it.
         meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+        meta["labels"] = dict(updated["metadata"].get("labels") or {})
         return True
 
     async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
@@ -365,6 +387,7 @@ class Manager:
             await self.kube.request(
                 "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
                 {"status": status}, content_type="application/merge-patch+json")
+            self.own.written(obj, status)
 
 
 def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,

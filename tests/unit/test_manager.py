@@ -103,7 +103,7 @@ async def idle(fleet: Fleet) -> None:
     """Let the informers take what was sent them, and open again the watches of workers
     that answer: no clock, no wait."""
     def settled() -> bool:
-        return all(not w.queue.qsize() for worker in fleet.workers.values()
+        return all(not w.queue.qsize() for worker in (*fleet.workers.values(), fleet.manager)
                    for w in worker.watches) and \
             all(fleet.workers[name].down or (link.look is not None and link.look.blind_reason()
                 is None) for name, link in fleet.process.links.items())
@@ -144,16 +144,14 @@ class Fleet:
 
     def close(self) -> None:
         """The manager stopped: its watches end with it."""
-        for link in self.process.links.values():
-            self.loop.run_until_complete(link.close())
+        self.loop.run_until_complete(self.process.close())
         self.loop.close()
 
     def start(self) -> Manager:
         """A manager process (again): nothing kept but what the API servers hold."""
         old = getattr(self, "process", None)
         if old is not None:  # the old process's watches end with it
-            for link in old.links.values():
-                self.loop.run_until_complete(link.close())
+            self.loop.run_until_complete(old.close())
         async def connect(worker: Mapping[str, Any], kubeconfig: bytes, _: Path
                           ) -> WorkerLink:
             name = worker["metadata"]["name"]
@@ -178,7 +176,7 @@ class Fleet:
         for link in self.process.links.values():
             link.retry_now()  # watches cut short are opened again (where they answer)
         await idle(self)
-        for w in self.workers.values():
+        for w in (*self.workers.values(), self.manager):
             w.publish()
         await idle(self)
 
@@ -726,3 +724,23 @@ def test_a_worker_where_the_manager_may_not_create_appwrappers_is_tried_again() 
     del w1.fail[("POST", AW_PATH)]
     fleet.cycle()
     assert fleet.holding("a") == {"w1"}
+
+
+def test_a_view_lagging_the_managers_own_write_makes_no_copy() -> None:
+    """The manager's AppWrappers are watched: a view that still shows a wrapper sent to a
+    worker the API server no longer names (its watch behind) makes no copy there."""
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    fleet.cycle()
+    w1 = fleet.workers["w1"]
+    assert fleet.holding("a") == {"w1"} and w1.copy_posts == 1
+    uid = fleet.wrapper("a")["metadata"]["uid"]
+    path = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/a"
+    del fleet.manager.objects[path]["metadata"]["labels"][CLUSTER_LABEL]  # requeued there
+    fleet.manager.objects[path]["status"] = {"state": "Failed"}  # (not sent again)
+    w1.objects = {p: o for p, o in w1.objects.items() if o.get("kind") != "AppWrapper"}
+    w1.publish()  # the worker's watch is current; the manager's own is behind
+    fleet.loop.run_until_complete(idle(fleet))
+    assert fleet.process.own.objects[uid]["metadata"]["labels"][CLUSTER_LABEL] == "w1"
+    fleet.loop.run_until_complete(fleet.process.cycle())
+    assert w1.copy_posts == 1 and fleet.holding("a") == set()
