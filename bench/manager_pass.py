@@ -148,12 +148,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     while sim.completed < args.wrappers and len(passes) < args.max_passes:
         sim.step(len(passes))
-        passes.append(loop.run_until_complete(_measured_pass(process, workers)))
+        passes.append(loop.run_until_complete(_measured_pass(process, workers, manager)))
         sim.note_sent(manager, len(passes) - 1)
         now[0] += 1.0
     elapsed = time.monotonic() - started
-    for link in process.links.values():
-        loop.run_until_complete(link.close())
+    if hasattr(process, "close"):
+        loop.run_until_complete(process.close())
+    else:
+        for link in process.links.values():
+            loop.run_until_complete(link.close())
     loop.close()
     return summarise(passes, sim, args, elapsed)
 
@@ -164,7 +167,8 @@ def logging_quiet() -> None:
     logging.getLogger("dispatcher").setLevel(logging.ERROR)
 
 
-async def _measured_pass(process: Any, workers: Mapping[str, Any]) -> dict[str, float]:
+async def _measured_pass(process: Any, workers: Mapping[str, Any], manager: Any
+                         ) -> dict[str, float]:
     asked = {n: w.asked for n, w in workers.items()}
     delivered = {n: w.delivered for n, w in workers.items()}
     for link in process.links.values():
@@ -172,6 +176,8 @@ async def _measured_pass(process: Any, workers: Mapping[str, Any]) -> dict[str, 
             link.retry_now()
     for w in workers.values():
         w.publish()
+    if hasattr(manager, "publish"):  # the manager's own cluster, where it watches
+        manager.publish()
     Meter.inside = 0.0
     cpu, wall = time.process_time(), time.monotonic()
     for _ in range(20):  # the informers take the events (none where nothing watches)

@@ -384,10 +384,10 @@ class Manager:
     async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
         meta = obj["metadata"]
         with contextlib.suppress(ApiError):
-            await self.kube.request(
+            updated = await self.kube.request(
                 "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
                 {"status": status}, content_type="application/merge-patch+json")
-            self.own.written(obj, status)
+            self.own.written(obj, status, updated)
 
 
 def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,

@@ -38,8 +38,9 @@ class ManagerMetrics:
         self.sent = Gauge(f"{PREFIX}_worker_wrappers_sent", "AppWrappers the manager has "
                           "sent to the worker cluster and that have not finished.",
                           ["cluster"], registry=r)
-        self.reachable = Gauge(f"{PREFIX}_worker_reachable", "1 when the worker cluster's "
-                               "API server answered the manager's last look, else 0.",
+        self.reachable = Gauge(f"{PREFIX}_worker_reachable", "1 when every watch of the "
+                               "worker cluster is open and the manager's heartbeat there was "
+                               "renewed in its last pass, else 0.",
                                ["cluster"], registry=r)
         self.free_gpus = Gauge(f"{PREFIX}_worker_free_gpus", "GPUs free in the worker "
                                "cluster, less what the wrappers sent there still need.",

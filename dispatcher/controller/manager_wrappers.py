@@ -36,10 +36,14 @@ class OwnWrappers:
             raise ApiError(0, "NotWatching", f"the manager's own {blind}")
         return list(self.objects.values())
 
-    def written(self, obj: dict[str, Any], status: Mapping[str, Any]) -> None:
+    def written(self, obj: dict[str, Any], status: Mapping[str, Any],
+                answer: Mapping[str, Any] | None) -> None:
         """A status write that succeeded: the view says so until the watch brings it (the
-        next pass must not write it again)."""
+        next pass must neither write it again nor fence a write on the version before)."""
         obj["status"] = {**(obj.get("status") or {}), **status}
+        version = ((answer or {}).get("metadata") or {}).get("resourceVersion")
+        if version:
+            obj["metadata"]["resourceVersion"] = version
 
     async def close(self) -> None:
         if self._task is not None:
