@@ -171,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         qps=args.kube_qps, burst=args.kube_burst, resync_seconds=args.resync_seconds,
         leader_election=args.leader_elect,
         lease_namespace=args.lease_namespace or own_namespace(),
-        lease_name=args.lease_name, allowed_kinds=config.allowed_kinds,
+        lease_name=args.lease_name or "dispatcher", allowed_kinds=config.allowed_kinds,
         require_creator=args.require_creator, estimates=estimates, pin_pods=args.pin_pods,
         topology=config.topology_levels, leave_kueue_labelled=args.leave_kueue_labelled,
         pod_webhook=bool(args.webhook_port) and args.pin_pods,
@@ -238,8 +238,10 @@ def _run_manager(args: argparse.Namespace) -> int:
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.kubeconfig import KubeconfigError
     from dispatcher.controller.logs import configure as configure_logging
-    from dispatcher.controller.manager import ManagerSettings, manage
+    from dispatcher.controller.manager import ManagerSettings
+    from dispatcher.controller.manager_service import manage
     from dispatcher.controller.startup import stop_on_signals
+    from dispatcher.controller.webhook import own_namespace
     from dispatcher.fleet.fence import check_grace
 
     try:
@@ -259,10 +261,19 @@ def _run_manager(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace,
                                metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-                               fit=args.fit, topology=config.topology_levels)
+                               fit=args.fit, topology=config.topology_levels,
+                               leader_election=args.leader_elect,
+                               lease_namespace=args.lease_namespace or own_namespace(),
+                               lease_name=args.lease_name or "dispatcher-manager-leader")
 
     async def run() -> int:
-        return await manage(settings, stop_on_signals())
+        auth = None
+        if args.metrics_auth == "kubernetes":
+            from dispatcher.controller.bearer import TokenReviewAuth
+            from dispatcher.controller.kube import Kube
+
+            auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
+        return await manage(settings, stop_on_signals(), auth)
 
     try:
         return asyncio.run(run())
@@ -540,7 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     ha.add_argument("--lease-namespace",
                     help="namespace of the Lease (default: $POD_NAMESPACE, the pod's, else "
                     "dispatcher-system)")
-    ha.add_argument("--lease-name", default="dispatcher", help="(default dispatcher)")
+    ha.add_argument("--lease-name", help="(default dispatcher; with --manager, "
+                    "dispatcher-manager-leader)")
     api = r.add_argument_group("API server")
     # As Kueue's: the API server protects itself (priority and fairness, 429 with
     # Retry-After, which the client waits out); a client pace below it only slows admission.

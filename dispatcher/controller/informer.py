@@ -16,10 +16,11 @@ watch is open: the dispatcher decides nothing while any informer is not live, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from dispatcher.wording import span
@@ -40,7 +41,9 @@ OnListed = Callable[[list[dict[str, Any]]], None]
 class Informer:
     def __init__(self, kube: Kube, resource: Resource, on_event: OnEvent,
                  on_listed: OnListed, watch_seconds: int = 240, resync_seconds: float = 600,
-                 clock: Callable[[], float] = time.monotonic, optional: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, optional: bool = False,
+                 selectors: Mapping[str, str] | None = None,
+                 not_served: Collection[int] = (404,)) -> None:
         self.kube = kube
         self.resource = resource
         self.on_event = on_event
@@ -51,7 +54,12 @@ class Informer:
         # A resource whose CRD may not be installed (QuotaSubtrees): while the API server
         # does not serve it, it is an empty listing, looked for again every minute.
         self.optional = optional
+        self.not_served = not_served  # the answers that mean "not served" (optional only)
+        # label_selector / field_selector: the listing and the watch see the same objects.
+        self.selectors = dict(selectors or {})
+        self._wake = asyncio.Event()
         self.listed = asyncio.Event()  # the first complete listing was handed over
+        self.answered = asyncio.Event()  # listed, or the first try failed
         self.live = False
         self.lost_since: float | None = clock()
         self.problem = "not listed yet"
@@ -74,6 +82,7 @@ class Informer:
         return f"{self.name}: not watching{since} ({self.problem})"
 
     def _lost(self, problem: str) -> None:
+        self.answered.set()
         if self.live:
             log.warning("watch of %s lost: %s", self.name, problem)
             self.lost_since = self.clock()
@@ -81,7 +90,7 @@ class Informer:
         self.problem = problem
 
     async def _list(self) -> None:
-        items, version = await self.kube.list_with_version(self.resource)
+        items, version = await self.kube.list_with_version(self.resource, **self.selectors)
         self.on_listed(items)
         self._version = version
         self._listed_at = self.clock()
@@ -107,8 +116,8 @@ class Informer:
                 if e.status == 410:
                     self._version = None  # too old: list again, then watch
                     continue
-                if e.status == 404 and self.optional:
-                    self._not_served()
+                if e.status in self.not_served and self.optional:
+                    self._not_served(e)
                     await asyncio.sleep(NOT_SERVED_RETRY_SECONDS)
                     continue
                 problem = explain(e)
@@ -120,19 +129,30 @@ class Informer:
                     delay = FIRST_RETRY_SECONDS
                     continue
                 self.trouble.report(problem)
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await self._back_off(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 5.0)
             except Exception as e:  # a bad event must not end the watch for good
                 log.exception("watch of %s failed", self.name)
                 self._lost(repr(e))
-                await asyncio.sleep(delay)
+                await self._back_off(delay)
                 delay = min(delay * 2, 5.0)
+
+    def retry_now(self) -> None:
+        """Cut a back-off short: the caller has a reason to look again now (the manager
+        looks at a cut-off worker once a pass, as often as it used to list it)."""
+        self._wake.set()
+
+    async def _back_off(self, seconds: float) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _watch(self) -> None:
         assert self._version is not None
         # Spread the watches' ends so three informers do not all reconnect at once.
         seconds = int(self.watch_seconds * random.uniform(0.8, 1.0))
-        stream = self.kube.watch(self.resource, self._version, seconds, opened=self._open)
+        stream = self.kube.watch(self.resource, self._version, seconds, opened=self._open,
+                                 **self.selectors)
         async for event in stream:
             kind = str(event.get("type", ""))
             obj = event.get("object") or {}
@@ -153,10 +173,13 @@ class Informer:
         self._opened = True
         self._resumed()
 
-    def _not_served(self) -> None:
+    def _not_served(self, e: ApiError) -> None:
         if self.listed.is_set() and self._version is None and self.live:
             return  # still not served: nothing new to say
-        log.info("%s are not served by this cluster (no CRD): none", self.name)
+        if e.status == 404:
+            log.info("%s are not served by this cluster (no CRD): none", self.name)
+        else:
+            log.warning("%s cannot be listed here (%s): counted as none", self.name, explain(e))
         self.on_listed([])
         self._version = None
         self.listed.set()
@@ -166,6 +189,7 @@ class Informer:
         if not self.live and self.problem != "not listed yet":
             log.info("watching %s again", self.name)
         self.trouble.clear(say=False)
+        self.answered.set()
         self.live = True
         self.lost_since = None
         self.problem = ""

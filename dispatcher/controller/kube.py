@@ -327,7 +327,8 @@ class Kube:
                 log.info("listing %s: page token expired; listing again", resource.plural)
 
     async def watch(self, resource: Resource, resource_version: str,
-                    timeout_seconds: int, opened: Callable[[], None] | None = None
+                    timeout_seconds: int, opened: Callable[[], None] | None = None,
+                    label_selector: str | None = None, field_selector: str | None = None
                     ) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch request from `resource_version`, as dicts
         ``{"type", "object"}`` (BOOKMARK and ERROR included), until the server ends it.
@@ -337,6 +338,10 @@ class Kube:
         await self._paced(URGENT)
         query = {"watch": "1", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=timeout_seconds + 15)
         request = Request("WATCH", resource.path(), self.server)
         try:

@@ -22,28 +22,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dispatcher.admission import FINISHED_STATES, first_seen_of, queued_from_appwrapper
-from dispatcher.api.labels import APPWRAPPER_LABEL, CLUSTER_LABEL
-from dispatcher.api.models import InvalidSpec, parse_appwrapper
+from dispatcher.admission import FINISHED_STATES
+from dispatcher.api.labels import CLUSTER_LABEL
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import Placer
 from dispatcher.fit.rules import NO_TOPOLOGY, Fit, fit_rules
 from dispatcher.fit.topology import Topology
 from dispatcher.fleet import (
-    CLUSTER_SELECTOR_ANNOTATION,
     Chosen,
     NoneFits,
-    SelectorError,
     Worker,
     dispatch,
-    parse_selector,
     unbound,
 )
 from dispatcher.fleet import copies as rules
@@ -53,7 +48,9 @@ from dispatcher.resources import GPU
 from .copying import Copying
 from .heartbeats import Heartbeats
 from .kube import ApiError, Kube
-from .manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+from .manager_entries import Entries
+from .manager_metrics import ManagerMetrics, WorkerFigures
+from .manager_wrappers import OwnWrappers
 from .status import APPWRAPPERS
 from .worker_quota import worker_quota
 from .workers import (
@@ -90,6 +87,10 @@ class ManagerSettings:
     #: configuration's topology levels).
     fit: Fit = "per-node"
     topology: Topology = NO_TOPOLOGY
+    #: Two replicas or more: only the holder of this Lease (in the manager cluster) sends.
+    leader_election: bool = False
+    lease_namespace: str = "dispatcher-system"
+    lease_name: str = "dispatcher-manager-leader"
 
 
 class Manager:
@@ -113,6 +114,8 @@ class Manager:
         self.refused: dict[str, str] = {}
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         self.copying = Copying(kube)
+        self.entries = Entries()
+        self.own = OwnWrappers(kube)
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
 
     async def run(self, stop: asyncio.Event) -> int:
@@ -127,9 +130,14 @@ class Manager:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.interval)
         finally:
-            for link in self.links.values():
-                await link.close()
+            await self.close()
         return 0
+
+    async def close(self) -> None:
+        """Its watches end (the manager stops, or another process takes over)."""
+        await self.own.close()
+        for link in self.links.values():
+            await link.close()
 
     async def cycle(self) -> None:
         self.passes += 1
@@ -150,7 +158,7 @@ class Manager:
             await self._report(link)
         for name in self.refused.keys() - self.links.keys():
             await self._write_report(name, ("False", self.refused[name]))
-        wrappers = await self.kube.list(APPWRAPPERS)
+        wrappers = await self.own.current()
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
         for obj in wrappers:
@@ -166,8 +174,12 @@ class Manager:
                                                             self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        kept = await _bounded([self._keep_copy(obj) for obj in sent.values()])
-        sent = {uid: obj for (uid, obj), keep in zip(sent.items(), kept, strict=True) if keep}
+        self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
+        busy = [uid for uid, obj in sent.items() if self._copy_step(obj) is not None]
+        kept = await _bounded([self._keep_copy(sent[uid]) for uid in busy])
+        for uid, keep in zip(busy, kept, strict=True):
+            if not keep:
+                del sent[uid]
         self.copying.keep_only(sent)
         await self.copying.delete_strays(self.links.values(), sent, self.passes)
         workers = self._workers(sent)
@@ -241,20 +253,34 @@ class Manager:
         await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
         return True
 
-    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
-        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
-        to the queue (its copy requeued or failed there)."""
+    def _copy_step(self, obj: dict[str, Any]
+                   ) -> tuple[WorkerLink, dict[str, Any] | None, rules.Step] | None:
+        """The sent wrapper's link, copy and what to do with it; None when there is nothing
+        to do (its worker not answering, or the copy as the wrapper already says, with no
+        Event left to mirror): most sent wrappers in most passes."""
         meta = obj["metadata"]
         link = self.links[meta["labels"][CLUSTER_LABEL]]
         if not link.reachable or link.look is None:
-            return True
+            return None
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
-        mine = obj.get("status") or {}
         limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
-        match rules.step(link.name, meta["uid"], mine, copy,
-                         int(limit.get("maxNumRequeuings") or 0)):
+        step = rules.step(link.name, meta["uid"], obj.get("status") or {}, copy,
+                          int(limit.get("maxNumRequeuings") or 0))
+        if step is None and (copy is None or not self.copying.pending(link, obj, copy)):
+            return None
+        return link, copy, step
+
+    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
+        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
+        to the queue (its copy requeued or failed there)."""
+        todo = self._copy_step(obj)
+        if todo is None:
+            return True
+        link, copy, step = todo
+        match step:
             case rules.Make():
-                await self.copying.make(link, obj)
+                if await self._still_sent(link, obj) and not await self._make(link, obj):
+                    return False
             case rules.Mirror(status) | rules.GiveUp(status):
                 await self._write_status(obj, status)
             case rules.TakeBack(status):
@@ -273,24 +299,25 @@ class Manager:
         selectors: dict[tuple[str, str], dict[str, str]] = {}
         refused: list[tuple[dict[str, Any], str]] = []
         for obj in queued:
-            try:
-                aw = parse_appwrapper(obj)
-                selector = parse_selector(
-                    (obj["metadata"].get("annotations") or {}).get(
-                        CLUSTER_SELECTOR_ANNOTATION, ""))
-            except (InvalidSpec, SelectorError) as e:
-                refused.append((obj, str(e)))
+            read = self.entries.read(obj, self.wall())
+            if isinstance(read, str):
+                refused.append((obj, read))
                 continue
-            entry = queued_from_appwrapper(aw, first_seen_of(aw, self.wall()))
+            entry, selectors[read[0].key] = read
             queue.append(entry)
             entries[entry.key] = obj
-            selectors[entry.key] = selector
-        writes = [self._waiting(obj, message) for obj, message in refused]
+        waits = list(refused)
+        writes = []
         for entry, answer in dispatch(queue, workers, self.wall(), selectors,
                                       self.settings.fit, self.settings.topology):
             obj = entries[entry.key]
-            writes.append(self._waiting(obj, answer.message) if isinstance(answer, NoneFits)
-                          else self._send(obj, answer))
+            if isinstance(answer, NoneFits):
+                waits.append((obj, answer.message))
+            else:
+                writes.append(self._send(obj, answer))
+        # Only the messages that changed are written (most of a long queue's do not).
+        writes += [self._waiting(obj, message) for obj, message in waits
+                   if (obj.get("status") or {}).get("message") != message]
         # The room of each was taken in the decision: the writes, each fenced on its own
         # wrapper, need no order between them.
         await _bounded(writes)
@@ -309,7 +336,9 @@ class Manager:
             cap = Capacity.of(link.look.state)
             placer, _ = fit_rules(self.settings.fit, self.settings.topology)
             for obj in there:
-                _hold(cap, obj, link, placer)
+                read = self.entries.read(obj, self.wall())
+                if not isinstance(read, str):
+                    _hold(cap, read[0], obj, link, placer)
             quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
                                  self.wall(), there)
             out.append(Worker(name, cap, link.labels, quota, link.reachable, len(there)))
@@ -324,7 +353,30 @@ class Manager:
         log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
                  chosen.cluster)
         obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
-        await self.copying.make(self.links[chosen.cluster], obj)
+        await self._make(self.links[chosen.cluster], obj)
+
+    async def _still_sent(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Whether the API server's wrapper, not the watched view of it (which may lag a
+        write of this manager's), still names this worker: a copy is made only then."""
+        meta = obj["metadata"]
+        try:
+            fresh = await self.kube.request("GET", APPWRAPPERS.path(meta["namespace"],
+                                                                    meta["name"]))
+        except ApiError:
+            return False  # gone, or no answer: the next pass sees
+        fmeta = fresh.get("metadata") or {}
+        return fmeta.get("uid") == meta["uid"] and \
+            (fmeta.get("labels") or {}).get(CLUSTER_LABEL) == link.name
+
+    async def _make(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Make the copy; False when its worker refused it: the wrapper then fails with
+        the worker's reason, and is sent nowhere (its target cleared, fenced)."""
+        reason = await self.copying.make(link, obj)
+        if reason is None:
+            return True
+        if await self._fenced_label(obj, None):
+            await self._write_status(obj, rules.refused(link.name, reason))
+        return False
 
     async def _waiting(self, obj: dict[str, Any], message: str) -> None:
         if (obj.get("status") or {}).get("message") != message:
@@ -342,31 +394,26 @@ class Manager:
             if e.status in (404, 409):
                 return False  # changed or gone since the listing: the next pass sees it
             raise
+        # The view says what was written until the watch brings it.
         meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+        meta["labels"] = dict(updated["metadata"].get("labels") or {})
         return True
 
     async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
         meta = obj["metadata"]
         with contextlib.suppress(ApiError):
-            await self.kube.request(
+            updated = await self.kube.request(
                 "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
                 {"status": status}, content_type="application/merge-patch+json")
+            self.own.written(obj, status, updated)
 
 
-def _hold(cap: Capacity, obj: dict[str, Any], link: WorkerLink, placer: Placer) -> None:
+def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,
+          placer: Placer) -> None:
     """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
     assert link.look is not None
     meta = obj["metadata"]
-    try:
-        entry = queued_from_appwrapper(parse_appwrapper(obj), 0.0)
-    except InvalidSpec:
-        return
-    bound = sum(1 for p in link.look.pods
-                if p["metadata"].get("namespace") == meta["namespace"]
-                and (p["metadata"].get("labels") or {}).get(APPWRAPPER_LABEL) == meta["name"]
-                and (p.get("spec") or {}).get("nodeName")
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-    rest = unbound(entry.gang, bound)
+    rest = unbound(entry.gang, link.look.bound(meta["namespace"], meta["name"]))
     if rest:
         placer(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
 
@@ -380,21 +427,3 @@ async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
             return await step
 
     return list(await asyncio.gather(*(one(s) for s in steps)))
-
-
-async def manage(settings: ManagerSettings, stop: asyncio.Event) -> int:
-    kube = await Kube.connect(settings.kubeconfig)
-    try:
-        metrics = ManagerMetrics()
-        server = None
-        if settings.metrics_port:
-            server = ManagerServer(metrics, settings.metrics_port, settings.metrics_host)
-            await server.start()
-        try:
-            with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
-                return await Manager(kube, settings, Path(d), metrics=metrics).run(stop)
-        finally:
-            if server is not None:
-                await server.stop()
-    finally:
-        await kube.close()

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from dispatcher.wording import span
 
 from .metric_labels import PREFIX
-from .metrics_server import exposition
+from .metrics_server import MetricsAuth, exposition
 
 log = logging.getLogger("dispatcher.manager")
 
@@ -38,8 +38,9 @@ class ManagerMetrics:
         self.sent = Gauge(f"{PREFIX}_worker_wrappers_sent", "AppWrappers the manager has "
                           "sent to the worker cluster and that have not finished.",
                           ["cluster"], registry=r)
-        self.reachable = Gauge(f"{PREFIX}_worker_reachable", "1 when the worker cluster's "
-                               "API server answered the manager's last look, else 0.",
+        self.reachable = Gauge(f"{PREFIX}_worker_reachable", "1 when every watch of the "
+                               "worker cluster is open and the manager's heartbeat there was "
+                               "renewed in its last pass, else 0.",
                                ["cluster"], registry=r)
         self.free_gpus = Gauge(f"{PREFIX}_worker_free_gpus", "GPUs free in the worker "
                                "cluster, less what the wrappers sent there still need.",
@@ -49,6 +50,8 @@ class ManagerMetrics:
                                "epoch.", registry=r)
         self._known: set[str] = set()
         self.passed_at: float | None = None
+        self.passes = 0
+        self.unreachable: list[str] = []  # the workers not answering at the last pass
 
     def observe(self, workers: Mapping[str, WorkerFigures]) -> None:
         for gone in self._known - set(workers):
@@ -61,17 +64,28 @@ class ManagerMetrics:
             self.free_gpus.labels(name).set(f.free_gpus)
         self.last_pass.set(time.time())
         self.passed_at = self.clock()
+        self.passes += 1
+        self.unreachable = sorted(n for n, f in workers.items() if not f.reachable)
 
 
 class ManagerServer:
-    """/metrics and /healthz: healthy while passes finish within `max_age` seconds."""
+    """/metrics and /healthz: healthy while passes finish within `max_age` seconds, or
+    while standing by for the Lease. With `auth` (`--metrics-auth kubernetes`), /metrics
+    answers only the requests it lets through; /healthz stays open (the kubelet's probes
+    carry no credentials)."""
+
+    #: What a replica waits for while another leads (None: it leads, or runs alone).
+    Standby = Callable[[], str | None]
 
     def __init__(self, metrics: ManagerMetrics, port: int, host: str = "0.0.0.0",
-                 max_age: float = 120.0) -> None:
+                 max_age: float = 120.0, auth: MetricsAuth | None = None,
+                 standby: Standby = lambda: None) -> None:
         self.metrics = metrics
         self.port = port
         self.host = host
         self.max_age = max_age
+        self.auth = auth
+        self.standby = standby
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -88,18 +102,33 @@ class ManagerServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.auth is not None:
+            await self.auth.close()
 
     def health(self) -> tuple[bool, str]:
-        at = self.metrics.passed_at
+        standby = self.standby()
+        if standby is not None:
+            return True, f"standby: {standby}"
+        m = self.metrics
+        at = m.passed_at
         if at is None:
             return False, "starting: no pass over the worker clusters finished yet"
-        age = self.metrics.clock() - at
+        age = m.clock() - at
         if age > self.max_age:
             return False, (f"the manager has not finished a pass for {span(age)} "
                            f"(limit {span(self.max_age)})")
-        return True, "ok"
+        # A worker that does not answer is the worker's trouble, not the manager's: the
+        # manager stays healthy (a restart would not help) and says which.
+        workers = "" if not m.unreachable else \
+            f"; not answering: {', '.join(m.unreachable[:10])}"
+        return True, f"ok: {m.passes} passes, the last {age:.1f}s ago{workers}"
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self.auth is not None:
+            refused = await self.auth.check(request.headers.get("Authorization"),
+                                            request.path)
+            if refused is not None:
+                return web.Response(status=refused[0], text=refused[1])
         return exposition(self.metrics.registry, request.headers.get("Accept", ""))
 
     async def _healthz(self, request: web.Request) -> web.Response:

@@ -1,11 +1,10 @@
 """A manager's links to its worker clusters: one API client each, from the kubeconfig in the
-WorkerCluster's Secret, and the last look at the worker (nodes, pods, the copies it holds).
+WorkerCluster's Secret, and what the manager knows of the worker (worker_view.py: its
+nodes, pods, AppWrappers, QuotaSubtrees and the Events about AppWrappers, kept by watches).
 
-A look is a listing of the three, of the Events about AppWrappers there (mirrored to
-the manager's wrappers), and of the worker's QuotaSubtrees and AppWrappers (its quota and
-what its dispatcher counts against it: worker_quota.py); one that fails leaves the last
-good look in place and counts the worker as unreachable from then on. The manager requeues
-a worker's wrappers only once it has been unreachable for its grace period (manager.py).
+A worker whose watches are not all open counts as unreachable (its view is kept as it was
+last seen). The manager requeues a worker's wrappers only once it has been unreachable for
+its grace period (manager.py).
 """
 
 from __future__ import annotations
@@ -21,15 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatcher.api.labels import MANAGER_UID_LABEL
-from dispatcher.cluster import ClusterState
-from dispatcher.cluster.model import bound_pod_from_object, node_from_object
-
-from .grants import QUOTA_SUBTREES
 from .kube import ApiError, Kube, Resource, RetryPolicy
-from .operator import NODES, PODS
-from .status import APPWRAPPERS, EVENTS
 from .worker_kubeconfig import INSTEAD, outside_references
+from .worker_view import WorkerView
 
 log = logging.getLogger("dispatcher.manager")
 
@@ -39,6 +32,8 @@ SECRETS = Resource("v1", "Secret", "secrets", True)
 NAMESPACES = Resource("v1", "Namespace", "namespaces", False)
 #: A worker that does not answer must not hold the manager's loop up: a short budget.
 WORKER_RETRY = RetryPolicy(first_delay=0.2, max_delay=1.0, budget=2.0, request_timeout=5.0)
+#: How long the first pass with a worker waits for its first listings.
+FIRST_LISTING_SECONDS = 5.0
 
 
 #: Makes the link to a worker from its WorkerCluster and kubeconfig (`connect`; tests give
@@ -51,80 +46,49 @@ class WorkerConfigError(Exception):
 
 
 @dataclass
-class Look:
-    """One consistent-enough look at a worker: what it runs and the copies it holds."""
-
-    state: ClusterState
-    pods: list[dict[str, Any]]
-    copies: dict[tuple[str, str], dict[str, Any]]  # (namespace, name) -> AppWrapper
-    events: list[dict[str, Any]] = field(default_factory=list)  # about AppWrappers
-    subtrees: list[dict[str, Any]] = field(default_factory=list)  # its QuotaSubtrees
-    wrappers: list[dict[str, Any]] = field(default_factory=list)  # every AppWrapper there
-
-
-@dataclass
 class WorkerLink:
     name: str
     labels: dict[str, str]
     kube: Kube
     secret_digest: str
-    look: Look | None = None
+    #: What the manager knows of the worker, kept by watches; None until first listed.
+    look: WorkerView | None = None
     reachable: bool = False
     #: When the worker last answered (monotonic seconds); None: never yet.
     last_answer: float | None = None
     problem: str = ""
     _files: list[Path] = field(default_factory=list)
-    _quota_unread: bool = False  # its QuotaSubtrees could not be listed (said once)
+    _view: WorkerView | None = None
 
     async def refresh(self, now: float) -> None:
-        try:
-            nodes = await self.kube.list(NODES)
-            pods = await self.kube.list(PODS)
-            wrappers = await self.kube.list(APPWRAPPERS)
-            events = await self.kube.list(EVENTS, field_selector="involvedObject.kind=AppWrapper")
-            subtrees = await self._subtrees()
-        except ApiError as e:
-            if self.reachable:
-                log.warning("worker cluster %s stopped answering: %s", self.name, e)
-            self.reachable = False
-            self.problem = str(e)
+        """Reachable while every watch of the worker is open; a cut one is tried again at
+        once (once a pass: as often as the worker used to be listed)."""
+        if self._view is None:
+            self._view = WorkerView(self.name, self.kube)
+            await self._view.start(FIRST_LISTING_SECONDS)
+        view = self._view
+        blind = view.blind_reason()
+        if blind is None and view.listed:
+            self.reachable, self.last_answer, self.problem = True, now, ""
+            self.look = view
             return
-        self.reachable, self.last_answer, self.problem = True, now, ""
-        copies = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in wrappers
-                  if MANAGER_UID_LABEL in (c["metadata"].get("labels") or {})}
-        self.look = Look(_state(nodes, pods), pods, copies, events, subtrees, wrappers)
+        if self.reachable:
+            log.warning("worker cluster %s stopped answering: %s", self.name, blind)
+        self.reachable = False
+        self.problem = blind or "not listed yet"
+        view.retry_now()
 
-    async def _subtrees(self) -> list[dict[str, Any]]:
-        """The worker's QuotaSubtrees; none where their CRD is not installed, or where the
-        kubeconfig's user may not list them (said once: the worker's own dispatcher still
-        holds its gangs to its quota, but the manager may send it gangs that wait there)."""
-        try:
-            return await self.kube.list(QUOTA_SUBTREES)
-        except ApiError as e:
-            if e.status not in (403, 404):
-                raise
-            if e.status == 403 and not self._quota_unread:
-                log.warning("worker cluster %s: its QuotaSubtrees cannot be listed (%s): its "
-                            "quota is not counted; grant list on quotasubtrees "
-                            "(deploy/examples/worker-access.yaml)", self.name, e)
-            self._quota_unread = e.status == 403
-            return []
+    def retry_now(self) -> None:
+        """Open the watches that are down now, without waiting for their back-off."""
+        if self._view is not None:
+            self._view.retry_now()
 
     async def close(self) -> None:
+        if self._view is not None:
+            await self._view.close()
         await self.kube.close()
         for f in self._files:
             f.unlink(missing_ok=True)
-
-
-def _state(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ClusterState:
-    state = ClusterState()
-    for n in nodes:
-        state.upsert_node(node_from_object(n))
-    for p in pods:
-        meta = p.get("metadata") or {}
-        state.upsert_pod((meta.get("namespace", ""), meta.get("name", "")),
-                         bound_pod_from_object(p))
-    return state
 
 
 def secret_reference(worker: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -198,17 +198,34 @@ def dispatch(queue: Iterable[QueuedWrapper], workers: Sequence[Worker], now: flo
     placer, _ = fit_rules(fit, topology)
     sent = {w.name: w.sent for w in workers}
     out: list[tuple[QueuedWrapper, Chosen | NoneFits]] = []
+    # A gang no worker takes gets the same answer for the same ask until something is
+    # taken (room and quota only shrink in a cycle): a long queue of like gangs behind a
+    # full fleet costs one try per kind of ask, not one per wrapper.
+    refused: dict[tuple[object, ...], NoneFits] = {}
     for w in order(queue, now):
         invalid = w.invalid or (topology.problem(w.gang) if w.asks_topology else None)
         if invalid is not None:
             out.append((w, NoneFits(invalid)))
             continue
-        current = [replace(x, sent=sent[x.name]) for x in workers]
-        answer = choose(w.gang, current, (selectors or {}).get(w.key), w.labels, placer)
-        if isinstance(answer, Chosen):
-            picked = next(x for x in current if x.name == answer.cluster)
-            take(picked, answer)
-            charge(picked.quota, w, now)
-            sent[answer.cluster] += 1
+        selector = (selectors or {}).get(w.key)
+        ask = _ask(w, selector)
+        answer: Chosen | NoneFits | None = refused.get(ask)
+        if answer is None:
+            current = [replace(x, sent=sent[x.name]) for x in workers]
+            answer = choose(w.gang, current, selector, w.labels, placer)
+            if isinstance(answer, Chosen):
+                picked = next(x for x in current if x.name == answer.cluster)
+                take(picked, answer)
+                charge(picked.quota, w, now)
+                sent[answer.cluster] += 1
+                refused.clear()
+            else:
+                refused[ask] = answer
         out.append((w, answer))
     return out
+
+
+def _ask(w: QueuedWrapper, selector: Mapping[str, str] | None) -> tuple[object, ...]:
+    """What decides a wrapper's answer in a cycle, but for what was taken before it."""
+    gang = tuple((g.item, g.pod_set.name, g.pod_set.key) for g in w.gang)
+    return gang, tuple(sorted((selector or {}).items())), w.labels

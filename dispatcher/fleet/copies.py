@@ -105,6 +105,12 @@ def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | 
     return Mirror(mirrored) if _differs(mine, mirrored) else None
 
 
+def refused(worker: str, reason: str) -> dict[str, Any]:
+    """The manager's wrapper failed: its worker refused the copy (it would again)."""
+    return {"state": "Failed", "message": f"failed: worker cluster {worker} refused its "
+            f"copy: {reason}"[:1024]}
+
+
 def _differs(mine: Status, theirs: Status) -> bool:
     return any(mine.get(k) != v for k, v in theirs.items())
 

@@ -202,3 +202,72 @@ def test_a_manager_killed_mid_dispatch_makes_no_second_copy(fleet: Fleet, ns: st
         for n in names:
             assert fleet.copies(ns, n) == {sent_to(mk, n)}, n
         time.sleep(0.5)
+
+
+def manager_args(*more: str) -> list[str]:
+    return ["--manager", "--worker-grace", str(GRACE), *more]
+
+
+def test_a_killed_manager_leader_hands_over_and_no_copy_is_made_twice(fleet: Fleet, ns: str
+                                                                     ) -> None:
+    """Two manager replicas on one Lease: the leader is killed while it sends; the
+    standby takes over and finishes, one copy each, in the one worker each names."""
+    mk = fleet.kubectl("manager", ns)
+    fleet.process.stop()  # the fixture's single manager makes way for two replicas
+    replicas = [DispatcherProcess(fleet.manager.kubeconfig, fleet.manager.logs,
+                                  f"manager-replica-{i}") for i in range(2)]
+    try:
+        elect = manager_args("--leader-elect", "--lease-namespace", "default")
+        replicas[0].start("fifo", extra_args=elect)
+        replicas[1].start("fifo", extra_args=elect, wait=False)
+        names = [f"h{i}" for i in range(8)]
+        for name in names:
+            mk.apply(gpus_gang(name, 1, 2))
+        wait_for(lambda: any(sent_to(mk, n) for n in names), 60, "the first wrapper sent")
+        assert not replicas[1].leading()  # the standby waits: one replica sends
+        replicas[0].kill()  # the leader, mid-dispatch: no release of the Lease
+        wait_for(replicas[1].leading, 90, "the standby to take the Lease over")
+        wait_for(lambda: all(sent_to(mk, n) for n in names), 90, "every wrapper to be sent")
+        for _ in range(10):  # sampled: one copy each, in the worker its wrapper names
+            for n in names:
+                assert fleet.copies(ns, n) == {sent_to(mk, n)}, n
+            time.sleep(0.5)
+        made = re.findall(r"(\S+) copied to worker cluster", replicas[0].this_run() +
+                          replicas[1].this_run())
+        assert sorted(made) == sorted(set(made)), made  # no copy POSTed twice with success
+    finally:
+        for r in replicas:
+            r.stop()
+        fleet.process.start("fifo", extra_args=manager_args())
+
+
+def test_a_worker_whose_watches_are_cut_is_unreachable_then_caught_up(fleet: Fleet, ns: str
+                                                                      ) -> None:
+    """The worker's API server stopped (well within the grace): the manager marks it
+    unreachable, keeps its wrapper there, and when it is back its watches are open again:
+    a change there (the copy deleted) reaches the manager, and nothing is sent twice."""
+    mk = fleet.kubectl("manager", ns)
+    mk.apply(gpus_gang("c", 1, 2))
+    first = wait_for(lambda: sent_to(mk, "c"), 60, "c to be sent")
+    wait_for(lambda: fleet.running_in(ns, "c") == {first}, 90, f"c Running in {first}")
+    cluster = fleet.workers[first]
+    worker = fleet.manager.kubectl()
+
+    def reachable() -> str:
+        return str(worker.json("workercluster", first).get("status", {}).get("reachable"))
+
+    cluster.stop_apiserver()
+    try:
+        wait_for(lambda: reachable() == "False", GRACE / 2, f"{first} marked unreachable")
+        assert sent_to(mk, "c") == first  # within the grace: left where it is
+    finally:
+        cluster.start_apiserver()
+    wait_for(lambda: reachable() == "True", 60, f"{first} answering again")
+    # Caught up: the copy deleted in the worker by someone else is seen by the manager,
+    # which makes it again (it is still sent there), once.
+    fleet.kubectl(first, ns)("delete", "aw", "c", "--wait=true")
+    wait_for(lambda: fleet.copies(ns, "c") == {first}, 60, f"c's copy made again in {first}")
+    wait_for(lambda: fleet.running_in(ns, "c") == {first}, 90, f"c Running in {first} again")
+    for _ in range(10):
+        assert fleet.copies(ns, "c") == {first} and sent_to(mk, "c") == first
+        time.sleep(0.5)

@@ -11,7 +11,8 @@ import asyncio
 import copy
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +48,13 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+@dataclass
+class _Watch:
+    select: tuple[Resource, str | None, str | None]
+    queue: asyncio.Queue[dict[str, Any] | ApiError]
+    seen: dict[str, dict[str, Any]]
+
+
 class FakeKube:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.objects: dict[str, dict[str, Any]] = {}  # path -> object
@@ -66,6 +74,8 @@ class FakeKube:
         self.unsent: dict[tuple[str, str], list[bool]] = {}
         # (method, path prefix): requests that never get an answer (a hung connection).
         self.hang: set[tuple[str, str]] = set()
+        self.watches: list[_Watch] = []  # open watch streams
+        self.listings: dict[str, dict[str, dict[str, Any]]] = {}  # version -> what it listed
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
 
@@ -114,6 +124,12 @@ class FakeKube:
     async def list(self, resource: Resource, label_selector: str | None = None,
                    namespace: str | None = None, field_selector: str | None = None
                    ) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for o in self._selected(resource, label_selector, namespace,
+                                                         field_selector).values()]
+
+    def _selected(self, resource: Resource, label_selector: str | None = None,
+                  namespace: str | None = None, field_selector: str | None = None
+                  ) -> dict[str, dict[str, Any]]:
         def field(o: dict[str, Any], dotted: str) -> Any:
             for part in dotted.split("."):
                 o = o.get(part) or {} if isinstance(o, dict) else {}
@@ -133,14 +149,61 @@ class FakeKube:
                 return (labels.get(key) == value) if eq else key in labels
             return True
 
-        return [copy.deepcopy(o) for o in self.objects.values()
-                if o.get("kind") == resource.kind and selected(o)]
+        return {path: o for path, o in self.objects.items()
+                if o.get("kind") == resource.kind and selected(o)}
+
+    async def watch(self, resource: Resource, resource_version: str, timeout_seconds: int,
+                    opened: Callable[[], None] | None = None, label_selector: str | None = None,
+                    field_selector: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """A watch from a listing's version: `publish` sends it what changed since that
+        listing (objects changed in place by a test included); `cut` ends it with an
+        error. From any other version: 410 Gone (as after a compaction), so a watch cut
+        short is resumed by listing again."""
+        seen = self.listings.get(resource_version)
+        if seen is None:
+            raise ApiError(410, "Expired", f"too old resource version: {resource_version}")
+        queue: asyncio.Queue[dict[str, Any] | ApiError] = asyncio.Queue()
+        watch = _Watch((resource, label_selector, field_selector), queue, copy.deepcopy(seen))
+        self.watches.append(watch)
+        try:
+            if opened is not None:
+                opened()
+            while True:
+                item = await queue.get()
+                if isinstance(item, ApiError):
+                    raise item
+                yield item
+        finally:
+            self.watches.remove(watch)
+
+    def publish(self) -> None:
+        """Send every open watch the objects added, changed and deleted since it last saw."""
+        for watch in self.watches:
+            resource, label_selector, field_selector = watch.select
+            now = self._selected(resource, label_selector, None, field_selector)
+            for path, obj in now.items():
+                old = watch.seen.get(path)
+                if old != obj:
+                    watch.queue.put_nowait({"type": "ADDED" if old is None else "MODIFIED",
+                                            "object": copy.deepcopy(obj)})
+            for path in set(watch.seen) - set(now):
+                watch.queue.put_nowait({"type": "DELETED", "object": watch.seen[path]})
+            watch.seen = copy.deepcopy(now)
+
+    def cut(self, error: ApiError) -> None:
+        """Every open watch ends with `error` (its server stopped)."""
+        for watch in self.watches:
+            watch.queue.put_nowait(error)
 
     async def list_with_version(self, resource: Resource, label_selector: str | None = None,
                                 namespace: str | None = None, field_selector: str | None = None
                                 ) -> tuple[list[dict[str, Any]], str]:
-        return (await self.list(resource, label_selector, namespace, field_selector),
-                str(next(self._versions)))
+        items = await self.list(resource, label_selector, namespace, field_selector)
+        version = str(next(self._versions))
+        # A watch from this version replays what changed since this listing.
+        self.listings[version] = copy.deepcopy(self._selected(resource, label_selector,
+                                                              namespace, field_selector))
+        return items, version
 
     def queued(self, priority: int) -> int:
         return self.queued_events if priority == 2 else 0

@@ -27,9 +27,11 @@ from dispatcher.fleet import (
     NoneFits,
     SelectorError,
     Worker,
+    charge,
     choose,
     dispatch,
     parse_selector,
+    take,
     worker_ledger,
 )
 from dispatcher.kinds.podset import TopologyRequest
@@ -282,3 +284,31 @@ def test_gangs_that_ask_for_no_room_spread_over_equal_workers() -> None:
               if isinstance(a, Chosen)]
     # w2 holds one already: w1 first, then turn about.
     assert chosen == ["w1", "w1", "w2", "w1", "w2"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleet_st, st.lists(st.tuples(st.integers(1, 3), st.sampled_from([2, 4, 8]),
+                                    st.sampled_from(["gold", "silver"])),
+                          min_size=1, max_size=12))
+def test_a_cycle_answers_each_wrapper_as_trying_them_one_by_one_would(
+        fleet: list[list[int]], gangs: list[tuple[int, int, str]]) -> None:
+    """A cycle answers like gangs refused earlier in it without trying them again: the
+    answers are those of trying each in turn on what the ones before it left."""
+    def fleet_now() -> list[Worker]:
+        return [worker(f"w{i}", *gpus, quota=team_quota(8, hard=False))
+                for i, gpus in enumerate(fleet)]
+
+    queue = [gold(f"aw{j:02d}", c * g, seen=float(j), leaf=leaf) if c == 1 else
+             dataclasses.replace(wrapper(f"aw{j:02d}", pod_set(c, gpu=g), seen=float(j)),
+                                 labels=(("team", leaf),))
+             for j, (c, g, leaf) in enumerate(gangs)]
+    answers = dispatch(queue, fleet_now(), now=100.0)
+    workers = fleet_now()
+    for w, answer in answers:
+        one_by_one = choose(w.gang, workers, {}, w.labels)
+        assert answer == one_by_one
+        if isinstance(one_by_one, Chosen):
+            picked = next(x for x in workers if x.name == one_by_one.cluster)
+            take(picked, one_by_one)
+            charge(picked.quota, w, 100.0)
+            workers = [dataclasses.replace(x, sent=x.sent + (x is picked)) for x in workers]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,24 +47,44 @@ class Worker(FakeKube):
         super().__init__()
         self.name = name
         self.server = f"https://{name}.example"
-        self.down = False
+        self._down = False
         self.quota_error = quota_error  # what listing QuotaSubtrees answers (0: the list)
         self.on_copy: list[Any] = []
+        self.listed: list[str] = []  # each listing asked of it, by resource
+        self.copy_posts = 0  # copies asked for, answered or refused
         self.put(node(f"{name}-n0", gpus))
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, down: bool) -> None:
+        """Its API server stopped: its watches end, nothing answers until it is back."""
+        self._down = down
+        if down:
+            self.cut(ApiError(0, "ClientConnectionError", f"{self.name}: connection reset"))
 
     async def list(self, resource: Resource, label_selector: str | None = None,
                    namespace: str | None = None, field_selector: str | None = None
                    ) -> list[dict[str, Any]]:
         if self.down:
             raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
+        self.listed.append(resource.plural)
         if self.quota_error and resource.kind == "QuotaSubtree":
             raise ApiError(self.quota_error, "NotFound or Forbidden", "no QuotaSubtrees")
         return await super().list(resource, label_selector, namespace, field_selector)
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        if self.down:
+            raise ApiError(0, "ClientConnectorError", f"{self.name}: connection refused")
+        return super().watch(*args, **kw)
 
     async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         if self.down:
             raise ApiError(503, "ServiceUnavailable", f"{self.name} does not answer")
         if method == "POST" and path == AW_PATH:
+            self.copy_posts += 1
             for hook in self.on_copy:
                 hook(body)
         return await super().request(method, path, body, **kw)
@@ -74,6 +94,33 @@ class Worker(FakeKube):
 
     def copies_made(self) -> int:
         return sum(1 for m, p in self.writes if m == "POST" and p == AW_PATH)
+
+
+FLEETS: list[Fleet] = []
+
+
+async def idle(fleet: Fleet) -> None:
+    """Let the informers take what was sent them, and open again the watches of workers
+    that answer: no clock, no wait."""
+    def settled() -> bool:
+        return all(not w.queue.qsize() for worker in (*fleet.workers.values(), fleet.manager)
+                   for w in worker.watches) and \
+            all(fleet.workers[name].down or (link.look is not None and link.look.blind_reason()
+                is None) for name, link in fleet.process.links.items())
+
+    for _ in range(200):
+        await asyncio.sleep(0)
+        if settled():
+            break
+    for _ in range(3):  # the last event taken is handled
+        await asyncio.sleep(0)
+
+
+@pytest.fixture(autouse=True)
+def _stop_fleets() -> Iterator[None]:
+    yield
+    while FLEETS:
+        FLEETS.pop().close()
 
 
 class Fleet:
@@ -91,10 +138,20 @@ class Fleet:
                               "kind": "WorkerCluster", "metadata": {"name": w.name},
                               "spec": {"kubeconfigSecret": {"name": w.name,
                                                             "namespace": "fleet"}}})
+        self.loop = asyncio.new_event_loop()
         self.process = self.start()
+        FLEETS.append(self)
+
+    def close(self) -> None:
+        """The manager stopped: its watches end with it."""
+        self.loop.run_until_complete(self.process.close())
+        self.loop.close()
 
     def start(self) -> Manager:
         """A manager process (again): nothing kept but what the API servers hold."""
+        old = getattr(self, "process", None)
+        if old is not None:  # the old process's watches end with it
+            self.loop.run_until_complete(old.close())
         async def connect(worker: Mapping[str, Any], kubeconfig: bytes, _: Path
                           ) -> WorkerLink:
             name = worker["metadata"]["name"]
@@ -106,8 +163,22 @@ class Fleet:
                        link=connect)
 
     def cycle(self, passes: int = 1) -> None:
+        """Passes of the manager, each after the workers' watches have delivered what
+        changed there (objects the test changed in place included)."""
         for _ in range(passes):
-            asyncio.run(self.process.cycle())
+            self.loop.run_until_complete(self._pass())
+
+    async def _pass(self) -> None:
+        await self.settle()
+        await self.process.cycle()
+
+    async def settle(self) -> None:
+        for link in self.process.links.values():
+            link.retry_now()  # watches cut short are opened again (where they answer)
+        await idle(self)
+        for w in (*self.workers.values(), self.manager):
+            w.publish()
+        await idle(self)
 
     def submit(self, name: str, pods: int = 1, gpus: int = 8, labels: Mapping[str, str] = {},
                **spec: Any) -> None:
@@ -421,6 +492,53 @@ def test_the_managers_health_is_its_passes() -> None:
     assert not ok and "has not finished a pass for" in why
 
 
+def test_the_managers_health_names_the_workers_not_answering_and_a_standby() -> None:
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+
+    metrics = ManagerMetrics(clock=lambda: 10.0)
+    waiting: list[str | None] = ["waiting for Lease dispatcher-system/dispatcher-manager-leader"]
+    server = ManagerServer(metrics, port=0, standby=lambda: waiting[0])
+    assert server.health() == (
+        True, "standby: waiting for Lease dispatcher-system/dispatcher-manager-leader")
+    waiting[0] = None
+    metrics.observe({"w1": WorkerFigures(1, True, 8), "w2": WorkerFigures(0, False, 0)})
+    assert server.health() == (True, "ok: 1 passes, the last 0.0s ago; not answering: w2")
+
+
+class Refuse:
+    """--metrics-auth as a stand-in: only the token "good" may read /metrics."""
+
+    async def check(self, authorization: str | None, path: str) -> tuple[int, str] | None:
+        return None if authorization == "Bearer good" else (401, "a bearer token, please")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_the_managers_metrics_answer_only_whom_metrics_auth_lets_through() -> None:
+    import aiohttp
+
+    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+
+    async def scenario() -> list[int]:
+        server = ManagerServer(ManagerMetrics(), port=0, host="127.0.0.1", auth=Refuse())
+        await server.start()
+        assert server._runner is not None
+        port = next(a[1] for a in server._runner.addresses if isinstance(a, tuple))
+        out = []
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"Authorization": "Bearer bad"},
+                            {"Authorization": "Bearer good"}):
+                async with http.get(f"http://127.0.0.1:{port}/metrics", headers=headers) as r:
+                    out.append(r.status)
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                out.append(r.status)  # the kubelet's probes carry no token
+        await server.stop()
+        return out
+
+    assert asyncio.run(scenario()) == [401, 401, 200, 503]
+
+
 GOLD = {"team": "gold"}
 
 
@@ -472,7 +590,7 @@ def test_a_worker_whose_quota_trees_cannot_be_listed_takes_gangs_as_before(
     fleet.cycle(3)
     assert fleet.target("a") == "w1"
     assert fleet.process.links["w1"].reachable
-    said = [r.message for r in caplog.records if "QuotaSubtrees cannot be listed" in r.message]
+    said = [r.message for r in caplog.records if "quotasubtrees cannot be listed" in r.message]
     assert len(said) == (1 if status == 403 else 0)
 
 
@@ -498,3 +616,131 @@ def test_a_gang_requiring_a_rack_goes_to_the_worker_with_one_free() -> None:
     fleet.manager.put(aw)
     fleet.cycle()
     assert fleet.target("a") == "w2"
+
+
+def test_a_worker_is_listed_once_then_each_pass_asks_it_only_for_the_heartbeat() -> None:
+    w1 = Worker("w1")
+    for i in range(1, 200):
+        w1.put(node(f"w1-n{i}", 8))
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle()
+    assert sorted(w1.listed) == ["appwrappers", "events", "nodes", "pods", "quotasubtrees"]
+    asked = len(w1.listed), len(w1.writes), len(w1.reads)
+    fleet.cycle(10)
+    assert len(w1.listed) == asked[0]  # nothing listed again
+    assert len(w1.reads) == asked[2]
+    assert [p for _, p in w1.writes[asked[1]:]] == \
+        [f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}"] * 10
+
+
+def test_what_changes_in_a_worker_reaches_the_pass_through_its_watches() -> None:
+    w1 = Worker("w1")
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.submit("b")
+    fleet.cycle()
+    assert fleet.target("a") == "w1" and fleet.target("b") is None  # 8 GPUs: one gang
+    w1.put(node("w1-n1", 8))  # a node joins: seen without a listing
+    fleet.cycle()
+    assert fleet.target("b") == "w1"
+    copy = w1.copy("a")
+    assert copy is not None
+    copy["status"] = {"state": "Running", "running": 1}
+    fleet.cycle()
+    assert fleet.wrapper("a")["status"]["state"] == "Running"
+    assert sorted(w1.listed) == ["appwrappers", "events", "nodes", "pods", "quotasubtrees"]
+
+
+def test_a_cut_watch_makes_the_worker_unreachable_and_it_catches_up_when_back() -> None:
+    w1 = Worker("w1")
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle()
+    w1.down = True
+    fleet.cycle()
+    link = fleet.process.links["w1"]
+    assert not link.reachable and "not watching" in link.problem
+    copy = w1.copy("a")
+    assert copy is not None
+    copy["status"] = {"state": "Running", "running": 1}  # while the manager cannot see
+    w1.down = False
+    fleet.cycle()
+    assert link.reachable and fleet.wrapper("a")["status"]["state"] == "Running"
+    assert w1.copies_made() == 1
+
+
+def test_a_copys_events_are_found_among_many_without_reading_the_others() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    fleet.cycle()
+    w1 = fleet.workers["w1"]
+    copy = w1.copy("a")
+    assert copy is not None
+    other = {"metadata": {"name": "x", "uid": "someone-else"}}
+    for i in range(300):
+        w1.put(event(f"o{i:03d}", other, i % 60))
+    w1.put(event("mine", copy, 1))
+    fleet.cycle()
+    view = fleet.process.links["w1"].look
+    assert view is not None
+    assert [e["metadata"]["uid"] for e in view.events_of(copy["metadata"]["uid"])] == ["mine"]
+    assert mirrored(fleet) == ["[w1] event mine"]
+    w1.objects = {p: o for p, o in w1.objects.items()
+                  if not (o.get("kind") == "Event" and o["metadata"]["uid"] == "mine")}
+    fleet.cycle()
+    assert view.events_of(copy["metadata"]["uid"]) == []  # deleted there: forgotten here
+
+
+DENIED = ('admission webhook "appwrappers.dispatcher.codeflare.dev" denied the request: '
+          'metadata.labels.quota_context: quota node gold of tree quota_context needs use on '
+          'quotasubtrees named quota_context:gold')
+
+
+def test_a_copy_its_worker_refuses_fails_the_wrapper_with_the_workers_reason() -> None:
+    w1 = Worker("w1")
+    w1.fail[("POST", AW_PATH)] = ApiError(403, "Forbidden", DENIED)
+    fleet = Fleet(w1)
+    fleet.submit("a", labels=GOLD)
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert status["state"] == "Failed"
+    assert status["message"] == f"failed: worker cluster w1 refused its copy: {DENIED}"
+    assert fleet.target("a") is None
+    fleet.cycle(3)  # not tried again: it would be refused again
+    assert w1.copy_posts == 1 and fleet.wrapper("a")["status"]["state"] == "Failed"
+
+
+def test_a_worker_where_the_manager_may_not_create_appwrappers_is_tried_again() -> None:
+    w1 = Worker("w1")
+    w1.fail[("POST", AW_PATH)] = ApiError(
+        403, "Forbidden", 'appwrappers.workload.codeflare.dev is forbidden: User "system:'
+        'serviceaccount:dispatcher-system:dispatcher-manager-access" cannot create resource '
+        '"appwrappers"')
+    fleet = Fleet(w1)
+    fleet.submit("a")
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1" and w1.copy_posts == 2  # the worker to fix, not it
+    del w1.fail[("POST", AW_PATH)]
+    fleet.cycle()
+    assert fleet.holding("a") == {"w1"}
+
+
+def test_a_view_lagging_the_managers_own_write_makes_no_copy() -> None:
+    """The manager's AppWrappers are watched: a view that still shows a wrapper sent to a
+    worker the API server no longer names (its watch behind) makes no copy there."""
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    fleet.cycle()
+    w1 = fleet.workers["w1"]
+    assert fleet.holding("a") == {"w1"} and w1.copy_posts == 1
+    uid = fleet.wrapper("a")["metadata"]["uid"]
+    path = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/a"
+    del fleet.manager.objects[path]["metadata"]["labels"][CLUSTER_LABEL]  # requeued there
+    fleet.manager.objects[path]["status"] = {"state": "Failed"}  # (not sent again)
+    w1.objects = {p: o for p, o in w1.objects.items() if o.get("kind") != "AppWrapper"}
+    w1.publish()  # the worker's watch is current; the manager's own is behind
+    fleet.loop.run_until_complete(idle(fleet))
+    assert fleet.process.own.objects[uid]["metadata"]["labels"][CLUSTER_LABEL] == "w1"
+    fleet.loop.run_until_complete(fleet.process.cycle())
+    assert w1.copy_posts == 1 and fleet.holding("a") == set()
