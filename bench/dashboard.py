@@ -35,10 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from aiohttp import ClientSession  # noqa: E402
 
-from dispatcher.controller.dashboard_api import DashboardApi  # noqa: E402
-from dispatcher.controller.metrics import PrometheusObserver  # noqa: E402
-from dispatcher.controller.metrics_server import MetricsServer  # noqa: E402
-from dispatcher.controller.runtime import Dispatcher  # noqa: E402
+from dispatcher.controller.dashboard.api import DashboardApi  # noqa: E402
+from dispatcher.controller.loop.runtime import Dispatcher  # noqa: E402
+from dispatcher.controller.metrics.prometheus import PrometheusObserver  # noqa: E402
+from dispatcher.controller.metrics.server import MetricsServer  # noqa: E402
 from dispatcher.queue import Policy  # noqa: E402
 from tests import browser  # noqa: E402
 from tests.unit.fake_authz import FakeApi  # noqa: E402

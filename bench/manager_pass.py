@@ -115,8 +115,8 @@ def _manager_class() -> type:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """One measured flow on the `dispatcher` importable now; its figures."""
-    from dispatcher.controller.manager import Manager, ManagerSettings
-    from dispatcher.controller.workers import WorkerLink, digest
+    from dispatcher.controller.manager.passes import Manager, ManagerSettings
+    from dispatcher.controller.manager.workers import WorkerLink, digest
     from tests.unit.test_runtime import appwrapper, job, node
 
     logging_quiet()

@@ -42,7 +42,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dispatcher.controller.status import MINOR_WRITES_PER_SECOND  # noqa: E402
+from dispatcher.controller.record.status import MINOR_WRITES_PER_SECOND  # noqa: E402
 from localcluster import Cluster, Kubectl, wait_for  # noqa: E402
 from localcluster.testing import container, outcome  # noqa: E402
 

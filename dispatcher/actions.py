@@ -1,7 +1,7 @@
 """`hold`, `release`, `cancel` and `why`: acting on one AppWrapper as its user
 (`dispatcher hold NAME`, `kubectl appwrapper hold NAME`, ...).
 
-Hold and cancel are annotations naming who asks (controller/holds.py says what the
+Hold and cancel are annotations naming who asks (controller/record/holds.py says what the
 dispatcher does with them); setting one takes ``patch`` on ``appwrappers`` in the
 AppWrapper's namespace, so plain RBAC decides who may. The name is the user the API server
 knows the caller as (a SelfSubjectReview). `why` prints what the dispatcher published in
@@ -47,7 +47,7 @@ def _path(namespace: str, name: str) -> str:
 
 
 async def _get(kube: Any, namespace: str, name: str) -> dict[str, Any]:
-    from dispatcher.controller.kube import ApiError
+    from dispatcher.controller.kube.client import ApiError
 
     try:
         obj: dict[str, Any] = await kube.request("GET", _path(namespace, name))
@@ -58,7 +58,7 @@ async def _get(kube: Any, namespace: str, name: str) -> dict[str, Any]:
 
 async def _annotate(kube: Any, namespace: str, name: str, key: str,
                     value: str | None) -> None:
-    from dispatcher.controller.kube import ApiError
+    from dispatcher.controller.kube.client import ApiError
 
     try:
         await kube.request("PATCH", _path(namespace, name),
@@ -79,7 +79,7 @@ def _refusal(e: Any, verb: str, namespace: str, name: str) -> str:
 
 async def whoami(kube: Any) -> str:
     """The user name the API server knows the caller as; "someone" when it will not say."""
-    from dispatcher.controller.kube import ApiError
+    from dispatcher.controller.kube.client import ApiError
 
     try:
         review = await kube.request("POST", SELF_SUBJECT_REVIEWS, {

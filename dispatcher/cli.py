@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from dispatcher.queue.policy import PolicyError
 
 if TYPE_CHECKING:
-    from dispatcher.controller.kube import Kube
-    from dispatcher.controller.metrics import PrometheusObserver
-    from dispatcher.controller.pod_pinning import PodPinning
-    from dispatcher.controller.webhook import WebhookOptions, WebhookServer
+    from dispatcher.controller.kube.client import Kube
+    from dispatcher.controller.metrics.prometheus import PrometheusObserver
+    from dispatcher.controller.pods.pod_pinning import PodPinning
+    from dispatcher.controller.webhook.server import WebhookOptions, WebhookServer
 
 EXIT_CLUSTER = 1
 EXIT_INPUT = 2
@@ -122,12 +122,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import logging
 
     from dispatcher.config import ConfigError, load_config
-    from dispatcher.controller.estimate_round import EstimateSettings
-    from dispatcher.controller.kubeconfig import KubeconfigError
-    from dispatcher.controller.logs import configure as configure_logging
+    from dispatcher.controller.kube.kubeconfig import KubeconfigError
+    from dispatcher.controller.kube.logs import configure as configure_logging
+    from dispatcher.controller.kube.startup import Late, Stopped, stop_on_signals, within
+    from dispatcher.controller.loop.estimate_round import EstimateSettings
     from dispatcher.controller.operator import EXIT_NOT_STARTED, Settings, operate
-    from dispatcher.controller.startup import Late, Stopped, stop_on_signals, within
-    from dispatcher.controller.webhook import own_namespace
+    from dispatcher.controller.webhook.server import own_namespace
     from dispatcher.eta import DurationRule, Limits
     from dispatcher.lifecycle import Timing
     from dispatcher.policy_files import load_policy
@@ -177,7 +177,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         pod_webhook=bool(args.webhook_port) and args.pin_pods,
         startup_deadline=args.startup_deadline)
     if args.metrics_port and args.webhook_port:
-        from dispatcher.controller.metrics import PrometheusObserver
+        from dispatcher.controller.metrics.prometheus import PrometheusObserver
 
         # The webhook's requests are measured too.
         settings.observer = PrometheusObserver(topology_levels=config.topology.levels)
@@ -187,9 +187,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger("dispatcher").info("topology levels: %s",
                                              ", ".join(config.topology.levels))
     if args.metrics_auth == "kubernetes":
-        from dispatcher.controller.bearer import TokenReviewAuth
-        from dispatcher.controller.kube import Kube
-        from dispatcher.controller.metrics_server import MetricsServer
+        from dispatcher.controller.access.bearer import TokenReviewAuth
+        from dispatcher.controller.kube.client import Kube
+        from dispatcher.controller.metrics.server import MetricsServer
 
         MetricsServer.default_auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
 
@@ -202,7 +202,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             operator = None
             if args.webhook_port:
                 from dispatcher.controller.operator import Operator
-                from dispatcher.controller.pod_pinning import PodPinning
+                from dispatcher.controller.pods.pod_pinning import PodPinning
 
                 operator = Operator(settings)
                 pods = PodPinning(operator.pins) if args.pin_pods else None
@@ -236,12 +236,12 @@ def _run_manager(args: argparse.Namespace) -> int:
     import asyncio
 
     from dispatcher.config import ConfigError, load_config
-    from dispatcher.controller.kubeconfig import KubeconfigError
-    from dispatcher.controller.logs import configure as configure_logging
-    from dispatcher.controller.manager import ManagerSettings
-    from dispatcher.controller.manager_service import manage
-    from dispatcher.controller.startup import stop_on_signals
-    from dispatcher.controller.webhook import own_namespace
+    from dispatcher.controller.kube.kubeconfig import KubeconfigError
+    from dispatcher.controller.kube.logs import configure as configure_logging
+    from dispatcher.controller.kube.startup import stop_on_signals
+    from dispatcher.controller.manager.passes import ManagerSettings
+    from dispatcher.controller.manager.service import manage
+    from dispatcher.controller.webhook.server import own_namespace
     from dispatcher.fleet.fence import check_grace
 
     try:
@@ -269,8 +269,8 @@ def _run_manager(args: argparse.Namespace) -> int:
     async def run() -> int:
         auth = None
         if args.metrics_auth == "kubernetes":
-            from dispatcher.controller.bearer import TokenReviewAuth
-            from dispatcher.controller.kube import Kube
+            from dispatcher.controller.access.bearer import TokenReviewAuth
+            from dispatcher.controller.kube.client import Kube
 
             auth = TokenReviewAuth(lambda: Kube.connect(args.kubeconfig))
         return await manage(settings, stop_on_signals(), auth)
@@ -287,8 +287,8 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
                          ) -> tuple[WebhookServer, Kube]:
     import dataclasses
 
-    from dispatcher.controller.kube import Kube
-    from dispatcher.controller.webhook import PODS_CONFIGURATION, make_server, start_serving
+    from dispatcher.controller.kube.client import Kube
+    from dispatcher.controller.webhook.server import PODS_CONFIGURATION, make_server, start_serving
 
     metrics = None if observer is None else observer.requests
     kube = await Kube.connect(args.kubeconfig, observer=metrics)
@@ -307,7 +307,7 @@ async def _start_webhook(args: argparse.Namespace, port: int, pods: PodPinning |
 def _webhook_options(args: argparse.Namespace, port: int) -> WebhookOptions:
     """The webhook's options; raises ConfigError for a bad --config."""
     from dispatcher.config import load_config
-    from dispatcher.controller.webhook import WebhookOptions, own_namespace
+    from dispatcher.controller.webhook.server import WebhookOptions, own_namespace
 
     config = load_config(args.config)
     return WebhookOptions(
@@ -325,9 +325,9 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
     import asyncio
 
     from dispatcher.config import ConfigError
-    from dispatcher.controller.kubeconfig import KubeconfigError
-    from dispatcher.controller.logs import configure as configure_logging
-    from dispatcher.controller.webhook import serve
+    from dispatcher.controller.kube.kubeconfig import KubeconfigError
+    from dispatcher.controller.kube.logs import configure as configure_logging
+    from dispatcher.controller.webhook.server import serve
 
     configure_logging(args.log_format, args.verbose)
     if not 1 <= args.webhook_port <= 65535:
@@ -382,7 +382,7 @@ def add_webhook_arguments(p: argparse.ArgumentParser, prefix: str) -> None:
 
 
 def add_log_arguments(p: argparse.ArgumentParser) -> None:
-    from dispatcher.controller.logs import FORMATS
+    from dispatcher.controller.kube.logs import FORMATS
 
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-format", choices=FORMATS, default=FORMATS[0],

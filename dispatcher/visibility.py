@@ -282,7 +282,7 @@ async def list_path(kube: Any, path: str) -> list[dict[str, Any]]:
 def user_error(e: Any) -> str:
     """A failed API call (an ApiError) in the words every command uses: the server not
     reached, the credentials refused, the grant the user lacks."""
-    from dispatcher.controller.explain import explain
+    from dispatcher.controller.kube.explain import explain
 
     return explain(e, "your user", "ask your cluster's administrator")
 
@@ -290,7 +290,7 @@ def user_error(e: Any) -> str:
 async def list_appwrappers(kube: Any, namespace: str | None) -> Listing:
     """Every AppWrapper when allowed, so positions are those of the one queue; when only
     `namespace` may be listed, its AppWrappers alone."""
-    from dispatcher.controller.kube import ApiError
+    from dispatcher.controller.kube.client import ApiError
 
     why = user_error
     try:
@@ -321,8 +321,8 @@ async def connected(kubeconfig: str | None, context: str | None
     from aiohttp import ClientError
     from kubernetes_asyncio import client
 
-    from dispatcher.controller.kube import Kube, RetryPolicy
-    from dispatcher.controller.kubeconfig import KubeconfigError, load
+    from dispatcher.controller.kube.client import Kube, RetryPolicy
+    from dispatcher.controller.kube.kubeconfig import KubeconfigError, load
 
     try:
         connection = await load(kubeconfig, context)

@@ -272,7 +272,7 @@ def to_table(w: WhatIf) -> str:
 async def fetch(kubeconfig: str | None, context: str | None) -> Live:
     """List what an answer needs, as the kubeconfig's user; QuotaSubtrees only where
     served."""
-    from dispatcher.controller.kube import ApiError
+    from dispatcher.controller.kube.client import ApiError
 
     cluster: list[Document] = []
     appwrappers: list[Document] = []

@@ -364,7 +364,7 @@ class AppWrapperStatus(_Model):
     estimatedStart: Time | None = None
     # While it waits: its place in the dispatcher's queue (1: considered first), under the
     # policy named, in the whole cluster and among the wrappers of its quota node in each
-    # quota tree (controller/positions.py).
+    # quota tree (controller/record/positions.py).
     queuePosition: int | None = Field(default=None, ge=1)
     queuePolicy: str | None = None
     quotaPositions: list[QuotaPosition] | None = None

@@ -4,7 +4,7 @@ The process waits for the Lease (when leader election is on), lists nodes, then
 AppWrappers, then pods — in that order, so every AppWrapper's recorded items are known
 before its pods are checked against them — hands each listing to the dispatcher, and
 only then starts the admission loop. The informers keep memory current from there on
-(informer.py); the loop decides nothing while any of them is blind.
+(kube/informer.py); the loop decides nothing while any of them is blind.
 
 Why not kopf: the dispatcher needs to know when a listing is complete (to drop what
 vanished during a watch gap) and when a watch is down (to stop deciding); kopf's watch
@@ -23,25 +23,31 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dispatcher.admission import NO_TOPOLOGY, Fit
+from dispatcher.controller.access.grants import QUOTA_SUBTREES
+from dispatcher.controller.kube.client import Kube, Resource
+from dispatcher.controller.kube.informer import Informer
+from dispatcher.controller.kube.leader_pod import own_pod, step_down, take_lead
+from dispatcher.controller.kube.lease import LeaderElector
+from dispatcher.controller.kube.startup import (
+    Late,
+    Stopped,
+    Trouble,
+    reach,
+    stop_on_signals,
+    within,
+)
+from dispatcher.controller.loop.estimate_round import EstimateSettings
+from dispatcher.controller.loop.runtime import APPWRAPPERS, Dispatcher, Observer
+from dispatcher.controller.pods.pod_pinning import Pins
 from dispatcher.fit.topology import Topology
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 from dispatcher.queue import Policy
 from dispatcher.wording import counted, span
 
-from .estimate_round import EstimateSettings
-from .grants import QUOTA_SUBTREES
-from .informer import Informer
-from .kube import Kube, Resource
-from .leader_pod import own_pod, step_down, take_lead
-from .lease import LeaderElector
-from .pod_pinning import Pins
-from .runtime import APPWRAPPERS, Dispatcher, Observer
-from .startup import Late, Stopped, Trouble, reach, stop_on_signals, within
-
 if TYPE_CHECKING:
-    from .metrics import PrometheusObserver
-    from .metrics_server import MetricsServer
+    from dispatcher.controller.metrics.prometheus import PrometheusObserver
+    from dispatcher.controller.metrics.server import MetricsServer
 
 log = logging.getLogger("dispatcher")
 
@@ -130,7 +136,7 @@ class Operator:
         s = self.settings
         if not s.metrics_port:
             return None
-        from .metrics import PrometheusObserver
+        from dispatcher.controller.metrics.prometheus import PrometheusObserver
 
         return s.observer or PrometheusObserver(topology_levels=s.topology.levels)
 
@@ -138,10 +144,10 @@ class Operator:
         s = self.settings
         if metrics is None:
             return None
-        from .bearer import TokenReviewAuth
-        from .dashboard_api import DashboardApi
-        from .metrics_server import MetricsServer
-        from .visibility_api import VisibilityApi
+        from dispatcher.controller.access.bearer import TokenReviewAuth
+        from dispatcher.controller.dashboard.api import DashboardApi
+        from dispatcher.controller.metrics.server import MetricsServer
+        from dispatcher.controller.metrics.visibility_api import VisibilityApi
 
         # The queue as this process numbers it, to users RBAC lets list AppWrappers: as
         # data, and as a web page (one token check serves both).

@@ -3,7 +3,7 @@
 `forecast` replays the live queue forward through the admission core (replay.py);
 `DurationRule` and `DurationHistory` say how long each wrapper is expected to run
 (durations.py); `describe` words an estimate for a status message (text.py). Pure: no
-I/O; the controller (dispatcher.controller.estimates) and the simulator's accuracy
+I/O; the controller (dispatcher.controller.loop.estimates) and the simulator's accuracy
 measurement (dispatcher.simulate.accuracy) feed it.
 """
 

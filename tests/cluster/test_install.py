@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from dispatcher.cli import build_parser
-from dispatcher.controller.access import CREATOR
+from dispatcher.controller.access.creator import CREATOR
 from dispatcher.policy_files import builtin_names
 from localcluster import Cluster, Kubectl, build, users, wait_for
 

@@ -24,8 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.cli import build_parser
-from dispatcher.controller.leader_pod import LEADER_LABEL
-from dispatcher.controller.webhook import PIN_PODS_PATH
+from dispatcher.controller.kube.leader_pod import LEADER_LABEL
+from dispatcher.controller.webhook.server import PIN_PODS_PATH
 from dispatcher.kinds.elastic import RESIZABLE
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, fake_gpu_nodes, outcome

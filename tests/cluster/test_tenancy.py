@@ -24,9 +24,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.controller.access import CREATOR, CREATOR_GROUPS, creator_denials
-from dispatcher.controller.admission_review import core_problems
-from dispatcher.controller.kube import Kube
+from dispatcher.controller.access.creator import CREATOR, CREATOR_GROUPS, creator_denials
+from dispatcher.controller.kube.client import Kube
+from dispatcher.controller.webhook.admission_review import core_problems
 from localcluster import Cluster, Kubectl, users, wait_for
 from localcluster.testing import container, outcome
 

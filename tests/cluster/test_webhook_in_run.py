@@ -11,7 +11,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.api.labels import APPWRAPPER_LABEL
-from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION, let_onto
+from dispatcher.controller.pods.placement import PIN_TOKEN_ANNOTATION, let_onto
 from localcluster import Cluster, Kubectl, users, wait_for
 
 from .dispatcher_process import DispatcherProcess, install_crd, wait_quiet

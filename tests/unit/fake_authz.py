@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.controller.kube import ApiError, Resource
+from dispatcher.controller.kube.client import ApiError, Resource
 
 SERVED = {
     ("v1", "Pod"): ("pods", True), ("v1", "Service"): ("services", True),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.controller.kube import ApiError, Resource
+from dispatcher.controller.kube.client import ApiError, Resource
 
 SERVED = {
     ("v1", "Pod"): ("pods", True), ("v1", "Node"): ("nodes", False),

@@ -11,7 +11,7 @@ import pytest
 
 from dispatcher import actions
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
-from dispatcher.controller.kube import ApiError
+from dispatcher.controller.kube.client import ApiError
 from dispatcher.visibility import Listing, pending_queue, to_table
 
 from .fake_kube import merge

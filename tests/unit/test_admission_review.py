@@ -15,7 +15,7 @@ import pytest
 from dispatcher.api.conversion import to_v1beta1, to_v1beta2
 from dispatcher.api.fault_tolerance import FaultTolerance
 from dispatcher.api.models import MAX_ITEMS, parse_appwrapper
-from dispatcher.controller.access import (
+from dispatcher.controller.access.creator import (
     CREATOR,
     CREATOR_EXTRA,
     CREATOR_GROUPS,
@@ -26,14 +26,14 @@ from dispatcher.controller.access import (
     UserInfo,
     creator_denials,
 )
-from dispatcher.controller.admission_review import (
+from dispatcher.controller.kube.client import ApiError, Kube
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.webhook.admission_review import (
     EDITABLE,
     MAX_MESSAGE,
     AppWrapperReview,
     ReviewAnswer,
 )
-from dispatcher.controller.kube import ApiError, Kube
-from dispatcher.controller.runtime import Dispatcher
 from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 from dispatcher.queue import Policy
 

@@ -20,7 +20,7 @@ from dispatcher.api import (
     set_condition,
 )
 from dispatcher.api.v1beta2 import AppWrapperV2
-from dispatcher.controller.webhook import CONVERT_PATH
+from dispatcher.controller.webhook.server import CONVERT_PATH
 
 CRD = Path(__file__).parents[2] / "crds" / "appwrappers.workload.codeflare.dev.yaml"
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.controller.attention import SWEEP_SECONDS, Alarms, Attention
+from dispatcher.controller.record.attention import SWEEP_SECONDS, Alarms, Attention
 
 from .fake_kube import FakeKube
 from .test_runtime import T0, Clock, appwrapper, node, started

@@ -12,8 +12,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.api.conversion import to_v1beta1
-from dispatcher.controller.conversion_endpoint import MAX_CONVERSION_BYTES, MAX_REQUEST_BYTES
-from dispatcher.controller.webhook import CONVERT_PATH, VALIDATE_PATH, WebhookServer
+from dispatcher.controller.webhook.conversions import MAX_CONVERSION_BYTES, MAX_REQUEST_BYTES
+from dispatcher.controller.webhook.server import CONVERT_PATH, VALIDATE_PATH, WebhookServer
 
 V1 = "workload.codeflare.dev/v1beta1"
 V2 = "workload.codeflare.dev/v1beta2"

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.api.labels import HELD_BY_ANNOTATION
-from dispatcher.controller import dashboard_view as view
-from dispatcher.controller.dashboard_api import DashboardApi
-from dispatcher.controller.metrics import PrometheusObserver
-from dispatcher.controller.metrics_server import MetricsServer
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.dashboard import view
+from dispatcher.controller.dashboard.api import DashboardApi
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
+from dispatcher.controller.metrics.server import MetricsServer
 from dispatcher.queue import Policy
 
 from .fake_authz import FakeApi

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.loop.runtime import Dispatcher
 from tests import browser
 
 from .fake_kube import FakeKube

@@ -11,7 +11,7 @@ import yaml
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.conversion import to_v1beta1
 from dispatcher.api.models import parse_appwrapper
-from dispatcher.controller.items import gate_pods, pod_paths, prepared_items
+from dispatcher.controller.items.shaping import gate_pods, pod_paths, prepared_items
 from dispatcher.resources import PODS
 from tests.shared_files import APPWRAPPER_V1BETA2, require
 

@@ -18,10 +18,10 @@ import pytest
 from dispatcher.api.labels import APPWRAPPER_LABEL
 from dispatcher.cluster import BoundPod, ClusterState, Node
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.controller import admitting, runtime
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.lease import LeaderElector
-from dispatcher.controller.ownership import OwnerRef, Ownership
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.kube.lease import LeaderElector
+from dispatcher.controller.loop import admitting, runtime
+from dispatcher.controller.record.ownership import OwnerRef, Ownership
 from dispatcher.queue import Policy
 from dispatcher.resources import GPU
 
@@ -316,7 +316,7 @@ def test_a_wrapper_deleted_during_a_watch_gap_leaves_the_head_of_the_queue() -> 
 
 
 def _res(kind: str) -> Any:
-    from dispatcher.controller.kube import Resource
+    from dispatcher.controller.kube.client import Resource
 
     return Resource("", kind, "", True)
 

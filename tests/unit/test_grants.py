@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.controller.access import Access
-from dispatcher.controller.admission_review import AppWrapperReview
-from dispatcher.controller.kube import ApiError
+from dispatcher.controller.access.creator import Access
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.webhook.admission_review import AppWrapperReview
 
 from .fake_authz import FakeApi
 from .test_admission_review import ALICE, BOB, admitted, appwrapper, job, request, run

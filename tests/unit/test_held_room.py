@@ -15,9 +15,9 @@ from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import ClusterState
 from dispatcher.cluster.model import BoundPod, Node
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.controller.items import PLACEMENT_GATE
-from dispatcher.controller.pod_pinning import PodPinning
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.items.shaping import PLACEMENT_GATE
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.pods.pod_pinning import PodPinning
 from dispatcher.kinds.checks import warnings
 from dispatcher.lifecycle import PODS_UNPLACEABLE
 

@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.loop.runtime import Dispatcher
 
 from .fake_kube import FakeKube
 from .test_runtime import Clock, appwrapper, aw_status, job, node, run, started, types

@@ -8,10 +8,10 @@ import copy
 from typing import Any
 
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.controller.items import PLACEMENT_GATE
-from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION
-from dispatcher.controller.pod_pinning import TOKEN_SECONDS
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.items.shaping import PLACEMENT_GATE
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.pods.placement import PIN_TOKEN_ANNOTATION
+from dispatcher.controller.pods.pod_pinning import TOKEN_SECONDS
 from dispatcher.preemption import Hold
 
 from .fake_kube import FakeKube

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from dispatcher.controller.informer import Informer
-from dispatcher.controller.kube import ApiError, Resource
+from dispatcher.controller.kube.client import ApiError, Resource
+from dispatcher.controller.kube.informer import Informer
 
 PODS = Resource("v1", "Pod", "pods", True)
 

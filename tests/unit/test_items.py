@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.api import parse_appwrapper
-from dispatcher.controller.items import prepared_items
+from dispatcher.controller.items.shaping import prepared_items
 
 OURS = "workload.codeflare.dev/appwrapper"
 MCAD = "appwrapper.mcad.ibm.com"

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from dispatcher.controller import kube as kube_module
-from dispatcher.controller.kube import ApiError, Kube
+from dispatcher.controller.kube import client as kube_module
+from dispatcher.controller.kube.client import ApiError, Kube
 from dispatcher.controller.operator import Settings
 
 

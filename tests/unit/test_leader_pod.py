@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.leader_pod import LEADER_LABEL, own_pod, step_down, take_lead
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.kube.leader_pod import LEADER_LABEL, own_pod, step_down, take_lead
 
 
 class Pods:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.cli import build_parser
-from dispatcher.controller.logs import JsonFormatter
+from dispatcher.controller.kube.logs import JsonFormatter
 
 from .test_kube_client import kubeconfig
 

@@ -25,9 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
-from dispatcher.controller.kube import ApiError, Resource
-from dispatcher.controller.manager import Manager, ManagerSettings
-from dispatcher.controller.workers import WorkerLink, digest
+from dispatcher.controller.kube.client import ApiError, Resource
+from dispatcher.controller.manager.passes import Manager, ManagerSettings
+from dispatcher.controller.manager.workers import WorkerLink, digest
 from dispatcher.fit.topology import Topology
 from dispatcher.fleet.copies import EVENTS_PER_PASS
 from dispatcher.fleet.fence import LEASE_NAME, LEASE_NAMESPACE
@@ -479,7 +479,7 @@ def test_metrics_per_worker_say_sent_reachable_and_free_gpus_and_go_with_the_wor
 
 
 def test_the_managers_health_is_its_passes() -> None:
-    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+    from dispatcher.controller.manager.manager_metrics import ManagerMetrics, ManagerServer
 
     now = [0.0]
     metrics = ManagerMetrics(clock=lambda: now[0])
@@ -493,7 +493,11 @@ def test_the_managers_health_is_its_passes() -> None:
 
 
 def test_the_managers_health_names_the_workers_not_answering_and_a_standby() -> None:
-    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer, WorkerFigures
+    from dispatcher.controller.manager.manager_metrics import (
+        ManagerMetrics,
+        ManagerServer,
+        WorkerFigures,
+    )
 
     metrics = ManagerMetrics(clock=lambda: 10.0)
     waiting: list[str | None] = ["waiting for Lease dispatcher-system/dispatcher-manager-leader"]
@@ -518,7 +522,7 @@ class Refuse:
 def test_the_managers_metrics_answer_only_whom_metrics_auth_lets_through() -> None:
     import aiohttp
 
-    from dispatcher.controller.manager_metrics import ManagerMetrics, ManagerServer
+    from dispatcher.controller.manager.manager_metrics import ManagerMetrics, ManagerServer
 
     async def scenario() -> list[int]:
         server = ManagerServer(ManagerMetrics(), port=0, host="127.0.0.1", auth=Refuse())

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from dispatcher.api.labels import MANAGER_UID_LABEL
 from dispatcher.cli import EXIT_INPUT, main
-from dispatcher.controller.manager_fence import ManagerFence
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.loop.manager_fence import ManagerFence
+from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.fleet.fence import (
     LEASE_NAME,
     LEASE_NAMESPACE,

@@ -12,7 +12,7 @@ import pytest
 
 from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
 from dispatcher.cli import build_parser
-from dispatcher.controller.manager_labels import default_managers
+from dispatcher.controller.webhook.manager_labels import default_managers
 
 from .test_admission_review import ALICE, admitted, appwrapper, job, request, reviewer, run
 

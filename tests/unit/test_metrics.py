@@ -12,10 +12,10 @@ import aiohttp
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.controller.kube import Resource
-from dispatcher.controller.metrics import PrometheusObserver
-from dispatcher.controller.metrics_server import MetricsServer
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.kube.client import Resource
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
+from dispatcher.controller.metrics.server import MetricsServer
 from dispatcher.queue import Policy
 
 from .fake_kube import FakeKube
@@ -420,7 +420,7 @@ def test_quota_nodes_show_use_and_the_wrappers_waiting_under_them() -> None:
 
 
 def test_quota_node_series_are_capped_upper_levels_first(caplog: Any) -> None:
-    from dispatcher.controller.metrics_snapshot import MAX_QUOTA_NODES
+    from dispatcher.controller.metrics.snapshot import MAX_QUOTA_NODES
 
     teams = [(f"team-{i:03}", {"hardLimit": True, "requests": {"nvidia.com/gpu": 1}})
              for i in range(MAX_QUOTA_NODES + 50)]

@@ -7,17 +7,17 @@ import asyncio
 
 import aiohttp
 
-from dispatcher.controller.bearer import BUSY, Answers, TokenReviewAuth
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.metrics import PrometheusObserver
-from dispatcher.controller.metrics_server import MetricsServer
-from dispatcher.controller.review_budget import (
+from dispatcher.controller.access.bearer import BUSY, Answers, TokenReviewAuth
+from dispatcher.controller.access.review_budget import (
     KNOWN_BURST,
     PER_SOURCE_BURST,
     PER_SOURCE_PER_SECOND,
     STRANGERS_BURST,
     STRANGERS_PER_SECOND,
 )
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
+from dispatcher.controller.metrics.server import MetricsServer
 
 from .fake_authz import FakeApi
 

@@ -13,7 +13,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.controller.metrics import PrometheusObserver
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dispatcher-dashboard.json"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.controller.pacing import EVENT, STATUS, URGENT, TokenBucket
+from dispatcher.controller.kube.pacing import EVENT, STATUS, URGENT, TokenBucket
 
 if TYPE_CHECKING:
-    from dispatcher.controller.runtime import Dispatcher
+    from dispatcher.controller.loop.runtime import Dispatcher
 
     from .fake_kube import FakeKube
     from .test_runtime import Clock
@@ -90,7 +90,7 @@ def test_pacing_holds_the_rate() -> None:
 
 
 def test_events_are_dropped_when_too_many_wait_and_statuses_still_written() -> None:
-    from dispatcher.controller.status import EVENTS_QUEUED_MAX
+    from dispatcher.controller.record.status import EVENTS_QUEUED_MAX
 
     from .test_runtime import appwrapper, job, node, run, started, types
 

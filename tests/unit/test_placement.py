@@ -9,10 +9,10 @@ from typing import Any
 from dispatcher.cluster import ClusterState, node_from_object
 from dispatcher.cluster.model import BoundPod, Node
 from dispatcher.cluster.state import PlannedPod
-from dispatcher.controller.items import PLACEMENT_GATE, gate_pods
-from dispatcher.controller.memory import GatedPod
-from dispatcher.controller.placement import lift_gate
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.items.shaping import PLACEMENT_GATE, gate_pods
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.pods.placement import lift_gate
+from dispatcher.controller.record.memory import GatedPod
 from dispatcher.resources import pod_request
 
 from .fake_kube import FakeKube

@@ -11,12 +11,12 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from dispatcher.controller.items import PLACEMENT_GATE
+from dispatcher.controller.items.shaping import PLACEMENT_GATE
+from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.controller.operator import pins_of
-from dispatcher.controller.placement import PIN_TOKEN_ANNOTATION, token_key
-from dispatcher.controller.pod_pinning import TOKEN_SECONDS, Pins, PodPinning
-from dispatcher.controller.runtime import Dispatcher
-from dispatcher.controller.webhook import PIN_PODS_PATH, WebhookServer
+from dispatcher.controller.pods.placement import PIN_TOKEN_ANNOTATION, token_key
+from dispatcher.controller.pods.pod_pinning import TOKEN_SECONDS, Pins, PodPinning
+from dispatcher.controller.webhook.server import PIN_PODS_PATH, WebhookServer
 
 from .fake_kube import FakeKube
 from .test_placement import (

@@ -4,7 +4,7 @@ wrapper merely moves up, at the pace of a message."""
 
 from __future__ import annotations
 
-from dispatcher.controller.status import MESSAGE_INTERVAL_SECONDS
+from dispatcher.controller.record.status import MESSAGE_INTERVAL_SECONDS
 from dispatcher.queue import Policy
 
 from .fake_kube import FakeKube

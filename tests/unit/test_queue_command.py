@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dispatcher import cli, visibility
-from dispatcher.controller.kube import ApiError
+from dispatcher.controller.kube.client import ApiError
 
 from .stand_in_api import JsonHandler, stand_in
 

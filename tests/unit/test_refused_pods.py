@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.controller.admission_review import core_problems
+from dispatcher.controller.webhook.admission_review import core_problems
 from dispatcher.review import review
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

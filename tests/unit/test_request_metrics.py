@@ -15,12 +15,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.controller.access import Access
-from dispatcher.controller.admission_review import AppWrapperReview
-from dispatcher.controller.kube import ApiError, Kube
-from dispatcher.controller.pacing import STATUS
-from dispatcher.controller.request_metrics import RequestMetrics
-from dispatcher.controller.webhook import MUTATE_PATH, VALIDATE_PATH, WebhookServer
+from dispatcher.controller.access.creator import Access
+from dispatcher.controller.kube.client import ApiError, Kube
+from dispatcher.controller.kube.pacing import STATUS
+from dispatcher.controller.metrics.requests import RequestMetrics
+from dispatcher.controller.webhook.admission_review import AppWrapperReview
+from dispatcher.controller.webhook.server import MUTATE_PATH, VALIDATE_PATH, WebhookServer
 
 from .fake_authz import FakeApi
 from .test_webhook_certs import review_body

@@ -9,8 +9,8 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from dispatcher.controller.kube import ApiError, Resource
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.kube.client import ApiError, Resource
+from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.queue import Policy
 
 from .fake_kube import FakeKube
@@ -449,7 +449,7 @@ def test_plain_text_404_from_the_api_server_means_the_kind_is_not_served() -> No
         async def call_api(self, *args: Any, **kwargs: Any) -> Response:
             return Response()
 
-    from dispatcher.controller.kube import Kube
+    from dispatcher.controller.kube.client import Kube
 
     kube = Kube(Api())  # type: ignore[arg-type]
     assert asyncio.run(kube.resource("example.com/v1", "Widget")) is None
@@ -516,8 +516,8 @@ def test_a_running_wrapper_with_nothing_due_is_not_judged_at_every_cycle(
     """Cycles run for everyone's news; a running wrapper whose pods, objects and
     deadlines have not moved is left alone (judging each one at every cycle cost a status
     serialisation per running wrapper per cycle), and looked at again after a while."""
-    import dispatcher.controller.runtime as runtime
-    import dispatcher.controller.stepping as stepping
+    import dispatcher.controller.loop.runtime as runtime
+    import dispatcher.controller.loop.stepping as stepping
 
     judged: list[str] = []
     real = stepping.judge
@@ -551,7 +551,7 @@ def test_a_queue_that_waits_as_it_did_costs_no_status_copies(monkeypatch: Any) -
     """Every queued wrapper is decided at every cycle; one whose status already says why
     it waits is left alone (a copy of each waiting wrapper's status per cycle was a
     twentieth of the dispatcher's time with 500 queued)."""
-    from dispatcher.controller.status import StatusWriter
+    from dispatcher.controller.record.status import StatusWriter
 
     begun: list[str] = []
     real = StatusWriter.begin
@@ -590,7 +590,7 @@ def test_the_loop_spaces_cycles_by_what_the_last_one_cost(monkeypatch: Any) -> N
     every debounce)."""
     import time
 
-    import dispatcher.controller.runtime as runtime
+    import dispatcher.controller.loop.runtime as runtime
 
     starts: list[float] = []
 

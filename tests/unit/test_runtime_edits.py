@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.loop.runtime import Dispatcher
 
 from .fake_kube import FakeKube
 from .test_runtime import (

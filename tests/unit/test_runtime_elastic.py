@@ -8,10 +8,10 @@ from typing import Any
 from dispatcher.admission import queued_from_appwrapper
 from dispatcher.api.models import parse_appwrapper
 from dispatcher.cluster import BoundPod, ClusterState
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.runtime import Dispatcher
-from dispatcher.controller.scaling import _patch, follow_size, scaled_in
-from dispatcher.controller.tracked import StatusWrites, Tracked, items_digest
+from dispatcher.controller.items.scaling import _patch, follow_size, scaled_in
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.record.tracked import StatusWrites, Tracked, items_digest
 from dispatcher.kinds.elastic import ElasticSet
 from dispatcher.lifecycle import PodCounts, judge
 from dispatcher.policy_files import load_policy

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from dispatcher.api.durations import EXPECTED_DURATION_ANNOTATION
-from dispatcher.controller.estimate_round import EstimateSettings
-from dispatcher.controller.kube import Resource
-from dispatcher.controller.metrics import PrometheusObserver
-from dispatcher.controller.runtime import Dispatcher
-from dispatcher.controller.tracked import now_dt
+from dispatcher.controller.kube.client import Resource
+from dispatcher.controller.loop.estimate_round import EstimateSettings
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
+from dispatcher.controller.record.tracked import now_dt
 from dispatcher.policy_files import load_policy
 from dispatcher.queue import Policy
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.controller.access import UserInfo
-from dispatcher.controller.grant_screen import RECHECK_SECONDS
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.access.creator import UserInfo
+from dispatcher.controller.access.grant_screen import RECHECK_SECONDS
+from dispatcher.controller.loop.runtime import Dispatcher
 
 from .fake_authz import FakeApi
 from .fake_kube import FakeKube

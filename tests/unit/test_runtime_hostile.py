@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.controller import admitting
+from dispatcher.controller.loop import admitting
 
 from .builders import nested
 from .test_runtime import Clock, FakeKube, appwrapper, aw_status, job, node, run, started

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.policy_files import load_policy
 
 from .fake_kube import FakeKube

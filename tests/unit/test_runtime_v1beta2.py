@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.api.conversion import to_v1beta1, to_v1beta2
-from dispatcher.controller.runtime import Dispatcher
+from dispatcher.controller.loop.runtime import Dispatcher
 
 from .fake_kube import FakeKube
 from .test_runtime import (
@@ -558,7 +558,7 @@ def test_a_new_pod_of_the_same_name_is_not_deleted_as_a_leftover_of_the_old_obje
 def test_pods_of_a_later_deletion_of_the_same_wrapper_get_their_whole_grace() -> None:
     """A later teardown of the same wrapper (another reset) while an old pod lingers: its
     pods are not deleted at once on the old deadline; the grace starts again."""
-    from dispatcher.controller.memory import Memory
+    from dispatcher.controller.record.memory import Memory
     from dispatcher.queue import Policy
 
     memory = Memory(Policy(name="fifo"))

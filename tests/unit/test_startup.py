@@ -23,11 +23,11 @@ import yaml
 from aiohttp import web
 
 from dispatcher import cli
-from dispatcher.controller.explain import permission
-from dispatcher.controller.kube import Request
-from dispatcher.controller.kubeconfig import KubeconfigError, load
+from dispatcher.controller.kube.client import Request
+from dispatcher.controller.kube.explain import permission
+from dispatcher.controller.kube.kubeconfig import KubeconfigError, load
+from dispatcher.controller.kube.startup import Trouble
 from dispatcher.controller.operator import Settings, operate
-from dispatcher.controller.startup import Trouble
 from dispatcher.queue import Policy
 
 REPO = Path(__file__).resolve().parents[2]

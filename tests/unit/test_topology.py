@@ -401,7 +401,7 @@ def test_plan_puts_the_first_gang_in_the_fuller_rack_so_both_gangs_dispatch(
 
 def test_the_controller_holds_room_for_a_required_gang_in_one_rack_and_says_why_one_waits(
 ) -> None:
-    from dispatcher.controller.runtime import Dispatcher
+    from dispatcher.controller.loop.runtime import Dispatcher
 
     from .fake_kube import FakeKube
     from .test_runtime import Clock, _res, appwrapper, aw_status, run
@@ -441,8 +441,8 @@ def test_the_controller_holds_room_for_a_required_gang_in_one_rack_and_says_why_
 
 
 def test_the_webhook_refuses_an_unknown_level_at_apply_naming_the_levels() -> None:
-    from dispatcher.controller.access import Access
-    from dispatcher.controller.admission_review import AppWrapperReview
+    from dispatcher.controller.access.creator import Access
+    from dispatcher.controller.webhook.admission_review import AppWrapperReview
 
     from .fake_authz import FakeApi
     from .test_admission_review import ALICE, RIGHTS, admitted

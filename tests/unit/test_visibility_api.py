@@ -8,10 +8,10 @@ from typing import Any
 
 import aiohttp
 
-from dispatcher.controller.metrics import PrometheusObserver
-from dispatcher.controller.metrics_server import MetricsServer
-from dispatcher.controller.runtime import Dispatcher
-from dispatcher.controller.visibility_api import BASE, VisibilityApi
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.metrics.prometheus import PrometheusObserver
+from dispatcher.controller.metrics.server import MetricsServer
+from dispatcher.controller.metrics.visibility_api import BASE, VisibilityApi
 from dispatcher.queue import Policy
 
 from .fake_authz import FakeApi

@@ -15,9 +15,10 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from dispatcher.controller.access import CREATOR, Access
-from dispatcher.controller.admission_review import AppWrapperReview
-from dispatcher.controller.certs import (
+from dispatcher.controller.access.creator import CREATOR, Access
+from dispatcher.controller.kube.client import ApiError
+from dispatcher.controller.webhook.admission_review import AppWrapperReview
+from dispatcher.controller.webhook.certs import (
     APPWRAPPER_CRD,
     CRDS,
     MUTATING,
@@ -29,8 +30,7 @@ from dispatcher.controller.certs import (
     renew,
     service_hosts,
 )
-from dispatcher.controller.kube import ApiError
-from dispatcher.controller.webhook import (
+from dispatcher.controller.webhook.server import (
     CONVERT_PATH,
     MUTATE_PATH,
     VALIDATE_PATH,

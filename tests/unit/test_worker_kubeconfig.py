@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dispatcher.controller.worker_kubeconfig import outside_references
+from dispatcher.controller.manager.worker_kubeconfig import outside_references
 
 from .test_manager import Fleet, Worker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from dispatcher.controller.kube import ApiError
+from dispatcher.controller.kube.client import ApiError
 
 from .fake_kube import FakeKube
 from .test_runtime import Clock, appwrapper, aw_status, node, run, started, types

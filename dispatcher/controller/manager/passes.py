@@ -1,0 +1,429 @@
+"""`dispatcher run --manager`: one queue in a manager cluster, gangs sent to worker clusters.
+
+Each pass: look at every worker (workers.py); requeue the wrappers of a worker unreachable
+for longer than the grace; keep each sent wrapper's copy (make it if missing, mirror its
+status back); delete every copy the manager no longer sends there (its wrapper deleted,
+requeued or sent elsewhere); then send the queued wrappers, in queue order, to the worker
+where each gang fits whole now (dispatcher.fleet: per node, with the topology levels of the
+manager's configuration, within the worker's quota: worker_quota.py), or tell them why none
+can.
+
+No wrapper runs in two clusters because the manager's wrapper names its worker (label
+CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
+kept only in the worker its wrapper names. A manager killed between the two writes finds the
+label when it starts again and makes the copy then; one killed after both adopts the copy.
+A worker cut off from the manager stops its copies before the grace runs out: the manager
+renews a heartbeat there each pass (heartbeats.py) and counts the grace from the last
+renewal the worker acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dispatcher.admission import FINISHED_STATES
+from dispatcher.api.labels import CLUSTER_LABEL
+from dispatcher.controller.kube.client import ApiError, Kube
+from dispatcher.controller.record.status import APPWRAPPERS
+from dispatcher.fit import Capacity
+from dispatcher.fit.gang import Placer
+from dispatcher.fit.rules import NO_TOPOLOGY, Fit, fit_rules
+from dispatcher.fit.topology import Topology
+from dispatcher.fleet import (
+    Chosen,
+    NoneFits,
+    Worker,
+    dispatch,
+    unbound,
+)
+from dispatcher.fleet import copies as rules
+from dispatcher.queue.queue import QueuedWrapper
+from dispatcher.resources import GPU
+
+from .copying import Copying
+from .entries import Entries
+from .heartbeats import Heartbeats
+from .manager_metrics import ManagerMetrics, WorkerFigures
+from .own_wrappers import OwnWrappers
+from .worker_quota import worker_quota
+from .workers import (
+    SECRETS,
+    WORKER_CLUSTERS,
+    Connect,
+    WorkerConfigError,
+    WorkerLink,
+    connect,
+    digest,
+    kubeconfig_of,
+    secret_reference,
+)
+
+log = logging.getLogger("dispatcher.manager")
+
+READY = "dispatcher ready: manager of worker clusters"
+#: Writes about different wrappers in flight at once (the client paces them).
+PARALLEL = 16
+#: The most a WorkerCluster's status says of why its kubeconfig is refused.
+MAX_REFUSAL = 1000
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    kubeconfig: str | None = None
+    #: Seconds a worker may stay unreachable before its wrappers are requeued.
+    grace: float = 60.0
+    interval: float = 1.0
+    metrics_port: int = 0  # 0: no /metrics or /healthz
+    metrics_host: str = "0.0.0.0"
+    #: How gangs are placed in a worker: as its dispatcher does (`--fit`, and the
+    #: configuration's topology levels).
+    fit: Fit = "per-node"
+    topology: Topology = NO_TOPOLOGY
+    #: Two replicas or more: only the holder of this Lease (in the manager cluster) sends.
+    leader_election: bool = False
+    lease_namespace: str = "dispatcher-system"
+    lease_name: str = "dispatcher-manager-leader"
+
+
+class Manager:
+    def __init__(self, kube: Kube, settings: ManagerSettings, directory: Path,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time, link: Connect = connect,
+                 metrics: ManagerMetrics | None = None) -> None:
+        self.kube = kube
+        self.metrics = metrics if metrics is not None else ManagerMetrics()
+        self.settings = settings
+        self.directory = directory
+        self.clock = clock
+        self.wall = wall
+        self.connect = link
+        self.links: dict[str, WorkerLink] = {}
+        #: Per worker: since when it has not answered (its link made counts as a start).
+        self.down_since: dict[str, float] = {}
+        self._reported: dict[str, tuple[str, str]] = {}
+        self._logged: dict[str, str] = {}
+        #: Per worker: why what its WorkerCluster says now cannot be used (its status says).
+        self.refused: dict[str, str] = {}
+        self.passes = 0  # numbered in the log: what a returning worker's pass did
+        self.copying = Copying(kube)
+        self.entries = Entries()
+        self.own = OwnWrappers(kube)
+        self.heartbeats = Heartbeats(settings.grace, clock, wall)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
+                 READY, self.settings.grace, self.heartbeats.seconds)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.cycle()
+                except ApiError as e:
+                    log.warning("manager pass cut short: %s", e)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.settings.interval)
+        finally:
+            await self.close()
+        return 0
+
+    async def close(self) -> None:
+        """Its watches end (the manager stops, or another process takes over)."""
+        await self.own.close()
+        for link in self.links.values():
+            await link.close()
+
+    async def cycle(self) -> None:
+        self.passes += 1
+        await self._sync_links()
+        now = self.clock()
+        await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
+        await asyncio.gather(*(self.heartbeats.renew(link) for link in self.links.values()
+                               if link.reachable))
+        for name, link in self.links.items():
+            if link.reachable:
+                if self.down_since.pop(name, None) is not None:
+                    # Its stale copies go in this same pass (Copying.delete_strays).
+                    log.info("pass %d: worker cluster %s answers", self.passes, name)
+            else:
+                # The grace runs from the last renewal it acknowledged: the worker's fence
+                # runs from when it saw that one, no sooner (heartbeats.py).
+                self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
+            await self._report(link)
+        for name in self.refused.keys() - self.links.keys():
+            await self._write_report(name, ("False", self.refused[name]))
+        wrappers = await self.own.current()
+        queued: list[dict[str, Any]] = []
+        sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
+        for obj in wrappers:
+            meta = obj["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            target = (meta.get("labels") or {}).get(CLUSTER_LABEL)
+            if target is None:
+                if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
+                    queued.append(obj)
+            elif rules.lost(target, self.links, self.down_since, now, self.settings.grace):
+                await self._requeue(obj, rules.lost_message(target, self.links,
+                                                            self.settings.grace))
+            else:
+                sent[meta["uid"]] = obj
+        self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
+        busy = [uid for uid, obj in sent.items() if self._copy_step(obj) is not None]
+        kept = await _bounded([self._keep_copy(sent[uid]) for uid in busy])
+        for uid, keep in zip(busy, kept, strict=True):
+            if not keep:
+                del sent[uid]
+        self.copying.keep_only(sent)
+        await self.copying.delete_strays(self.links.values(), sent, self.passes)
+        workers = self._workers(sent)
+        self.metrics.observe({w.name: WorkerFigures(
+            w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
+        await self._dispatch(queued, workers)
+
+    # ------------------------------------------------------------------ workers
+    async def _sync_links(self) -> None:
+        registered = {w["metadata"]["name"]: w for w in await self.kube.list(WORKER_CLUSTERS)}
+        for name in set(self.links) - set(registered):
+            log.info("worker cluster %s is no longer registered", name)
+            await self.links.pop(name).close()
+        for name, worker in registered.items():
+            try:
+                namespace, secret_name, _ = secret_reference(worker)
+                secret = await self.kube.request("GET", SECRETS.path(namespace, secret_name))
+                kubeconfig = kubeconfig_of(worker, secret)
+            except (WorkerConfigError, ApiError) as e:
+                if name not in self.links:
+                    self._once(name, f"worker cluster {name} cannot be used: {e}")
+                if isinstance(e, WorkerConfigError):
+                    # A link made from what it said before goes on: its copies stay
+                    # reachable; the status says what to fix.
+                    self.refused[name] = str(e)[:MAX_REFUSAL]
+                continue
+            self.refused.pop(name, None)
+            link = self.links.get(name)
+            labels = dict(worker["metadata"].get("labels") or {})
+            if link is not None and link.secret_digest == digest(kubeconfig):
+                link.labels = labels
+                continue
+            if link is not None:
+                await link.close()
+            self.links[name] = await self.connect(worker, kubeconfig, self.directory)
+            self.down_since.setdefault(name, self.clock())
+            log.info("worker cluster %s registered (server %s)", name,
+                     self.links[name].kube.server)
+
+    def _once(self, key: str, message: str) -> None:
+        if self._logged.get(key) != message:
+            self._logged[key] = message
+            log.warning("%s", message)
+
+    async def _report(self, link: WorkerLink) -> None:
+        """The WorkerCluster's status: reachable or not, and why; written when it changes."""
+        message = link.problem[:300]
+        if link.name in self.refused:
+            message = (f"{self.refused[link.name]} (the kubeconfig it had before is "
+                       f"used meanwhile)")
+        await self._write_report(link.name, ("True" if link.reachable else "False", message))
+
+    async def _write_report(self, name: str, status: tuple[str, str]) -> None:
+        if self._reported.get(name) == status:
+            return
+        with contextlib.suppress(ApiError):
+            await self.kube.request(
+                "PATCH", WORKER_CLUSTERS.path(name=name, subresource="status"),
+                {"status": {"reachable": status[0], "message": status[1]}},
+                content_type="application/merge-patch+json")
+            self._reported[name] = status
+
+    # ------------------------------------------------------------------ sent wrappers
+    async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
+        """Back to the manager's queue: its target cleared (fenced), so it may go to another
+        worker; the copy is then a stray, deleted where its worker answers."""
+        meta = obj["metadata"]
+        log.warning("%s/%s %s", meta["namespace"], meta["name"], why)
+        if not await self._fenced_label(obj, None):
+            return False
+        await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
+        return True
+
+    def _copy_step(self, obj: dict[str, Any]
+                   ) -> tuple[WorkerLink, dict[str, Any] | None, rules.Step] | None:
+        """The sent wrapper's link, copy and what to do with it; None when there is nothing
+        to do (its worker not answering, or the copy as the wrapper already says, with no
+        Event left to mirror): most sent wrappers in most passes."""
+        meta = obj["metadata"]
+        link = self.links[meta["labels"][CLUSTER_LABEL]]
+        if not link.reachable or link.look is None:
+            return None
+        copy = link.look.copies.get((meta["namespace"], meta["name"]))
+        limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
+        step = rules.step(link.name, meta["uid"], obj.get("status") or {}, copy,
+                          int(limit.get("maxNumRequeuings") or 0))
+        if step is None and (copy is None or not self.copying.pending(link, obj, copy)):
+            return None
+        return link, copy, step
+
+    async def _keep_copy(self, obj: dict[str, Any]) -> bool:
+        """Keep the sent wrapper's copy in its worker; False when the wrapper was taken back
+        to the queue (its copy requeued or failed there)."""
+        todo = self._copy_step(obj)
+        if todo is None:
+            return True
+        link, copy, step = todo
+        match step:
+            case rules.Make():
+                if await self._still_sent(link, obj) and not await self._make(link, obj):
+                    return False
+            case rules.Mirror(status) | rules.GiveUp(status):
+                await self._write_status(obj, status)
+            case rules.TakeBack(status):
+                if await self._requeue(obj, str(status["message"])):
+                    return False
+        if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
+            await self.copying.mirror_events(link, obj, copy)
+        return True
+
+    # ------------------------------------------------------------------ dispatching
+    async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker]) -> None:
+        if not queued:
+            return
+        entries: dict[tuple[str, str], dict[str, Any]] = {}
+        queue: list[QueuedWrapper] = []
+        selectors: dict[tuple[str, str], dict[str, str]] = {}
+        refused: list[tuple[dict[str, Any], str]] = []
+        for obj in queued:
+            read = self.entries.read(obj, self.wall())
+            if isinstance(read, str):
+                refused.append((obj, read))
+                continue
+            entry, selectors[read[0].key] = read
+            queue.append(entry)
+            entries[entry.key] = obj
+        waits = list(refused)
+        writes = []
+        for entry, answer in dispatch(queue, workers, self.wall(), selectors,
+                                      self.settings.fit, self.settings.topology):
+            obj = entries[entry.key]
+            if isinstance(answer, NoneFits):
+                waits.append((obj, answer.message))
+            else:
+                writes.append(self._send(obj, answer))
+        # Only the messages that changed are written (most of a long queue's do not).
+        writes += [self._waiting(obj, message) for obj, message in waits
+                   if (obj.get("status") or {}).get("message") != message]
+        # The room of each was taken in the decision: the writes, each fenced on its own
+        # wrapper, need no order between them.
+        await _bounded(writes)
+
+    def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
+        """Each worker's free room now, less what the wrappers sent there still need."""
+        out = []
+        for name, link in sorted(self.links.items()):
+            there = [obj for obj in sent.values()
+                     if obj["metadata"]["labels"][CLUSTER_LABEL] == name
+                     and (obj.get("status") or {}).get("state") not in FINISHED_STATES]
+            if link.look is None:
+                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False,
+                                  sent=len(there)))
+                continue
+            cap = Capacity.of(link.look.state)
+            placer, _ = fit_rules(self.settings.fit, self.settings.topology)
+            for obj in there:
+                read = self.entries.read(obj, self.wall())
+                if not isinstance(read, str):
+                    _hold(cap, read[0], obj, link, placer)
+            quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
+                                 self.wall(), there)
+            out.append(Worker(name, cap, link.labels, quota, link.reachable, len(there)))
+        return out
+
+    async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
+        meta = obj["metadata"]
+        # The target first, fenced: a manager that dies now makes the copy when it starts
+        # again; two managers (or a stale view) cannot both send it.
+        if not await self._fenced_label(obj, chosen.cluster):
+            return
+        log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
+                 chosen.cluster)
+        obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
+        await self._make(self.links[chosen.cluster], obj)
+
+    async def _still_sent(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Whether the API server's wrapper, not the watched view of it (which may lag a
+        write of this manager's), still names this worker: a copy is made only then."""
+        meta = obj["metadata"]
+        try:
+            fresh = await self.kube.request("GET", APPWRAPPERS.path(meta["namespace"],
+                                                                    meta["name"]))
+        except ApiError:
+            return False  # gone, or no answer: the next pass sees
+        fmeta = fresh.get("metadata") or {}
+        return fmeta.get("uid") == meta["uid"] and \
+            (fmeta.get("labels") or {}).get(CLUSTER_LABEL) == link.name
+
+    async def _make(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
+        """Make the copy; False when its worker refused it: the wrapper then fails with
+        the worker's reason, and is sent nowhere (its target cleared, fenced)."""
+        reason = await self.copying.make(link, obj)
+        if reason is None:
+            return True
+        if await self._fenced_label(obj, None):
+            await self._write_status(obj, rules.refused(link.name, reason))
+        return False
+
+    async def _waiting(self, obj: dict[str, Any], message: str) -> None:
+        if (obj.get("status") or {}).get("message") != message:
+            await self._write_status(obj, {"message": message})
+
+    async def _fenced_label(self, obj: dict[str, Any], cluster: str | None) -> bool:
+        meta = obj["metadata"]
+        try:
+            updated = await self.kube.request(
+                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"]),
+                {"metadata": {"labels": {CLUSTER_LABEL: cluster},
+                              "resourceVersion": meta["resourceVersion"]}},
+                content_type="application/merge-patch+json")
+        except ApiError as e:
+            if e.status in (404, 409):
+                return False  # changed or gone since the listing: the next pass sees it
+            raise
+        # The view says what was written until the watch brings it.
+        meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
+        meta["labels"] = dict(updated["metadata"].get("labels") or {})
+        return True
+
+    async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        with contextlib.suppress(ApiError):
+            updated = await self.kube.request(
+                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
+                {"status": status}, content_type="application/merge-patch+json")
+            self.own.written(obj, status, updated)
+
+
+def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,
+          placer: Placer) -> None:
+    """Take from `cap` the room the wrapper's pods not bound yet in the worker will need."""
+    assert link.look is not None
+    meta = obj["metadata"]
+    rest = unbound(entry.gang, link.look.bound(meta["namespace"], meta["name"]))
+    if rest:
+        placer(rest, cap)  # taken if it fits; if not, the worker is full for it anyway
+
+
+async def _bounded(steps: Sequence[Awaitable[T]]) -> list[T]:
+    """Run `steps` together, at most PARALLEL at a time; their results in order."""
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(step: Awaitable[T]) -> T:
+        async with gate:
+            return await step
+
+    return list(await asyncio.gather(*(one(s) for s in steps)))
