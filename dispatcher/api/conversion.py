@@ -27,6 +27,7 @@ that version for exactly the stored status, which is then shown as it was writte
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -230,6 +231,22 @@ def v1beta2_fields(annotations: Mapping[str, str]) -> V1beta2Fields:
     text = annotations.get(V1BETA2_FIELDS_ANNOTATION)
     if text is None:
         return V1beta2Fields()
+    # Intake, holds, management, admission and item shaping all ask for the fields of the
+    # same wrapper: its annotation is parsed once, not once by each.
+    if isinstance(text, str) and len(text) <= _CACHED_TEXT_BYTES:
+        return _cached_fields(text)
+    return _fields(text)
+
+
+_CACHED_TEXT_BYTES = 64 * 1024
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_fields(text: str) -> V1beta2Fields:
+    return _fields(text)
+
+
+def _fields(text: Any) -> V1beta2Fields:
     stash = _parse_stash(text, V1BETA2_FIELDS_ANNOTATION)
     components = [ComponentFields(_mappings(raw.get("podSets"), "podSets"),
                                   _mappings(raw.get("podSetInfos"), "podSetInfos"),

@@ -167,10 +167,10 @@ def _apply(template: dict[str, Any], info: Mapping[str, Any]) -> None:
                                ("annotations", meta, "annotations"),
                                ("nodeSelector", spec, "nodeSelector")):
         if info.get(key):
-            holder[field] = {**(holder.get(field) or {}), **info[key]}
+            holder[field] = {**(holder.get(field) or {}), **copy.deepcopy(info[key])}
     for key in ("tolerations", "schedulingGates"):
         if info.get(key):
-            spec[key] = [*(spec.get(key) or []), *info[key]]
+            spec[key] = [*(spec.get(key) or []), *copy.deepcopy(info[key])]
 
 
 def component_view(obj: Mapping[str, Any], fields: ComponentFields,

@@ -371,3 +371,15 @@ def test_a_v1beta2_write_that_cannot_be_converted_is_refused_with_the_reason() -
     answer = conversion_response({"uid": "w2", "desiredAPIVersion": V1, "objects": [written]})
     assert answer["result"]["status"] == "Failure"
     assert answer["result"]["message"].startswith("AppWrapper team-a/train: annotation")
+
+
+def test_the_v1beta2_fields_of_one_annotation_are_parsed_once() -> None:
+    """Intake, holds, management, admission and item shaping each ask for the fields of
+    the same wrapper: the annotation's text is parsed once, and a new text again."""
+    annotations = to_v1beta1(codeflare_wrapper())["metadata"]["annotations"]
+    first = v1beta2_fields(annotations)
+    assert first.written_as_v1beta2
+    assert v1beta2_fields(dict(annotations)) is first
+    edited = {**annotations, V1BETA2_FIELDS_ANNOTATION: " " + annotations[
+        V1BETA2_FIELDS_ANNOTATION]}
+    assert v1beta2_fields(edited) == first and v1beta2_fields(edited) is not first

@@ -34,7 +34,7 @@ from . import facts, view
 if TYPE_CHECKING:
     from dispatcher.controller.loop.runtime import Dispatcher
 
-PAGE = Path(__file__).resolve().parent.parent / "dashboard_page"
+PAGE = Path(__file__).resolve().parents[2] / "dashboard_page"
 FILES = {"": ("index.html", "text/html"), "app.js": ("app.js", "text/javascript"),
          "style.css": ("style.css", "text/css")}
 GATHER_SECONDS = 5.0  # the page asks every 5 s: the rows at most once a refresh
