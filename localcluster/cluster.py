@@ -244,6 +244,9 @@ class Cluster:
         for name in exited:
             _say(f"{name} exited while kube-apiserver was starting: starting it again; "
                  f"its log ended with:\n{_tail(self.logs / f'{name}.log', 5)}")
+            # kwokctl takes a pid that answers signal 0 for a running component, and an
+            # exited one nobody reaped (a zombie) does: without its pid file, it starts it.
+            (self.dir / "pids" / f"{name}.pid").unlink(missing_ok=True)
         cmd = [str(_binaries()["kwokctl"]), "start", "cluster", "--name", self.name,
                "--timeout", f"{int(timeout)}s"]
         proc = subprocess.run(cmd, env=_kwok_env(), capture_output=True, text=True,
