@@ -16,7 +16,7 @@ browser:
 	  apt-get update -q && apt-get install -y -q chromium chromium-driver; \
 	else echo "install chromium and its chromedriver at /usr/bin (the browser tests need them)"; exit 1; fi
 
-.PHONY: browser setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
+.PHONY: browser setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,14 @@ unit: setup browser
 	$(VENV)/bin/pytest -q tests/unit
 
 # A plain (non-editable) install of the built wheel, in a fresh venv (needs PyPI).
+PACKAGING_TEST = $(VENV)/bin/pytest -q tests/packaging
 packaging: setup
-	$(VENV)/bin/pytest -q tests/packaging
+	$(PACKAGING_TEST)
 
 # --- local control plane (docs/development.md) ------------------------------
+CLUSTER_BUILD = $(PY) -m localcluster build
 cluster-build: setup
-	$(PY) -m localcluster build
+	$(CLUSTER_BUILD)
 
 cluster-up: cluster-build
 	$(PY) -m localcluster up
@@ -63,7 +65,22 @@ conformance: cluster-build
 	rc=0; $(PY) -m tests.conformance.mcad_kuttl || rc=1; \
 	$(PY) -m tests.conformance.appwrapper_e2e || rc=1; exit $$rc
 
-test: lint unit packaging cluster-test conformance
+# On a fresh machine the control plane's cold Go build takes most of `make test`; the
+# wheel's test (mostly PyPI downloads into fresh venvs) runs beside it instead of before
+# it. The build prints as it goes; the wheel test's output follows once it is done. A
+# failed wheel test stops the build (a half-built binary is never kept). Each runs in a
+# session of its own (setsid, where there is one), so that stopping it stops its children.
+packaging-beside-build: setup
+	@out=$$(mktemp); sid=$$(command -v setsid || true); \
+	$$sid $(PACKAGING_TEST) >$$out 2>&1 & pkg=$$!; \
+	$$sid $(CLUSTER_BUILD) & build=$$!; \
+	stop() { for p in "$$@"; do kill -- -$$p 2>/dev/null || kill $$p 2>/dev/null; done; }; \
+	trap 'stop $$pkg $$build; rm -f $$out; exit 130' INT TERM; \
+	wait $$pkg; rc=$$?; cat $$out; rm -f $$out; \
+	if [ $$rc -ne 0 ]; then stop $$build; wait $$build; exit $$rc; fi; \
+	wait $$build
+
+test: lint unit packaging-beside-build cluster-test conformance
 
 demo: cluster-up
 	$(PY) -m dispatcher.demo

@@ -228,6 +228,34 @@ class Cluster:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
             raise ClusterError(f"kwokctl create cluster failed (exit {proc.returncode}):\n{tail}")
         wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz")
+        self.start_exited(timeout)
+
+    def start_exited(self, timeout: float = 180) -> None:
+        """Start again the components that exited while kube-apiserver was starting.
+
+        kwokctl starts them all at once without waiting for the API server, and
+        kwok-controller gives up for good when it cannot list nodes within five tries
+        (1+2+4+8 s: kwok's waitForReady): on a loaded machine, where kube-apiserver took
+        longer, it had exited and no fake node was ever marked Ready. `kwokctl start
+        cluster` starts only what is not running; the API server answers by now."""
+        exited = [n for n, pid in self.component_pids().items() if not _runs_in(pid, self.dir)]
+        if not exited:
+            return
+        for name in exited:
+            _say(f"{name} exited while kube-apiserver was starting: starting it again; "
+                 f"its log ended with:\n{_tail(self.logs / f'{name}.log', 5)}")
+            # kwokctl takes a pid that answers signal 0 for a running component, and an
+            # exited one nobody reaped (a zombie) does: without its pid file, it starts it.
+            (self.dir / "pids" / f"{name}.pid").unlink(missing_ok=True)
+        cmd = [str(_binaries()["kwokctl"]), "start", "cluster", "--name", self.name,
+               "--timeout", f"{int(timeout)}s"]
+        proc = subprocess.run(cmd, env=_kwok_env(), capture_output=True, text=True,
+                              timeout=timeout + 30)
+        still = [n for n, pid in self.component_pids().items() if not _runs_in(pid, self.dir)]
+        if proc.returncode != 0 or still:
+            raise ClusterError(f"{', '.join(still or exited)} could not be started again "
+                               f"(kwokctl start cluster exit {proc.returncode}):\n"
+                               f"{(proc.stdout + proc.stderr).strip()[-2000:]}")
 
     def _apply_stages(self, kubectl: Kubectl) -> None:
         wait_for(lambda: _crd_established(kubectl, "stages.kwok.x-k8s.io"), 60,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,20 +52,28 @@ class DispatcherProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.policy = "fifo"
         self.starts = 0
+        self.port: int | None = None  # of /healthz, when started with `healthz`
 
     @property
     def log_path(self) -> Path:
         return self.log_dir / f"{self.name}.log"
 
     def start(self, policy: str | None = None, fit: str = "per-node",
-              extra_args: Sequence[str] = (), wait: bool = True) -> None:
+              extra_args: Sequence[str] = (), wait: bool = True,
+              healthz: bool = False) -> None:
         """Start `dispatcher run`; `extra_args` are added to its command line. Unless
-        they name a --metrics-port, none is served (so no port is needed). With `wait`,
-        return once it has listed the cluster and started its loop."""
+        they name a --metrics-port or ask for `healthz` (/metrics and /healthz served on
+        a free loopback port, `health()` reads it), none is served. With `wait`, return
+        once it has listed the cluster and started its loop (with `healthz`: once it
+        says it is synced, see `synced`)."""
         self.stop()
         if policy is not None:
             self.policy = policy
         self.starts += 1
+        self.port = free_port() if healthz else None
+        if self.port is not None:
+            extra_args = [*extra_args, "--metrics-port", str(self.port),
+                          "--metrics-host", "127.0.0.1"]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         log.write(f"\n===== start {self.starts}: policy {self.policy} =====\n".encode())
@@ -73,7 +84,41 @@ class DispatcherProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         if wait:
-            wait_for(self._ready, 60, f"{self.READY!r} in {self.log_path}")
+            wait_for(self.ready, 60, f"{self.READY!r} in {self.log_path}")
+            if healthz:
+                self.wait_synced()
+
+    def health(self) -> tuple[int, str]:
+        """/healthz's status and text; (0, why) while it does not answer."""
+        assert self.port is not None, "started without healthz"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz",
+                                        timeout=5) as r:
+                return r.status, r.read().decode().strip()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode().strip()
+        except OSError as e:
+            return 0, str(e)
+
+    def synced(self) -> bool:
+        """Leads, every watch is live and the admission loop cycles (/healthz "ok: ..."):
+        what a fault must find before it lands on a dispatcher at work, not on one still
+        starting. A standby answers 200 too, with "standby: ...". """
+        status, text = self.health()
+        return status == 200 and text.startswith("ok:")
+
+    def wait_synced(self, timeout: float = 120) -> None:
+        last: list[tuple[int, str]] = []
+
+        def check() -> bool:
+            self.ready()  # fails at once if it died
+            last[:] = [self.health()]
+            return last[0][0] == 200 and last[0][1].startswith("ok:")
+
+        try:
+            wait_for(check, timeout, f"{self.name}'s /healthz to say ok")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; last answer: {last}\n{self.tail()}") from None
 
     def arguments(self, fit: str, extra_args: Sequence[str]) -> list[str]:
         return ["run", "--kubeconfig", str(self.kubeconfig), "--policy", self.policy,
@@ -93,7 +138,8 @@ class DispatcherProcess:
         """Listed the cluster and started its loop (with leader election: leads)."""
         return self.READY in self.this_run()
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
+        """`leading`; raises at once if the process exited."""
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"dispatcher exited with {self.proc.returncode}; "
                                f"log: {self.log_path}\n{self.tail()}")
@@ -132,6 +178,13 @@ class DispatcherProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_quiet(kubectl: Kubectl, timeout: float = 180) -> None:

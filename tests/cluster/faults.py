@@ -245,6 +245,26 @@ def completed(api: Any, namespace: str) -> int:
     return sum(1 for a in aws["items"] if (a.get("status") or {}).get("state") == "Completed")
 
 
+def states(api: Any, namespace: str) -> Counter[str]:
+    """How many AppWrappers are in each state ("" for none yet); empty while the API
+    server does not answer."""
+    try:
+        aws = _get(api, "/apis/workload.codeflare.dev/v1beta1/namespaces/"
+                   f"{namespace}/appwrappers")
+    except Exception:
+        return Counter()
+    return Counter((a.get("status") or {}).get("state", "") for a in aws["items"])
+
+
+def in_flight(api: Any, namespace: str) -> Counter[str] | None:
+    """The AppWrappers' states once work is in flight — some completed (the dispatcher
+    has seen gangs through, its pod watch delivering), some running, some still queued —
+    the moment a fault must land on; None before."""
+    now = states(api, namespace)
+    queued = now[""] + now["Pending"]
+    return now if now["Completed"] and now["Running"] and queued else None
+
+
 def histories(api: Any, namespace: str, problems: list[str]) -> list[str]:
     """The condition history of every AppWrapper a problem names: what to read when a
     fault test fails (the namespace is deleted after the test)."""

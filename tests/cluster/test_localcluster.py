@@ -325,6 +325,22 @@ def test_node_profiles(k: Kubectl, kubectl: Kubectl, node_profile: Any) -> None:
     assert sorted(fake_gpu_nodes(kubectl).values()) == [8, 8]
 
 
+def test_a_kwok_controller_that_gave_up_while_the_api_server_started_is_started_again(
+        local_cluster: Cluster, kubectl: Kubectl, node_profile: Any) -> None:
+    """kwokctl starts kwok-controller beside kube-apiserver, and kwok exits for good when it
+    cannot list nodes within five tries (~15 s): on a loaded machine kube-apiserver took
+    longer, and no fake node was ever Ready. `up` starts again whatever exited then."""
+    os.kill(local_cluster.component_pids()["kwok-controller"], signal.SIGKILL)
+    wait_for(lambda: not local_cluster.processes()["kwok-controller"], 30,
+             "kwok-controller to exit")
+
+    local_cluster.start_exited()
+
+    assert all(local_cluster.processes().values()), local_cluster.processes()
+    # New fake nodes are marked Ready again (use_profile waits for it).
+    assert len(node_profile("pool")) == 2
+
+
 def test_reusing_a_cluster_started_without_operators_starts_them(
         local_cluster: Cluster, k: Kubectl) -> None:
     # Make the running cluster look as `up(operators=False)` (the e2e bench) leaves it.

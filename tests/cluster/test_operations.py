@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from dispatcher.kinds.elastic import RESIZABLE
 from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import container, fake_gpu_nodes, outcome
 
-from .dispatcher_process import REPO, DispatcherProcess, install_crd, wait_quiet
+from .dispatcher_process import REPO, DispatcherProcess, free_port, install_crd, wait_quiet
 from .webhook_process import (
     CONTROLLER_SA,
     DEPLOY,
@@ -80,13 +79,6 @@ def wait_condition(k: Kubectl, name: str, ctype: str, timeout: float = 60) -> di
     except TimeoutError as e:
         status = k.json("appwrapper", name).get("status")
         raise TimeoutError(f"{e}; status now: {status}") from None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def get(url: str) -> tuple[int, str]:
