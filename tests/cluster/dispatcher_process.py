@@ -52,7 +52,7 @@ class DispatcherProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.policy = "fifo"
         self.starts = 0
-        self.port: int | None = None  # of /healthz, when started with `healthz`
+        self.healthz_port: int | None = None  # of /healthz, when started with `healthz`
 
     @property
     def log_path(self) -> Path:
@@ -70,9 +70,9 @@ class DispatcherProcess:
         if policy is not None:
             self.policy = policy
         self.starts += 1
-        self.port = free_port() if healthz else None
-        if self.port is not None:
-            extra_args = [*extra_args, "--metrics-port", str(self.port),
+        self.healthz_port = free_port() if healthz else None
+        if self.healthz_port is not None:
+            extra_args = [*extra_args, "--metrics-port", str(self.healthz_port),
                           "--metrics-host", "127.0.0.1"]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
@@ -90,9 +90,9 @@ class DispatcherProcess:
 
     def health(self) -> tuple[int, str]:
         """/healthz's status and text; (0, why) while it does not answer."""
-        assert self.port is not None, "started without healthz"
+        assert self.healthz_port is not None, "started without healthz"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz",
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz_port}/healthz",
                                         timeout=5) as r:
                 return r.status, r.read().decode().strip()
         except urllib.error.HTTPError as e:
