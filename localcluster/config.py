@@ -35,7 +35,9 @@ def state_root() -> Path:
 
 
 def cluster_name() -> str:
-    return os.environ.get("DISPATCHER_CLUSTER", DEFAULT_CLUSTER_NAME)
+    """``$DISPATCHER_CLUSTER``, or the default name when it is unset or empty (an empty name
+    would make the cluster's state folder the folder of every cluster, which `down` removes)."""
+    return os.environ.get("DISPATCHER_CLUSTER") or DEFAULT_CLUSTER_NAME
 
 
 def cluster_dir(name: str | None = None) -> Path:

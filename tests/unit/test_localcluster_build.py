@@ -107,3 +107,12 @@ def test_a_block_held_by_another_cluster_or_busy_is_passed_over(
     finally:
         busy.close()
     assert block.first == ports.FIRST_PORT + ((slot + 2) % ports.SLOTS) * ports.BLOCK_SIZE
+
+
+def test_an_empty_cluster_name_is_the_default_cluster_not_every_cluster(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from localcluster import config
+    monkeypatch.setenv("DISPATCHER_CLUSTER", "")
+    assert config.cluster_name() == config.DEFAULT_CLUSTER_NAME
+    monkeypatch.setenv("DISPATCHER_CLUSTER", "mine")
+    assert config.cluster_name() == "mine"
