@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any
 
 MAX_DEPTH = 100
@@ -26,22 +28,19 @@ STASH_ANNOTATIONS = ("workload.codeflare.dev/v1beta1", "workload.codeflare.dev/v
 
 # What is not a bracket of JSON's structure: strings (with their escapes), everything else.
 _NOT_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
-_INNERMOST = re.compile(r"\{\}|\[\]")
+# A bracket as a step of the depth (a signed byte): +1 opening, -1 closing; a stray quote
+# (an unterminated string) is no step.
+_STEPS = str.maketrans({"[": "\x01", "{": "\x01", "]": "\xff", "}": "\xff", '"': None})
 
 
 def text_depth_beyond(text: str, limit: int = MAX_DEPTH) -> bool:
-    """Whether mappings and lists nest deeper than `limit` in the JSON document `text`,
-    read without recursion: each pass removes the innermost brackets, at C speed. Text
-    that is not JSON is not too deep (its parser says what is wrong with it)."""
-    brackets = _NOT_STRUCTURE.sub("", text)
-    for _ in range(limit):
-        if not brackets:
-            return False
-        inner = _INNERMOST.sub("", brackets)
-        if inner == brackets:
-            return False  # unbalanced: not JSON
-        brackets = inner
-    return bool(brackets) and _INNERMOST.sub("", brackets) != brackets
+    """Whether mappings and lists nest deeper than `limit` in the JSON document `text`:
+    whether, at some point, more than `limit` brackets are open. Read in one pass at C
+    speed, whatever the width, and without recursion; brackets opened and never closed
+    count too, since the JSON parser recurses into them before it finds the text is not
+    JSON. Other text that is not JSON is left to its parser, which says what is wrong."""
+    steps = array("b", _NOT_STRUCTURE.sub("", text).translate(_STEPS).encode("latin-1"))
+    return max(accumulate(steps), default=0) > limit
 
 
 def shape_problems(obj: Any, what: str = "the AppWrapper") -> list[str]:

@@ -115,8 +115,16 @@ def _check_against(obj: Mapping[str, Any], declared: Sequence[tuple[Path, int]],
             f"{where}.podSets: declares {counted(len(declared), 'pod set')}, but "
             f"{obj.get('kind')} has {counted(len(counts), 'pod template')} ({listed}): "
             "declare one pod set for each, or remove podSets to let them be counted")
+    first: dict[Path, int] = {}
     for j, (path, count) in enumerate(declared):
         text = path_text((_ROOT, *path))
+        if path in first:
+            # As many pod sets as templates, one twice: another template is left out.
+            raise InvalidItem(
+                f"{where}.podSets[{j}].path: {text} is declared already (podSets"
+                f"[{first[path]}]); declare each of {obj.get('kind')}'s pod templates once: "
+                f"{', '.join(path_text((_ROOT, *p)) for p in counts)}")
+        first[path] = j
         if path not in counts:
             raise InvalidItem(
                 f"{where}.podSets[{j}].path: {obj.get('kind')} has no pod template at "

@@ -725,3 +725,16 @@ def test_a_template_nested_deep_is_refused_at_apply(depth: int) -> None:
         '{"components":[{"podSets":[' + '{"x":' * depth + '{}' + '}' * depth + ']}]}'
     verdict = run(review.validate(request(stash, ALICE, "UPDATE", old)))
     assert not verdict.allowed and "nests more than 100 levels deep" in verdict.message
+
+
+def test_an_unclosed_deep_v1beta2_annotation_is_refused_not_a_crash() -> None:
+    """The stash written with its brackets opened and never closed: not JSON, but its
+    parser recurses before it finds that out. It is refused as too deep, as the closed
+    one is, and the webhook answers instead of raising."""
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    for text in ("[" * 200_000, '{"components":[{"podSets":[' + '{"x":' * 200_000):
+        stash = json.loads(json.dumps(old))
+        stash["metadata"]["annotations"]["workload.codeflare.dev/v1beta2"] = text
+        verdict = run(review.validate(request(stash, ALICE, "UPDATE", old)))
+        assert not verdict.allowed and "nests more than 100 levels deep" in verdict.message

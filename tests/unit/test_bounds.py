@@ -34,8 +34,10 @@ def test_the_depth_read_from_the_text_is_the_depth_of_the_value(value: Any, limi
 
 
 def test_text_that_is_not_json_is_left_to_its_parser() -> None:
-    assert not text_depth_beyond("{not json", 0)
-    assert not text_depth_beyond("[" * 500, 100)
+    assert not text_depth_beyond("{not json", 1) and not text_depth_beyond("]]]}}", 0)
+    # ... but brackets opened and never closed are as deep as they are open (the parser
+    # recurses into them before it finds that they are not closed).
+    assert text_depth_beyond("[" * 500, 100) and not text_depth_beyond("[" * 100, 100)
 
 
 def test_what_is_too_deep_or_too_big_is_said() -> None:

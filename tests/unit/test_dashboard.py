@@ -281,3 +281,27 @@ def test_the_page_is_served_to_anyone_and_forbids_inline_script() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_flood_of_made_up_tokens_from_one_address_does_not_lock_out_another_viewer(
+) -> None:
+    """An attacker at one address sends made-up tokens to the dashboard's API; alice, at
+    another address, opening the dashboard with her token, is still checked and served
+    (each address has its own budget of new tokens, as for /metrics)."""
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        server, port = await serving(d)
+        flooder = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+        try:
+            async with aiohttp.ClientSession(connector=flooder) as s:
+                for i in range(50):
+                    async with s.get(f"http://127.0.0.1:{port}/dashboard/api/queue",
+                                     headers={"Authorization": f"Bearer junk-{i}"}):
+                        pass
+            status, body, _ = await get(port, "api/queue?namespaces=team-a", "alice-token")
+            assert status == 200 and body["scope"] == ["team-a"]
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -198,3 +198,19 @@ def test_every_codeflare_sample_is_a_valid_gang(sample: str) -> None:
     assert q.invalid is None
     assert sum(g.pod_set.count for g in q.gang) == SAMPLE_PODS[sample]
     assert all(g.pod_set.request[PODS] == 1 for g in q.gang)
+
+
+def test_declaring_one_pod_set_twice_to_leave_another_out_is_refused() -> None:
+    # As many pod sets as PyTorchJob has templates, the CPU-only Master twice: the eight
+    # 2-GPU Workers would run outside the room and quota two CPU pods were admitted with.
+    pt = pytorch_job()
+    pt["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"] = pod_spec()
+    pt["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 8
+    master = "template.spec.pytorchReplicaSpecs.Master.template"
+    component = {"template": pt, "podSets": [{"path": master, "replicas": 1},
+                                             {"path": master, "replicas": 1}]}
+    assert queued(wrapper(component)).invalid == (
+        "spec.components[0].podSets[1].path: template.spec.pytorchReplicaSpecs.Master."
+        "template is declared already (podSets[0]); declare each of PyTorchJob's pod "
+        "templates once: template.spec.pytorchReplicaSpecs.Master.template, "
+        "template.spec.pytorchReplicaSpecs.Worker.template")

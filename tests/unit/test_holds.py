@@ -140,3 +140,24 @@ def test_a_hold_set_before_the_dispatcher_starts_is_honoured() -> None:
         assert last(kube, "held")[2].startswith("held by someone:")
 
     run(scenario)
+
+
+def test_escapes_and_line_breaks_in_who_holds_or_cancels_never_reach_the_status() -> None:
+    """A tenant's held-by and cancelled-by text is copied into the status message and
+    the conditions, which `kubectl get -o wide` and describe print as they are: escape
+    sequences and control characters are removed before it is written."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("blocker", job("blocker", 1, 8), created=1))
+        kube.put(appwrapper("first", job("first", 1, 8), created=2))
+        kube.put(appwrapper("second", job("second", 1, 8), created=3))
+        d = await started(kube, clock)
+        await d.cycle()
+        annotate(kube, d, "first", **hold("\x1b[2J\x1b]8;;http://x\x07mallory\r\nOK\x9b1m"))
+        annotate(kube, d, "second", **{CANCELLED_BY_ANNOTATION: "eve\x1b[8m\u202e"})
+        await d.cycle()
+        assert last(kube, "first")[2].startswith("held by mallory  OK1m: it keeps")
+        assert aw_status(kube, "first")["message"].startswith("held by mallory  OK1m:")
+        assert last(kube, "second")[2] == "cancelled by eve: it will not be dispatched"
+
+    run(scenario)

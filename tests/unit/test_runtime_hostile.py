@@ -115,3 +115,25 @@ def test_managed_by_flipped_while_running_is_not_honoured_after_a_restart() -> N
         assert aw_status(kube, "second")["state"] == "Pending"
 
     run(scenario)
+
+
+def test_escapes_in_a_kind_or_a_resource_name_never_reach_the_status() -> None:
+    """Without the webhook, a wrapper whose item's kind and a container's resource name
+    carry escape sequences fails at intake; the message quoting them, which kubectl
+    prints as it is, holds only their words."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        odd = job("odd", 1, 8)
+        odd["kind"] = "Job\x1b[2J\x1b]0;pwned\x07"
+        odd["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][
+            "example.com/x\x1b[31m\r\n"] = "1\x1b[8m"
+        kube.put(appwrapper("odd", odd, created=1))
+        d = await started(kube, clock)
+        await d.cycle()
+        failed = aw_status(kube, "odd")
+        assert failed["state"] == "Failed"
+        message = failed["conditions"][-1]["message"]
+        assert "kind Job (batch/v1)" in message and failed["message"] == message
+        assert not any(c in message for c in "\x1b\x07\r\n")
+
+    run(scenario)

@@ -94,7 +94,8 @@ class DashboardApi:
             where = f"in namespace {ns}" if ns else "in all namespaces"
             refused = await self.auth.allowed(header, f"list appwrappers {where}", {
                 "resourceAttributes": {"group": API_GROUP, "resource": "appwrappers",
-                                       "verb": "list", "namespace": ns}})
+                                       "verb": "list", "namespace": ns}},
+                request.remote or "")
             if refused is not None:
                 return _text(*refused)
         return frozenset(asked) if asked else None

@@ -25,6 +25,7 @@ from typing import Any
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
 from dispatcher.api.management import SUSPENDED_BY, suspended
 from dispatcher.fleet.fence import LOST_MESSAGE, MANAGER_LOST
+from dispatcher.wording import printable
 
 SOMEONE = "someone"  # an annotation set with no name
 
@@ -36,7 +37,8 @@ def asked(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
     def who(key: str) -> str | None:
         if key not in annotations:
             return None
-        return str(annotations[key] or "").strip() or SOMEONE
+        # Printed as it is in the status (kubectl's columns, describe): words only.
+        return printable(str(annotations[key] or "")).strip() or SOMEONE
 
     held_by = SUSPENDED_BY if suspended(annotations) else who(HELD_BY_ANNOTATION)
     return held_by, who(CANCELLED_BY_ANNOTATION)

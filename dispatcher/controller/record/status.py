@@ -37,6 +37,7 @@ from dispatcher.api.conditions import says as already_says
 from dispatcher.api.models import AppWrapperStatus
 from dispatcher.controller.kube.client import ApiError, Kube, Resource
 from dispatcher.controller.kube.pacing import EVENT, STATUS, URGENT
+from dispatcher.wording import printable
 
 from .attention import Alarms
 from .tracked import Tracked, now_dt
@@ -137,6 +138,9 @@ def _moved_to_note(position: int | None, written: int | None) -> bool:
 
 
 def _cap(message: str) -> str:
+    # Messages quote what tenants wrote (a kind, a resource name, who holds it), and
+    # kubectl's columns, describe and Events print them as they are: words only.
+    message = printable(message)
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
 
 
