@@ -146,6 +146,13 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
                                  check=False).returncode == 0,
              30, f"service account default in namespace {name}")
     yield name
+    # Its AppWrappers first, by name: the namespace controller deletes only the kinds its
+    # discovery lists at that moment, and while a test changes the CRD's versions (v1beta2
+    # served, then not) it can miss AppWrappers altogether, deleting the namespace and
+    # leaving them running in no namespace (seen: a wrapper that held GPUs for the rest of
+    # the session, and every later wait for a quiet cluster timed out).
+    kubectl.run("delete", "appwrappers", "--all", "-n", name, "--wait=false",
+                "--ignore-not-found", check=False)
     kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
     # The namespace controller gets round to the pods only after it has walked every API
     # type (seconds). A terminating namespace admits no new objects, so no controller can

@@ -75,6 +75,9 @@ def v1beta2_served(local_cluster: Cluster, kubectl: Kubectl,
         wait_for(lambda: _converts(kubectl), 60,
                  f"kube-apiserver to convert a v1beta2 AppWrapper; log: {d.log_path}")
         yield d
+        # The tests' namespaces are emptied while v1beta2 is still served: dropping it
+        # mid-way can make the namespace controller miss AppWrappers (left in no namespace).
+        wait_quiet(kubectl)
         d.finish()
     finally:
         d.stop()
