@@ -662,6 +662,9 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     from dispatcher import actions
 
     actions.add_commands(sub, "kubectl appwrapper")  # hold, release, cancel, why
+    from dispatcher import dashboard_link
+
+    dashboard_link.add_command(sub, "kubectl appwrapper")
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
