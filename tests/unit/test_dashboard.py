@@ -305,3 +305,25 @@ def test_a_flood_of_made_up_tokens_from_one_address_does_not_lock_out_another_vi
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_viewer_of_twenty_namespaces_is_served_on_the_first_load() -> None:
+    """Each namespace a viewer picks is one question about its token: once the API server
+    vouched for the token, the others are asked within the token's own budget, not the new
+    tokens' (which would refuse a viewer of more than a few namespaces with 429)."""
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        spaces = [f"ns{i}" for i in range(19)]
+        rights = {**RIGHTS, "alice": RIGHTS["alice"] | {
+            f"list {APPWRAPPERS} in {ns}" for ns in spaces}}
+        server, port = await serving(d, FakeApi(rights, TOKENS))
+        try:
+            asked = ",".join(["team-a", *spaces])
+            status, body, _ = await get(port, f"api/queue?namespaces={asked}", "alice-token")
+            assert status == 200, body
+            assert set(body["scope"]) == {"team-a", *spaces}
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -17,7 +17,9 @@ a scraper's rotated token — no stranger can lock out); beyond that the answer 
 without asking. The tokens known good (a scraper's) are checked again, once their minute
 is up, within a budget of their own that no stranger's tokens use up, and are kept apart
 from the refusals, so a flood of made-up tokens evicts none of them. Each kind of answer
-is kept for at most 1,000 tokens, the least recently used going first.
+is kept for at most 1,000 tokens, the least recently used going first. A token granted
+something within its minute asks about other things (the dashboard: one question per
+namespace a viewer picks) within a budget of its own.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ MAX_CACHED = 1000
 # tokens whose answer is out of date (new tokens: review_budget.py).
 RENEWALS_PER_SECOND = 1.0
 RENEWALS_BURST = 5
+# Questions a second, and at once, of a token granted something within its minute about
+# something else (the dashboard asks once per namespace a viewer picks, up to 20): its own
+# budget, since a token the API server vouched for is no stranger's.
+QUESTIONS_PER_SECOND = 1.0
+QUESTIONS_BURST = 25
 
 Refusal = tuple[int, str]
 BUSY: Refusal = (429, "too many tokens to check now; try again in a few seconds\n")
@@ -86,6 +93,8 @@ class TokenReviewAuth:
         self._refused: Answers = Answers()
         self._new_tokens = ReviewBudget(clock)
         self._renewals = TokenBucket(RENEWALS_PER_SECOND, RENEWALS_BURST, clock)
+        # Per token granted within its minute: until when, and its questions' budget.
+        self._vouched: OrderedDict[str, tuple[float, TokenBucket]] = OrderedDict()
 
     async def check(self, authorization: str | None, path: str, source: str = ""
                     ) -> Refusal | None:
@@ -104,7 +113,8 @@ class TokenReviewAuth:
         if scheme.lower() != "bearer" or not token.strip():
             return 401, "send a bearer token (Authorization: Bearer ...) of a user allowed " \
                         f"to {what}\n"
-        key = (hashlib.sha256(token.strip().encode()).hexdigest(), what)
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        key = (digest, what)
         now = self.clock()
         granted = self._granted.get(key)
         if granted is not None and granted[0] > now:
@@ -112,8 +122,7 @@ class TokenReviewAuth:
         refused = self._refused.get(key)
         if refused is not None and refused[0] > now:
             return refused[1]
-        if not (self._renewals.try_take() if granted is not None
-                else self._new_tokens.take(source)):
+        if not self._within_budget(digest, granted is not None, source, now):
             return BUSY
         try:
             answer = await self._review(token.strip(), what, attributes)
@@ -123,10 +132,30 @@ class TokenReviewAuth:
             self._granted.put(key, now + self.ttl, None)
             self._refused.drop(key)
             self._new_tokens.vouch(source)
+            self._vouch(digest, now)
         else:
             self._refused.put(key, now + self.refusal_ttl, answer)
             self._granted.drop(key)
         return answer
+
+    def _within_budget(self, digest: str, renewal: bool, source: str, now: float) -> bool:
+        """Whether a review may be asked now: a renewal within the renewals' budget, a
+        question of a token vouched for within its own, any other within the new tokens'."""
+        if renewal:
+            return self._renewals.try_take()
+        vouched = self._vouched.get(digest)
+        if vouched is not None and vouched[0] > now:
+            return vouched[1].try_take()
+        return self._new_tokens.take(source)
+
+    def _vouch(self, digest: str, now: float) -> None:
+        kept = self._vouched.get(digest)
+        bucket = kept[1] if kept is not None else TokenBucket(
+            QUESTIONS_PER_SECOND, QUESTIONS_BURST, self.clock)
+        self._vouched[digest] = (now + self.ttl, bucket)
+        self._vouched.move_to_end(digest)
+        while len(self._vouched) > MAX_CACHED:
+            self._vouched.popitem(last=False)
 
     async def _review(self, token: str, what: str,
                       attributes: Mapping[str, Any]) -> Refusal | None:
