@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .kube import Kubectl, wait_for
 
 OUTCOME = "dispatcher.local/outcome"
@@ -141,6 +143,26 @@ def fake_gpu_nodes(kubectl: Kubectl) -> dict[str, int]:
     return out
 
 
+FILE_FIELDS = {"certificate-authority": "certificate-authority-data",
+               "client-certificate": "client-certificate-data",
+               "client-key": "client-key-data"}
+
+
+def self_contained(kubeconfig: Path) -> bytes:
+    """`kubeconfig` with the files it names put inside it (the `-data` fields), as a
+    WorkerCluster's Secret must hold it: the manager reads no file of its own for it."""
+    doc = yaml.safe_load(kubeconfig.read_text())
+    for entry in [*(doc.get("clusters") or []), *(doc.get("users") or [])]:
+        body = entry.get("cluster") or entry.get("user") or {}
+        for field, data in FILE_FIELDS.items():
+            if field in body:
+                path = Path(body.pop(field)).expanduser()
+                if not path.is_absolute():
+                    path = kubeconfig.parent / path
+                body[data] = base64.b64encode(path.read_bytes()).decode()
+    return yaml.safe_dump(doc).encode()
+
+
 def register_workers(manager: Kubectl, workers: dict[str, Path], crd: Path,
                      namespace: str = "fleet") -> None:
     """Make `manager`'s cluster a manager of `workers` (name -> kubeconfig): the
@@ -153,7 +175,7 @@ def register_workers(manager: Kubectl, workers: dict[str, Path], crd: Path,
     for w, kubeconfig in workers.items():
         manager.in_namespace(namespace).apply({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{w}-kubeconfig"},
-            "data": {"kubeconfig": base64.b64encode(kubeconfig.read_bytes()).decode()}})
+            "data": {"kubeconfig": base64.b64encode(self_contained(kubeconfig)).decode()}})
         manager.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
                        "metadata": {"name": w, "labels": {"site": w}},
                        "spec": {"kubeconfigSecret": {"name": f"{w}-kubeconfig",

@@ -29,6 +29,7 @@ from dispatcher.cli import build_parser
 from dispatcher.controller.access.creator import CREATOR
 from dispatcher.policy_files import builtin_names
 from localcluster import Cluster, Kubectl, build, users, wait_for
+from localcluster.testing import self_contained
 
 from .dispatcher_process import REPO, DispatcherProcess, install_crd
 from .test_operations import appwrapper, job, wait_condition
@@ -193,19 +194,24 @@ def test_with_cert_manager_the_webhook_serves_the_certificate_the_ca_injector_tr
                       "resources": ["quotasubtrees"], "verbs": ["list"]}]
 
 
-def test_a_manager_runs_one_replica_with_the_grace_it_is_given() -> None:
+def test_a_manager_runs_two_replicas_one_leading_with_the_grace_it_is_given() -> None:
     docs = by_name(render("--set", "manager.enabled=true", "--set", "manager.workerGrace=60",
                           "--set", "controller.replicas=3"))
     assert ("Deployment", "dispatcher") not in docs  # it would run the gangs here
     run = args_of(docs, "dispatcher-manager")
     assert run.manager and run.worker_grace == 60 and run.metrics_port == 8080
+    assert run.leader_elect  # one replica sends, the other waits for the Lease
     manager = docs[("Deployment", "dispatcher-manager")]
-    assert manager["spec"]["replicas"] == 1
+    assert manager["spec"]["replicas"] == 2
     assert manager["spec"]["template"]["spec"]["serviceAccountName"] == "dispatcher-manager"
     assert container(docs, "dispatcher-manager")["image"] == f"dispatcher:{VERSION}"
-    # Secrets: in its own namespace only, and no more than get.
-    (rule,) = docs[("Role", "dispatcher-manager")]["rules"]
-    assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    # In its own namespace only: Secrets, no more than get; its own Lease.
+    secrets, *leases = docs[("Role", "dispatcher-manager")]["rules"]
+    assert secrets == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"]
+               for r in leases)
+    assert [r.get("resourceNames") for r in leases if "update" in r["verbs"]] == [
+        ["dispatcher-manager-leader"]]
     assert not any("secrets" in r["resources"]
                    for r in docs[("ClusterRole", "dispatcher-manager")]["rules"])
 
@@ -405,7 +411,7 @@ def test_a_manager_comes_up_from_the_chart_with_only_the_rights_it_needs(
     apply_deploy(kubectl, manifest)
     system = kubectl.in_namespace(SYSTEM_NAMESPACE)
     wait_for(lambda: (system.json("deployment", "dispatcher-manager").get("status") or {}).get(
-        "availableReplicas") == 1, 90, "the dispatcher-manager Deployment to be available")
+        "availableReplicas") == 2, 90, "the dispatcher-manager Deployment to be available")
     assert system.run("get", "deployment", "dispatcher", check=False).returncode != 0
     who = f"--as=system:serviceaccount:{SYSTEM_NAMESPACE}:{MANAGER_SA}"
 
@@ -426,7 +432,7 @@ def test_a_manager_comes_up_from_the_chart_with_only_the_rights_it_needs(
         kubectl.in_namespace(namespace).apply({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-kubeconfig"},
             "data": {"kubeconfig": base64.b64encode(
-                local_cluster.kubeconfig.read_bytes()).decode()}})
+                self_contained(local_cluster.kubeconfig)).decode()}})
         kubectl.apply({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "WorkerCluster",
                        "metadata": {"name": name},
                        "spec": {"kubeconfigSecret": {"name": f"{name}-kubeconfig",
