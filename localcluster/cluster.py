@@ -478,7 +478,10 @@ class Cluster:
         with (self.logs / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(how["argv"], cwd=how["cwd"], stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, start_new_session=True)
-        (self.dir / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
+        # Digits only: kwokctl reads a pid file with Go's strconv.Atoi, which refuses a
+        # newline, and takes a component whose file it cannot read for stopped: `kwokctl
+        # start cluster` then started a second kube-apiserver over the first.
+        (self.dir / "pids" / f"{name}.pid").write_text(str(proc.pid))
 
     # ------------------------------------------------------------------ info
     def env_script(self) -> str:
