@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if hasattr(process, "close"):
         loop.run_until_complete(process.close())
     else:
-        for link in process.links.values():
+        for link in _links(process).values():
             loop.run_until_complete(link.close())
     loop.close()
     return summarise(passes, sim, args, elapsed)
@@ -167,11 +167,17 @@ def logging_quiet() -> None:
     logging.getLogger("dispatcher").setLevel(logging.ERROR)
 
 
+def _links(process: Any) -> Mapping[str, Any]:
+    """The manager's links to its workers (kept by its WorkerClusters since they have a
+    module of their own; by the manager itself in trees from before)."""
+    return getattr(process, "clusters", process).links
+
+
 async def _measured_pass(process: Any, workers: Mapping[str, Any], manager: Any
                          ) -> dict[str, float]:
     asked = {n: w.asked for n, w in workers.items()}
     delivered = {n: w.delivered for n, w in workers.items()}
-    for link in process.links.values():
+    for link in _links(process).values():
         if hasattr(link, "retry_now"):
             link.retry_now()
     for w in workers.values():

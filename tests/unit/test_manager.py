@@ -106,7 +106,7 @@ async def idle(fleet: Fleet) -> None:
         return all(not w.queue.qsize() for worker in (*fleet.workers.values(), fleet.manager)
                    for w in worker.watches) and \
             all(fleet.workers[name].down or (link.look is not None and link.look.blind_reason()
-                is None) for name, link in fleet.process.links.items())
+                is None) for name, link in fleet.process.clusters.links.items())
 
     for _ in range(200):
         await asyncio.sleep(0)
@@ -173,7 +173,7 @@ class Fleet:
         await self.process.cycle()
 
     async def settle(self) -> None:
-        for link in self.process.links.values():
+        for link in self.process.clusters.links.values():
             link.retry_now()  # watches cut short are opened again (where they answer)
         await idle(self)
         for w in (*self.workers.values(), self.manager):
@@ -593,7 +593,7 @@ def test_a_worker_whose_quota_trees_cannot_be_listed_takes_gangs_as_before(
     fleet.submit("a", labels=GOLD)
     fleet.cycle(3)
     assert fleet.target("a") == "w1"
-    assert fleet.process.links["w1"].reachable
+    assert fleet.process.clusters.links["w1"].reachable
     said = [r.message for r in caplog.records if "quotasubtrees cannot be listed" in r.message]
     assert len(said) == (1 if status == 403 else 0)
 
@@ -663,7 +663,7 @@ def test_a_cut_watch_makes_the_worker_unreachable_and_it_catches_up_when_back() 
     fleet.cycle()
     w1.down = True
     fleet.cycle()
-    link = fleet.process.links["w1"]
+    link = fleet.process.clusters.links["w1"]
     assert not link.reachable and "not watching" in link.problem
     copy = w1.copy("a")
     assert copy is not None
@@ -686,7 +686,7 @@ def test_a_copys_events_are_found_among_many_without_reading_the_others() -> Non
         w1.put(event(f"o{i:03d}", other, i % 60))
     w1.put(event("mine", copy, 1))
     fleet.cycle()
-    view = fleet.process.links["w1"].look
+    view = fleet.process.clusters.links["w1"].look
     assert view is not None
     assert [e["metadata"]["uid"] for e in view.events_of(copy["metadata"]["uid"])] == ["mine"]
     assert mirrored(fleet) == ["[w1] event mine"]

@@ -70,7 +70,7 @@ def test_a_worker_whose_kubeconfig_runs_a_command_is_never_connected_and_says_wh
     fleet = Fleet(Worker("w1"))
     put_kubeconfig(fleet, "w1", HOSTILE["users[u].exec"])
     fleet.cycle(2)
-    assert "w1" not in fleet.process.links  # nothing loaded, nothing run
+    assert "w1" not in fleet.process.clusters.links  # nothing loaded, nothing run
     status = worker_status(fleet, "w1")
     assert status["reachable"] == "False"
     assert status["message"].startswith(
@@ -82,10 +82,10 @@ def test_a_worker_whose_kubeconfig_runs_a_command_is_never_connected_and_says_wh
 def test_an_edit_to_a_token_file_keeps_the_link_it_had_and_says_why() -> None:
     fleet = Fleet(Worker("w1"))
     fleet.cycle()
-    link = fleet.process.links["w1"]
+    link = fleet.process.clusters.links["w1"]
     put_kubeconfig(fleet, "w1", HOSTILE["users[u].tokenFile"])
     fleet.cycle(2)
-    assert fleet.process.links["w1"] is link  # the copies there stay within reach
+    assert fleet.process.clusters.links["w1"] is link  # the copies there stay within reach
     status = worker_status(fleet, "w1")
     assert "uses users[u].tokenFile" in status["message"]
     assert status["message"].endswith("(the kubeconfig it had before is used meanwhile)")

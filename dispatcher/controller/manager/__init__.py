@@ -1,3 +1,4 @@
 """`dispatcher run --manager`: one queue, gangs sent whole to worker clusters;
-the pass, the workers' look and quota, the copies, heartbeats and metrics.
+the pass, the WorkerClusters' links and status, the workers' look and quota, the copies,
+heartbeats and metrics.
 """

@@ -1,12 +1,12 @@
 """`dispatcher run --manager`: one queue in a manager cluster, gangs sent to worker clusters.
 
-Each pass: look at every worker (workers.py); requeue the wrappers of a worker unreachable
-for longer than the grace; keep each sent wrapper's copy (make it if missing, mirror its
-status back); delete every copy the manager no longer sends there (its wrapper deleted,
-requeued or sent elsewhere); then send the queued wrappers, in queue order, to the worker
-where each gang fits whole now (dispatcher.fleet: per node, with the topology levels of the
-manager's configuration, within the worker's quota: worker_quota.py), or tell them why none
-can.
+Each pass: look at every worker registered (worker_clusters.py, workers.py); requeue the
+wrappers of a worker unreachable for longer than the grace; keep each sent wrapper's copy
+(make it if missing, mirror its status back); delete every copy the manager no longer sends
+there (its wrapper deleted, requeued or sent elsewhere); then send the queued wrappers, in
+queue order, to the worker where each gang fits whole now (dispatcher.fleet: per node, with
+the topology levels of the manager's configuration, within the worker's quota:
+worker_quota.py), or tell them why none can.
 
 No wrapper runs in two clusters because the manager's wrapper names its worker (label
 CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
@@ -52,26 +52,15 @@ from .entries import Entries
 from .heartbeats import Heartbeats
 from .manager_metrics import ManagerMetrics, WorkerFigures
 from .own_wrappers import OwnWrappers
+from .worker_clusters import WorkerClusters
 from .worker_quota import worker_quota
-from .workers import (
-    SECRETS,
-    WORKER_CLUSTERS,
-    Connect,
-    WorkerConfigError,
-    WorkerLink,
-    connect,
-    digest,
-    kubeconfig_of,
-    secret_reference,
-)
+from .workers import Connect, WorkerLink, connect
 
 log = logging.getLogger("dispatcher.manager")
 
 READY = "dispatcher ready: manager of worker clusters"
 #: Writes about different wrappers in flight at once (the client paces them).
 PARALLEL = 16
-#: The most a WorkerCluster's status says of why its kubeconfig is refused.
-MAX_REFUSAL = 1000
 T = TypeVar("T")
 
 
@@ -101,17 +90,9 @@ class Manager:
         self.kube = kube
         self.metrics = metrics if metrics is not None else ManagerMetrics()
         self.settings = settings
-        self.directory = directory
         self.clock = clock
         self.wall = wall
-        self.connect = link
-        self.links: dict[str, WorkerLink] = {}
-        #: Per worker: since when it has not answered (its link made counts as a start).
-        self.down_since: dict[str, float] = {}
-        self._reported: dict[str, tuple[str, str]] = {}
-        self._logged: dict[str, str] = {}
-        #: Per worker: why what its WorkerCluster says now cannot be used (its status says).
-        self.refused: dict[str, str] = {}
+        self.clusters = WorkerClusters(kube, directory, clock, link)
         self.passes = 0  # numbered in the log: what a returning worker's pass did
         self.copying = Copying(kube)
         self.entries = Entries()
@@ -136,28 +117,17 @@ class Manager:
     async def close(self) -> None:
         """Its watches end (the manager stops, or another process takes over)."""
         await self.own.close()
-        for link in self.links.values():
-            await link.close()
+        await self.clusters.close()
 
     async def cycle(self) -> None:
         self.passes += 1
-        await self._sync_links()
+        await self.clusters.sync()
+        links = self.clusters.links
         now = self.clock()
-        await asyncio.gather(*(link.refresh(now) for link in self.links.values()))
-        await asyncio.gather(*(self.heartbeats.renew(link) for link in self.links.values()
+        await asyncio.gather(*(link.refresh(now) for link in links.values()))
+        await asyncio.gather(*(self.heartbeats.renew(link) for link in links.values()
                                if link.reachable))
-        for name, link in self.links.items():
-            if link.reachable:
-                if self.down_since.pop(name, None) is not None:
-                    # Its stale copies go in this same pass (Copying.delete_strays).
-                    log.info("pass %d: worker cluster %s answers", self.passes, name)
-            else:
-                # The grace runs from the last renewal it acknowledged: the worker's fence
-                # runs from when it saw that one, no sooner (heartbeats.py).
-                self.down_since.setdefault(name, self.heartbeats.renewed_at.get(name, now))
-            await self._report(link)
-        for name in self.refused.keys() - self.links.keys():
-            await self._write_report(name, ("False", self.refused[name]))
+        await self.clusters.answered(now, self.heartbeats.renewed_at, self.passes)
         wrappers = await self.own.current()
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
@@ -169,9 +139,8 @@ class Manager:
             if target is None:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
                     queued.append(obj)
-            elif rules.lost(target, self.links, self.down_since, now, self.settings.grace):
-                await self._requeue(obj, rules.lost_message(target, self.links,
-                                                            self.settings.grace))
+            elif rules.lost(target, links, self.clusters.down_since, now, self.settings.grace):
+                await self._requeue(obj, rules.lost_message(target, links, self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
         self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
@@ -181,66 +150,11 @@ class Manager:
             if not keep:
                 del sent[uid]
         self.copying.keep_only(sent)
-        await self.copying.delete_strays(self.links.values(), sent, self.passes)
+        await self.copying.delete_strays(links.values(), sent, self.passes)
         workers = self._workers(sent)
         self.metrics.observe({w.name: WorkerFigures(
             w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
         await self._dispatch(queued, workers)
-
-    # ------------------------------------------------------------------ workers
-    async def _sync_links(self) -> None:
-        registered = {w["metadata"]["name"]: w for w in await self.kube.list(WORKER_CLUSTERS)}
-        for name in set(self.links) - set(registered):
-            log.info("worker cluster %s is no longer registered", name)
-            await self.links.pop(name).close()
-        for name, worker in registered.items():
-            try:
-                namespace, secret_name, _ = secret_reference(worker)
-                secret = await self.kube.request("GET", SECRETS.path(namespace, secret_name))
-                kubeconfig = kubeconfig_of(worker, secret)
-            except (WorkerConfigError, ApiError) as e:
-                if name not in self.links:
-                    self._once(name, f"worker cluster {name} cannot be used: {e}")
-                if isinstance(e, WorkerConfigError):
-                    # A link made from what it said before goes on: its copies stay
-                    # reachable; the status says what to fix.
-                    self.refused[name] = str(e)[:MAX_REFUSAL]
-                continue
-            self.refused.pop(name, None)
-            link = self.links.get(name)
-            labels = dict(worker["metadata"].get("labels") or {})
-            if link is not None and link.secret_digest == digest(kubeconfig):
-                link.labels = labels
-                continue
-            if link is not None:
-                await link.close()
-            self.links[name] = await self.connect(worker, kubeconfig, self.directory)
-            self.down_since.setdefault(name, self.clock())
-            log.info("worker cluster %s registered (server %s)", name,
-                     self.links[name].kube.server)
-
-    def _once(self, key: str, message: str) -> None:
-        if self._logged.get(key) != message:
-            self._logged[key] = message
-            log.warning("%s", message)
-
-    async def _report(self, link: WorkerLink) -> None:
-        """The WorkerCluster's status: reachable or not, and why; written when it changes."""
-        message = link.problem[:300]
-        if link.name in self.refused:
-            message = (f"{self.refused[link.name]} (the kubeconfig it had before is "
-                       f"used meanwhile)")
-        await self._write_report(link.name, ("True" if link.reachable else "False", message))
-
-    async def _write_report(self, name: str, status: tuple[str, str]) -> None:
-        if self._reported.get(name) == status:
-            return
-        with contextlib.suppress(ApiError):
-            await self.kube.request(
-                "PATCH", WORKER_CLUSTERS.path(name=name, subresource="status"),
-                {"status": {"reachable": status[0], "message": status[1]}},
-                content_type="application/merge-patch+json")
-            self._reported[name] = status
 
     # ------------------------------------------------------------------ sent wrappers
     async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
@@ -259,7 +173,7 @@ class Manager:
         to do (its worker not answering, or the copy as the wrapper already says, with no
         Event left to mirror): most sent wrappers in most passes."""
         meta = obj["metadata"]
-        link = self.links[meta["labels"][CLUSTER_LABEL]]
+        link = self.clusters.links[meta["labels"][CLUSTER_LABEL]]
         if not link.reachable or link.look is None:
             return None
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
@@ -325,7 +239,7 @@ class Manager:
     def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
         """Each worker's free room now, less what the wrappers sent there still need."""
         out = []
-        for name, link in sorted(self.links.items()):
+        for name, link in sorted(self.clusters.links.items()):
             there = [obj for obj in sent.values()
                      if obj["metadata"]["labels"][CLUSTER_LABEL] == name
                      and (obj.get("status") or {}).get("state") not in FINISHED_STATES]
@@ -353,7 +267,7 @@ class Manager:
         log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
                  chosen.cluster)
         obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
-        await self._make(self.links[chosen.cluster], obj)
+        await self._make(self.clusters.links[chosen.cluster], obj)
 
     async def _still_sent(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
         """Whether the API server's wrapper, not the watched view of it (which may lag a

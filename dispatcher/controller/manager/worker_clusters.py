@@ -1,0 +1,125 @@
+"""The WorkerClusters registered in the manager cluster, as the manager keeps them: a link to
+each (workers.py), made from its Secret's kubeconfig and made again when that changes; since
+when each has not answered; and each one's status (reachable, and why not) written back
+when it changes.
+
+A WorkerCluster whose kubeconfig is refused keeps the link made from what it said before:
+its copies stay reachable, and its status says what to fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from dispatcher.controller.kube.client import ApiError, Kube
+
+from .workers import (
+    SECRETS,
+    WORKER_CLUSTERS,
+    Connect,
+    WorkerConfigError,
+    WorkerLink,
+    digest,
+    kubeconfig_of,
+    secret_reference,
+)
+
+log = logging.getLogger("dispatcher.manager")
+
+#: The most a WorkerCluster's status says of why its kubeconfig is refused.
+MAX_REFUSAL = 1000
+
+
+class WorkerClusters:
+    def __init__(self, kube: Kube, directory: Path, clock: Callable[[], float],
+                 link: Connect) -> None:
+        self.kube = kube
+        self.directory = directory
+        self.clock = clock
+        self.connect = link
+        self.links: dict[str, WorkerLink] = {}
+        #: Per worker: since when it has not answered (its link made counts as a start).
+        self.down_since: dict[str, float] = {}
+        self._reported: dict[str, tuple[str, str]] = {}
+        self._logged: dict[str, str] = {}
+        #: Per worker: why what its WorkerCluster says now cannot be used (its status says).
+        self.refused: dict[str, str] = {}
+
+    async def sync(self) -> None:
+        """A link for each WorkerCluster registered now; those no longer registered closed."""
+        registered = {w["metadata"]["name"]: w for w in await self.kube.list(WORKER_CLUSTERS)}
+        for name in set(self.links) - set(registered):
+            log.info("worker cluster %s is no longer registered", name)
+            await self.links.pop(name).close()
+        for name, worker in registered.items():
+            try:
+                namespace, secret_name, _ = secret_reference(worker)
+                secret = await self.kube.request("GET", SECRETS.path(namespace, secret_name))
+                kubeconfig = kubeconfig_of(worker, secret)
+            except (WorkerConfigError, ApiError) as e:
+                if name not in self.links:
+                    self._once(name, f"worker cluster {name} cannot be used: {e}")
+                if isinstance(e, WorkerConfigError):
+                    # A link made from what it said before goes on: its copies stay
+                    # reachable; the status says what to fix.
+                    self.refused[name] = str(e)[:MAX_REFUSAL]
+                continue
+            self.refused.pop(name, None)
+            link = self.links.get(name)
+            labels = dict(worker["metadata"].get("labels") or {})
+            if link is not None and link.secret_digest == digest(kubeconfig):
+                link.labels = labels
+                continue
+            if link is not None:
+                await link.close()
+            self.links[name] = await self.connect(worker, kubeconfig, self.directory)
+            self.down_since.setdefault(name, self.clock())
+            log.info("worker cluster %s registered (server %s)", name,
+                     self.links[name].kube.server)
+
+    def _once(self, key: str, message: str) -> None:
+        if self._logged.get(key) != message:
+            self._logged[key] = message
+            log.warning("%s", message)
+
+    async def answered(self, now: float, renewed_at: Mapping[str, float], passes: int) -> None:
+        """The pass's answers: since when each worker has not answered, and each
+        WorkerCluster's status written when it changed."""
+        for name, link in self.links.items():
+            if link.reachable:
+                if self.down_since.pop(name, None) is not None:
+                    # Its stale copies go in this same pass (Copying.delete_strays).
+                    log.info("pass %d: worker cluster %s answers", passes, name)
+            else:
+                # The grace runs from the last renewal it acknowledged: the worker's fence
+                # runs from when it saw that one, no sooner (heartbeats.py).
+                self.down_since.setdefault(name, renewed_at.get(name, now))
+            await self._report(link)
+        for name in self.refused.keys() - self.links.keys():
+            await self._write_report(name, ("False", self.refused[name]))
+
+    async def _report(self, link: WorkerLink) -> None:
+        """The WorkerCluster's status: reachable or not, and why; written when it changes."""
+        message = link.problem[:300]
+        if link.name in self.refused:
+            message = (f"{self.refused[link.name]} (the kubeconfig it had before is "
+                       f"used meanwhile)")
+        await self._write_report(link.name, ("True" if link.reachable else "False", message))
+
+    async def _write_report(self, name: str, status: tuple[str, str]) -> None:
+        if self._reported.get(name) == status:
+            return
+        with contextlib.suppress(ApiError):
+            await self.kube.request(
+                "PATCH", WORKER_CLUSTERS.path(name=name, subresource="status"),
+                {"status": {"reachable": status[0], "message": status[1]}},
+                content_type="application/merge-patch+json")
+            self._reported[name] = status
+
+    async def close(self) -> None:
+        """Every link's watches end, and its client."""
+        for link in self.links.values():
+            await link.close()
