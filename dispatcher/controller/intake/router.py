@@ -1,7 +1,8 @@
 """Intake: watch events and listings into memory. No API calls, no waiting.
 
 Each kind has its own: nodes and QuotaSubtrees (node_intake.py), pods (pods/pod_intake.py),
-AppWrappers (wrapper_intake.py). A listing (at start, after a watch gap, or the periodic
+AppWrappers (wrapper_intake.py; queue_gate.py: whether each goes into the queue, or is held,
+failed or kept out being deleted). A listing (at start, after a watch gap, or the periodic
 resync) is reconciled with memory: what is not in it any more is dropped, as if its
 DELETED event had come.
 """
@@ -18,6 +19,7 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing
 
 from .node_intake import NodeIntake
+from .queue_gate import QueueGate
 from .wrapper_intake import WrapperIntake
 
 
@@ -34,7 +36,8 @@ class Intake:
         self.edited: set[Key] = set()
         self.nodes = NodeIntake(memory, timing.autopilot)
         self.pods = PodIntake(memory, self.requeues_due)
-        self.wrappers = WrapperIntake(memory, clock, on_failed, allowed_kinds,
+        self.gate = QueueGate(memory, clock, on_failed)
+        self.wrappers = WrapperIntake(memory, clock, self.gate, allowed_kinds,
                                       leave_kueue_labelled, timing, self.requeues_due,
                                       self.edited)
 
@@ -58,7 +61,7 @@ class Intake:
         self.wrappers.queue_again(t)
 
     def rehold(self, t: Tracked) -> bool:
-        return self.wrappers.rehold(t)
+        return self.gate.rehold(t)
 
     def take_warnings(self) -> list[tuple[Tracked, str]]:
         """What to post as Warning Events (once per new spec), taken out."""

@@ -6,8 +6,8 @@
 - Spec edits: a queued wrapper is re-read; a Failed one is queued again (its message
   told the user to apply it again); a dispatched one whose items changed is torn down and
   requeued with the new spec — an edit never swaps what was admitted for something else.
-- Holds and cancellations (record/holds.py): a held wrapper stays out of the queue; a cancelled
-  queued one fails here, a cancelled dispatched one in the admission loop.
+- Whether a queued wrapper goes into the queue, or is held, failed or being deleted, is
+  the gate's (queue_gate.py), which reads its holds and cancellations.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from typing import Any
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import MANAGER_UID_LABEL
 from dispatcher.api.management import managed_elsewhere
-from dispatcher.api.models import AppWrapper, AppWrapperStatus, InvalidSpec, parse_appwrapper
+from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.controller.pods.leftovers import watch as watch_leftovers
-from dispatcher.controller.record.holds import asked, cancelled_message, held_message
+from dispatcher.controller.record.holds import asked
 from dispatcher.controller.record.memory import Memory
-from dispatcher.controller.record.positions import clear_position
 from dispatcher.controller.record.status import Change, copy_status, is_newer, status_body
 from dispatcher.controller.record.tracked import (
     Key,
@@ -34,7 +33,7 @@ from dispatcher.controller.record.tracked import (
     key_of,
     now_dt,
 )
-from dispatcher.fleet.fence import MANAGER_LOST, fenced, is_copy
+from dispatcher.fleet.fence import is_copy
 from dispatcher.kinds.scope import GroupKind
 from dispatcher.lifecycle import (
     RESETTING,
@@ -45,6 +44,7 @@ from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .following import first_seen, follow, set_ended_timers, status_of
+from .queue_gate import QueueGate
 
 log = logging.getLogger("dispatcher")
 
@@ -64,17 +64,17 @@ def _taken_in(obj: Mapping[str, Any]) -> bool:
 
 
 class WrapperIntake:
-    def __init__(self, memory: Memory, clock: Callable[[], float],
-                 on_failed: Callable[[str], None], allowed_kinds: Collection[GroupKind],
-                 leave_kueue_labelled: bool, timing: Timing,
-                 requeues_due: set[Key], edited: set[Key]) -> None:
-        """`requeues_due`, `edited`: dispatched wrappers to tear down and queue again (a
+    def __init__(self, memory: Memory, clock: Callable[[], float], gate: QueueGate,
+                 allowed_kinds: Collection[GroupKind], leave_kueue_labelled: bool,
+                 timing: Timing, requeues_due: set[Key], edited: set[Key]) -> None:
+        """`gate`: whether a queued wrapper goes into the queue (queue_gate.py).
+        `requeues_due`, `edited`: dispatched wrappers to tear down and queue again (a
         requeue that a restart cut short; items edited after admission), which the
         admission loop carries out."""
         self.memory = memory
         self.timing = timing  # a v1beta2 wrapper's timers are rebuilt after a restart
         self.clock = clock
-        self.on_failed = on_failed
+        self.gate = gate
         self.allowed_kinds = allowed_kinds
         # Wrappers labelled with a Kueue queue name are Kueue's (management.py).
         self.leave_kueue_labelled = leave_kueue_labelled
@@ -102,12 +102,12 @@ class WrapperIntake:
         if t is not None and t.uid == uid:
             self._observed_status(t, obj)
             if meta.get("deletionTimestamp"):
-                self._deleting(t)
+                self.gate.deleting(t)
             edited = generation != t.generation
             if edited:
                 self._edited(t, obj, generation)
             now = self.memory.tracked.get(key)  # an edit may have taken it in anew
-            if (now is not None and self._asked(now, obj)) or edited:
+            if (now is not None and self.gate.read_asks(now, obj)) or edited:
                 self.memory.wake.set()
             return  # else our own status write coming back, or a label change
         if t is not None:
@@ -180,7 +180,7 @@ class WrapperIntake:
         self.edited.discard(t.key)
         if t.latest is None:
             if t.queued is not None:
-                self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
+                self.gate.enqueue(t, Change(t, self.clock(), copy_status(t.status)))
             return
         self.memory.forget(t)
         self._intake(t.key, t.latest, keep=t)
@@ -199,7 +199,7 @@ class WrapperIntake:
         verdict = review(obj, now, self.allowed_kinds, faults=self.timing.fault_tolerance)
         if verdict.appwrapper is None or verdict.queued is None:
             t.aw = verdict.appwrapper
-            self.fail_spec(t, change, verdict.message)
+            self.gate.fail(t, change, verdict.message)
             return t
         aw = verdict.appwrapper
         t.aw = aw
@@ -252,7 +252,7 @@ class WrapperIntake:
                     generation=int(meta.get("generation") or 0), aw=None,
                     status=status, writes=StatusWrites(written), first_seen=now)
         self._copy_of(t, meta.get("labels") or {}, keep)
-        t.held_by, t.cancelled_by = self._asked_of(obj, status, t.manager_copy)
+        t.held_by, t.cancelled_by = self.gate.asks_of(obj, status, t.manager_copy)
         # Whom it preempted to be admitted, as recorded with its dispatch (loop/runtime.py).
         t.preempted = tuple((ns, name) for ns, _, name in
                             (k.partition("/") for k in status.preempted) if name)
@@ -308,67 +308,7 @@ class WrapperIntake:
             t.teardown_due = True
             self.requeues_due.add(t.key)
         else:
-            self._enqueue(t, change)
-
-    def fail_spec(self, t: Tracked, change: Change, message: str,
-                  reason: str = Reason.InvalidSpec) -> None:
-        t.phase = "done"
-        if t.queued is not None and self.memory.queue.get(t.key) is t.queued:
-            self.memory.queue.remove(t.key)
-        t.queued = None
-        self.memory.elastic.discard(t.key)
-        self.memory.sharing.release(t.key)  # room held for it while it preempted is free again
-        t.status.state = "Failed"
-        clear_position(t.status)
-        change.condition(ConditionType.Failed, reason, message)
-        self.memory.unwritten.add(t.key)
-        self.on_failed(reason)
-
-    # --- holds and cancellations (record/holds.py) --------------------------------------------
-
-    def _enqueue(self, t: Tracked, change: Change) -> None:
-        """A queued wrapper into the queue, unless it is held, cancelled or being deleted."""
-        assert t.queued is not None
-        if t.deleting or (t.aw is not None and t.aw.metadata.deletionTimestamp is not None):
-            self._deleting(t)
-        elif t.cancelled_by is not None:
-            self.fail_spec(t, change, cancelled_message(t.cancelled_by, created=False),
-                           Reason.Cancelled)
-        elif t.held_by is not None:
-            self.memory.queue.remove(t.key)
-            self.memory.sharing.release(t.key)
-            clear_position(t.status)
-            change.condition(ConditionType.Queueing,
-                             MANAGER_LOST if t.held_by == MANAGER_LOST else Reason.Held,
-                             held_message(t.held_by, t.key[1]))
-            self.memory.unwritten.add(t.key)
-        else:
-            self.memory.queue.put(t.queued)
-
-    def _deleting(self, t: Tracked) -> None:
-        """Being deleted: never admitted, whatever keeps it (a finalizer) and whatever it
-        says now. Out of the queue, the room held for it freed; no status is written."""
-        t.deleting = True
-        if t.phase != "queued":
-            return  # dispatched: its objects go with it (loop/stepping.py)
-        if t.queued is not None and self.memory.queue.get(t.key) is t.queued:
-            self.memory.queue.remove(t.key)
-        self.memory.sharing.release(t.key)
-        self.memory.elastic.discard(t.key)
-
-    def _asked(self, t: Tracked, obj: Mapping[str, Any]) -> bool:
-        """A hold, release or cancellation in `obj`'s annotations: whether it is news."""
-        t.manager_copy |= is_copy((obj.get("metadata") or {}).get("labels") or {})
-        held_by, cancelled_by = self._asked_of(obj, t.status, t.manager_copy)
-        if (held_by, cancelled_by) == (t.held_by, t.cancelled_by):
-            return False
-        t.held_by, t.cancelled_by = held_by, cancelled_by
-        if t.phase == "queued" and t.queued is not None:
-            # Released: back in the queue in its place; the next cycle says why it waits.
-            self._enqueue(t, Change(t, self.clock(), copy_status(t.status)))
-        # Dispatched: a cancellation is the admission loop's to carry out; a hold waits
-        # for a requeue, if any.
-        return True
+            self.gate.enqueue(t, change)
 
     def _copy_of(self, t: Tracked, labels: Mapping[str, str], keep: Tracked | None) -> None:
         """Whether `t` is a manager's copy: labelled so now, or when it was first taken
@@ -379,29 +319,6 @@ class WrapperIntake:
         if is_copy(labels) and not status.managerUid:
             status.managerUid = str(labels[MANAGER_UID_LABEL])
             self.memory.unwritten.add(t.key)
-
-    def _asked_of(self, obj: Mapping[str, Any], status: AppWrapperStatus, copy: bool
-                  ) -> tuple[str | None, str | None]:
-        """Who holds and who cancelled it; a manager's copy (`copy`) whose manager is lost,
-        or one that was stopped for that, is held by ManagerLost (dispatcher.fleet.fence)."""
-        held_by, cancelled_by = asked(obj)
-        if fenced(copy, (c.reason for c in status.conditions), self.memory.manager_stale):
-            held_by = MANAGER_LOST
-        return held_by, cancelled_by
-
-    def rehold(self, t: Tracked) -> bool:
-        """The manager's heartbeat went stale or was heard again: hold (or release) its
-        copy as its labels and annotations say now; whether that is news."""
-        if t.aw is None or t.phase == "done":
-            return False
-        meta = t.aw.metadata
-        lost = fenced(t.manager_copy, (c.reason for c in t.status.conditions),
-                      self.memory.manager_stale)
-        if lost == (t.held_by == MANAGER_LOST):
-            return False  # a user's hold or cancel stays as their last event set it
-        self.memory.attention.touch(t.key)
-        return self._asked(t, {"metadata": {"labels": dict(meta.labels),
-                                            "annotations": dict(meta.annotations)}})
 
     # --- listings ------------------------------------------------------------------------
 
