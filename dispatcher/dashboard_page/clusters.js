@@ -52,7 +52,7 @@ function workerRow(w) {
     el("th", { scope: "row" }, w.name), el("td", { class: "why" }, w.answering),
     el("td", { class: "num" }, nodes), el("td", { class: "num" }, gpus),
     el("td", { class: "why" }, others || "-"),
-    el("td", {}, w.sent ? `${w.sent}: ${sent}` : "none"));
+    el("td", {}, !w.sent ? "none" : w.sentByState.length > 1 ? `${w.sent}: ${sent}` : sent));
 }
 
 function waitingRow(w) {

@@ -44,13 +44,13 @@ def fleet() -> Fleet:
         waiting=[WaitingFacts("team", "big", 5, NOW - 600, 32,
                               "no worker cluster fits it now:\n w1: 6 of 32 free"),
                  WaitingFacts("team", "new", 0, NOW - 5, 8, "")],
-        passes=42, last_pass_ago=0.4)
+        passes=42, last_pass_ago=0.4, at=NOW)
 
 
 # --- the pure shaping --------------------------------------------------------------------
 
 def test_each_worker_says_whether_it_answers_since_when_and_why() -> None:
-    view = clusters(fleet(), NOW)
+    view = clusters(fleet())
     w1, w2 = view["workers"]
     assert (w1["name"], w1["reachable"], w1["answering"]) == ("w1", True, "yes")
     assert not w2["reachable"]
@@ -59,7 +59,7 @@ def test_each_worker_says_whether_it_answers_since_when_and_why() -> None:
 
 
 def test_each_worker_shows_its_free_and_total_gpus_then_its_other_resources() -> None:
-    w1 = clusters(fleet(), NOW)["workers"][0]
+    w1 = clusters(fleet())["workers"][0]
     assert (w1["gpusFree"], w1["gpusTotal"]) == (6, 16)
     assert w1["resources"] == [
         {"resource": GPU, "free": "6", "total": "16"},
@@ -69,23 +69,23 @@ def test_each_worker_shows_its_free_and_total_gpus_then_its_other_resources() ->
 
 def test_a_worker_never_listed_shows_nothing_it_does_not_know() -> None:
     facts = Fleet([WorkerFacts("w3", False, silent_for=5.0, problem="not listed yet",
-                               listed=False)], [], [], 1, 0.0)
-    [w3] = clusters(facts, NOW)["workers"]
+                               listed=False)], [], [], 1, 0.0, NOW)
+    [w3] = clusters(facts)["workers"]
     assert (w3["nodes"], w3["gpusFree"], w3["gpusTotal"]) == (None, None, None)
     assert w3["answering"] == "no for 5s: not listed yet"
 
 
 def test_the_wrappers_sent_are_counted_per_worker_and_state_and_listed() -> None:
-    view = clusters(fleet(), NOW)
+    view = clusters(fleet())
     w1, w2 = view["workers"]
-    assert w1["sent"] == 2 and w1["sentByState"] == [["Running", 1], ["sent", 1]]
+    assert w1["sent"] == 2 and w1["sentByState"] == [["Running", 1], ["just sent", 1]]
     assert w2["sentByState"] == [["Running", 1]]
     assert [(s["name"], s["worker"], s["state"]) for s in view["sent"]] == [
-        ("a", "w1", "sent"), ("b", "w1", "Running"), ("c", "w2", "Running")]
+        ("a", "w1", "just sent"), ("b", "w1", "Running"), ("c", "w2", "Running")]
 
 
 def test_the_waiting_keep_the_managers_order_and_its_words() -> None:
-    view = clusters(fleet(), NOW)
+    view = clusters(fleet())
     assert [(w["position"], w["name"], w["gpus"], w["waiting"]) for w in view["waiting"]] \
         == [(1, "big", 32, "10m"), (2, "new", 8, "5s")]
     assert view["waiting"][0]["why"] == "no worker cluster fits it now: w1: 6 of 32 free"
@@ -94,7 +94,7 @@ def test_the_waiting_keep_the_managers_order_and_its_words() -> None:
 
 def test_long_lists_are_cut_and_counted() -> None:
     many = [WaitingFacts("team", f"w{i}", 0, NOW, 1, "") for i in range(600)]
-    view = clusters(Fleet([], [], many, 1, 0.0), NOW)
+    view = clusters(Fleet([], [], many, 1, 0.0, NOW))
     assert len(view["waiting"]) == 500 and view["moreWaiting"] == 100
 
 
@@ -203,7 +203,7 @@ def test_a_page_load_reads_the_managers_memory_and_asks_the_workers_nothing() ->
     assert (len(stand.manager.reads), len(stand.manager.writes)) == manager_asked
     w1, w2 = body["workers"]
     assert (w1["answering"], w1["gpusFree"], w1["gpusTotal"]) == ("yes", 2, 8)
-    assert w1["sentByState"] == [["sent", 1]]
+    assert w1["sentByState"] == [["just sent", 1]]
     assert not w2["reachable"] and w2["answering"].startswith("no for 30s: ")
     assert w2["gpusTotal"] == 4  # as last seen
     assert [(s["name"], s["worker"]) for s in body["sent"]] == [("a", "w1")]

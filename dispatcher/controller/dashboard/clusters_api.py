@@ -35,12 +35,10 @@ Facts = Callable[[], Fleet | str]
 
 class ClustersApi:
     def __init__(self, facts: Facts, auth: TokenReviewAuth,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.facts = facts
         self.auth = auth
         self.monotonic = monotonic
-        self.wall = wall
         self._gathered: tuple[float, Fleet | str] | None = None
 
     def add_routes(self, app: web.Application) -> None:
@@ -67,7 +65,7 @@ class ClustersApi:
         facts = self.gathered()
         if isinstance(facts, str):
             return viewer.text(503, facts)
-        return viewer.as_json(clusters(facts, self.wall()))
+        return viewer.as_json(clusters(facts))
 
     def gathered(self) -> Fleet | str:
         now = self.monotonic()

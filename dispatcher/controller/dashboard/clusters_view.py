@@ -20,7 +20,7 @@ from dispatcher.wording import span
 #: Rows of each list sent to the page; past it, counted (a page of thousands helps nobody).
 MAX_ROWS = 500
 #: The state a sent wrapper has before its worker's dispatcher says anything of its copy.
-NO_STATE = "sent"
+NO_STATE = "just sent"
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,19 @@ class Fleet:
     waiting: Sequence[WaitingFacts]  # in the manager's order
     passes: int
     last_pass_ago: float
+    #: When gathered, on the manager's clock (seconds since the epoch): the waits count to it.
+    at: float
 
 
-def clusters(facts: Fleet, now: float) -> dict[str, Any]:
-    """The whole view, `now` in seconds since the epoch."""
+def clusters(facts: Fleet) -> dict[str, Any]:
+    """The whole view."""
     by_worker: dict[str, Counter[str]] = {}
     for s in facts.sent:
         by_worker.setdefault(s.worker, Counter())[s.state or NO_STATE] += 1
     return {
         "passes": facts.passes, "lastPass": span(facts.last_pass_ago),
         "workers": [worker(w, by_worker.get(w.name, Counter())) for w in facts.workers],
-        "waiting": [waiting_row(w, i + 1, now)
+        "waiting": [waiting_row(w, i + 1, facts.at)
                     for i, w in enumerate(facts.waiting[:MAX_ROWS])],
         "moreWaiting": max(0, len(facts.waiting) - MAX_ROWS),
         "sent": [sent_row(s) for s in sorted(facts.sent, key=_by_worker)[:MAX_ROWS]],

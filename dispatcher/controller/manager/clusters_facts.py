@@ -47,8 +47,9 @@ def gather(manager: Manager) -> Fleet:
     sent, queued = _split(manager.own.objects.values())
     metrics = manager.metrics
     ago = metrics.clock() - metrics.passed_at if metrics.passed_at is not None else 0.0
+    wall = manager.wall()
     return Fleet([_worker(manager, name, now) for name in names], sent,
-                 _waiting(manager, queued), metrics.passes, ago)
+                 _waiting(manager, queued, wall), metrics.passes, ago, wall)
 
 
 def _worker(manager: Manager, name: str, now: float) -> WorkerFacts:
@@ -99,10 +100,9 @@ def _split(wrappers: Iterable[Obj]) -> tuple[list[SentFacts], list[Obj]]:
     return sent, queued
 
 
-def _waiting(manager: Manager, queued: list[Obj]) -> list[WaitingFacts]:
+def _waiting(manager: Manager, queued: list[Obj], wall: float) -> list[WaitingFacts]:
     """The queue in the manager's order, with what the manager wrote on each; those it
     cannot read last, with why."""
-    wall = manager.wall()
     entries: dict[tuple[str, str], tuple[QueuedWrapper, Obj]] = {}
     unread: list[WaitingFacts] = []
     for obj in queued:
