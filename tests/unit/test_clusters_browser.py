@@ -4,7 +4,8 @@ went; labels and contrast; markup in a reason shown as text. The manager here is
 tests' (stand-in API servers for the manager cluster and its workers); the cluster test
 (tests/cluster/test_multicluster.py) reads the same view from a real one.
 
-Screenshots go to $CLUSTERS_SCREENSHOTS, else to the test's temporary directory.
+Screenshots go to $DASHBOARD_SCREENSHOTS (docs/images/ refreshes the documentation's),
+else to the test's temporary directory.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def cells(driver: Any, table: str) -> list[list[str]]:
 
 
 def shots(tmp_path: Path) -> Path:
-    where = Path(os.environ.get("CLUSTERS_SCREENSHOTS") or tmp_path)
+    where = Path(os.environ.get("DASHBOARD_SCREENSHOTS") or tmp_path)
     where.mkdir(parents=True, exist_ok=True)
     return where
 
@@ -90,7 +91,7 @@ def test_an_administrator_sees_the_workers_one_down_with_why(tmp_path: Path) -> 
             assert driver.execute_script(browser.UNLABELLED) == []
             worst = driver.execute_script(browser.CONTRAST)
             assert all(ratio >= 4.5 for _, ratio in worst), worst
-            driver.save_screenshot(str(shots(tmp_path) / "clusters-view.png"))
+            driver.save_screenshot(str(shots(tmp_path) / "dashboard-clusters.png"))
     finally:
         stand.close()
 
