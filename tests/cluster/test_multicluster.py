@@ -8,8 +8,11 @@ Invariants are checked by sampling all three clusters while the tests run.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ from localcluster import config as lc_config
 from localcluster.testing import register_workers
 
 from .dispatcher_process import DispatcherProcess, install_crd
+from .test_actions import viewer_token
 from .test_controller import appwrapper, job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -271,3 +275,51 @@ def test_a_worker_whose_watches_are_cut_is_unreachable_then_caught_up(fleet: Fle
     for _ in range(10):
         assert fleet.copies(ns, "c") == {first} and sent_to(mk, "c") == first
         time.sleep(0.5)
+
+
+def clusters_view(port: int, token: str | None) -> tuple[int, Any]:
+    """The manager's Clusters view as its page asks for it: (status, body)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/dashboard/api/clusters",
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_managers_clusters_view_lists_the_workers_and_where_a_wrapper_went(
+        fleet: Fleet, ns: str) -> None:
+    """The manager's Clusters view (/dashboard/ on its metrics port), read with the token of
+    a user allowed to list AppWrappers everywhere: both workers answering with their nodes
+    and GPUs, and the worker a dispatched wrapper went to."""
+    mk = fleet.kubectl("manager", ns)
+    token = viewer_token(fleet.manager.kubectl(), ns)
+    fleet.process.start("fifo", extra_args=manager_args(), healthz=True)
+    port = fleet.process.healthz_port
+    assert port is not None
+    try:
+        assert clusters_view(port, None)[0] == 401
+        mk.apply(gpus_gang("v", 1, 2))
+        target = wait_for(lambda: sent_to(mk, "v"), 60, "v to be sent")
+
+        def shown() -> Any:
+            status, view = clusters_view(port, token)
+            assert status in (200, 503), (status, view)
+            sent = {(s["namespace"], s["name"]): s["worker"]
+                    for s in (view["sent"] if status == 200 else ())}
+            answering = status == 200 and all(w["reachable"] for w in view["workers"])
+            return answering and (ns, "v") in sent and (view, sent)
+
+        view, sent = wait_for(shown, 60, "the view to show v sent and both workers")
+        assert sent[(ns, "v")] == target
+        workers = {w["name"]: w for w in view["workers"]}
+        assert sorted(workers) == ["w1", "w2"]
+        for name, w in workers.items():
+            assert (w["answering"], w["nodes"], w["gpusTotal"]) == ("yes", 2, 16), name
+            assert 0 <= w["gpusFree"] <= 16, name
+        assert workers[target]["gpusFree"] <= 14  # v's 2 GPUs are taken or held there
+        assert workers[target]["sent"] >= 1
+    finally:
+        fleet.process.start("fifo", extra_args=manager_args())

@@ -265,9 +265,11 @@ def test_the_readme_install_runs_as_written_from_a_clone(wheel: Wheel,
     assert "Once released: `pipx install appwrapper-dispatcher`" in text
 
 
-def test_the_wheel_ships_the_dashboards_page(installed: Run) -> None:
-    # The page's files are looked up beside the installed package.
+def test_the_wheel_ships_the_dashboards_pages(installed: Run) -> None:
+    # The pages' files (the controller's and the manager's) are looked up beside the
+    # installed package.
     out = installed("python", "-c", "import dispatcher, pathlib; page = pathlib.Path("
                     "dispatcher.__file__).parent / 'dashboard_page';"
                     "print(*sorted(p.name for p in page.iterdir()))").stdout
-    assert out.split() == ["app.js", "index.html", "style.css"]
+    assert out.split() == ["app.js", "clusters.html", "clusters.js", "index.html",
+                           "style.css"]

@@ -5,8 +5,8 @@ The page itself (HTML, JavaScript, CSS shipped in the package, dashboard_page/) 
 nothing about the cluster and is served to anyone. Everything it shows comes from
 ``/dashboard/api/...``, which answers only a request carrying ``Authorization: Bearer
 TOKEN`` of a user allowed to ``list`` AppWrappers — in every namespace, or, with
-``?namespaces=a,b``, in each of those (checked as the visibility endpoint checks, with a
-TokenReview and SubjectAccessReviews, access/bearer.py); a viewer sees only those namespaces.
+``?namespaces=a,b``, in each of those (viewer.py: checked as the visibility endpoint
+checks, with a TokenReview and SubjectAccessReviews); a viewer sees only those namespaces.
 The page sends the token from script, so it never travels in a URL the server logs.
 
 The queue refresh is cheap: the rows are gathered from memory at most every
@@ -16,7 +16,6 @@ is answered ``{"unchanged": true}``.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from dispatcher.api.models import API_GROUP
 from dispatcher.controller.access.bearer import TokenReviewAuth
 from dispatcher.controller.kube.client import ApiError
 from dispatcher.controller.record.status import EVENTS
 
-from . import facts, view
+from . import facts, view, viewer
 
 if TYPE_CHECKING:
     from dispatcher.controller.loop.runtime import Dispatcher
@@ -39,16 +37,6 @@ FILES = {"": ("index.html", "text/html"), "app.js": ("app.js", "text/javascript"
          "style.css": ("style.css", "text/css")}
 GATHER_SECONDS = 5.0  # the page asks every 5 s: the rows at most once a refresh
 TIMELINE_SECONDS = 10.0
-MAX_NAMESPACES = 20
-NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "connect-src 'self'; img-src 'self'; frame-ancestors 'none'; "
-                               "base-uri 'none'; form-action 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
-Scope = frozenset[str] | None  # the namespaces a viewer may see; None: all
 
 
 class DashboardApi:
@@ -78,36 +66,16 @@ class DashboardApi:
     async def page(self, request: web.Request) -> web.Response:
         name, content_type = FILES[request.match_info["file"]]
         return web.Response(body=(PAGE / name).read_bytes(), content_type=content_type,
-                            charset="utf-8", headers=HEADERS)
-
-    # --- who sees what ------------------------------------------------------------------
-
-    async def _scope(self, request: web.Request) -> Scope | web.Response:
-        """The namespaces the request's user may see, or the refusal to send."""
-        asked = [n for n in request.query.get("namespaces", "").split(",") if n]
-        bad = [n for n in asked if not NAMESPACE.match(n)]
-        if bad or len(asked) > MAX_NAMESPACES:
-            return _text(400, f"namespaces must be at most {MAX_NAMESPACES} namespace names, "
-                              "separated by commas" + (f" (not {bad[0][:64]!r})" if bad else ""))
-        header = request.headers.get("Authorization")
-        for ns in asked or [""]:
-            where = f"in namespace {ns}" if ns else "in all namespaces"
-            refused = await self.auth.allowed(header, f"list appwrappers {where}", {
-                "resourceAttributes": {"group": API_GROUP, "resource": "appwrappers",
-                                       "verb": "list", "namespace": ns}},
-                request.remote or "")
-            if refused is not None:
-                return _text(*refused)
-        return frozenset(asked) if asked else None
+                            charset="utf-8", headers=viewer.HEADERS)
 
     async def _ready(self, request: web.Request
-                     ) -> tuple[Dispatcher, Scope] | web.Response:
-        scope = await self._scope(request)
+                     ) -> tuple[Dispatcher, viewer.Scope] | web.Response:
+        scope = await viewer.scope(self.auth, request)
         if isinstance(scope, web.Response):
             return scope
         d = self.dispatcher()
         if d is None or not d.ready:
-            return _text(503, "this replica does not run the queue now (standing by for "
+            return viewer.text(503, "this replica does not run the queue now (standing by for "
                               "the Lease, or starting): ask the leader")
         return d, scope
 
@@ -134,11 +102,11 @@ class DashboardApi:
         try:
             filters = view.Filters.parse(request.query)
         except ValueError as e:
-            return _text(400, str(e))
+            return viewer.text(400, str(e))
         rows = self.rows(d)
         if request.query.get("since") == str(self.version):
-            return _json({"unchanged": True, "version": self.version})
-        return _json({"version": self.version, "policy": d.positions.snapshot.policy,
+            return viewer.as_json({"unchanged": True, "version": self.version})
+        return viewer.as_json({"version": self.version, "policy": d.positions.snapshot.policy,
                       "scope": None if scope is None else sorted(scope),
                       **view.queue_page(rows, scope, filters, d.clock())})
 
@@ -148,9 +116,9 @@ class DashboardApi:
             return ready
         d, scope = ready
         if scope is not None:
-            return _text(403, "the quota trees show every team's use: they are shown to "
+            return viewer.text(403, "the quota trees show every team's use: they are shown to "
                               "users who may list AppWrappers in all namespaces")
-        return _json({"nodes": view.teams(facts.teams(d))})
+        return viewer.as_json({"nodes": view.teams(facts.teams(d))})
 
     async def timeline(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)
@@ -160,14 +128,14 @@ class DashboardApi:
         now = d.clock()
         if self._bars is None or self.monotonic() - self._bars[0] >= TIMELINE_SECONDS:
             self._bars = (self.monotonic(), facts.bars(d, now))
-        return _json(view.timeline(self._bars[1], scope, now))
+        return viewer.as_json(view.timeline(self._bars[1], scope, now))
 
     async def history(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)
         if isinstance(ready, web.Response):
             return ready
         d, scope = ready
-        return _json(view.history(facts.started(d), scope, d.clock()))
+        return viewer.as_json(view.history(facts.started(d), scope, d.clock()))
 
     async def one(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)
@@ -176,12 +144,12 @@ class DashboardApi:
         d, scope = ready
         ns, name = request.match_info["namespace"], request.match_info["name"]
         if scope is not None and ns not in scope:
-            return _text(403, f"namespace {ns} is not among the namespaces you asked to see")
+            return viewer.text(403, f"namespace {ns} is not among the namespaces you asked to see")
         found = facts.one(d, (ns, name))
         if found is None:
-            return _text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
+            return viewer.text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
         found["events"] = await _events(d, ns, name)
-        return _json(found)
+        return viewer.as_json(found)
 
 
 async def _events(d: Dispatcher, ns: str, name: str) -> list[dict[str, Any]] | str:
@@ -197,11 +165,3 @@ async def _events(d: Dispatcher, ns: str, name: str) -> list[dict[str, Any]] | s
                "at": e.get("lastTimestamp") or e.get("eventTime") or ""}
               for e in listed.get("items") or ()]
     return sorted(events, key=lambda e: str(e["at"]))
-
-
-def _text(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text.rstrip("\n") + "\n", headers=HEADERS)
-
-
-def _json(body: dict[str, Any]) -> web.Response:
-    return web.json_response(body, headers=HEADERS)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 
+from dispatcher.controller.dashboard.clusters_api import ClustersApi
 from dispatcher.controller.metrics.labels import PREFIX
 from dispatcher.controller.metrics.server import MetricsAuth, exposition
 from dispatcher.wording import span
@@ -71,31 +72,37 @@ class ManagerServer:
     """/metrics and /healthz: healthy while passes finish within `max_age` seconds, or
     while standing by for the Lease. With `auth` (`--metrics-auth kubernetes`), /metrics
     answers only the requests it lets through; /healthz stays open (the kubelet's probes
-    carry no credentials)."""
+    carry no credentials). With `dashboard`, the Clusters view at /dashboard/ (which
+    checks every token itself, whatever `auth` is)."""
 
     #: What a replica waits for while another leads (None: it leads, or runs alone).
     Standby = Callable[[], str | None]
 
     def __init__(self, metrics: ManagerMetrics, port: int, host: str = "0.0.0.0",
                  max_age: float = 120.0, auth: MetricsAuth | None = None,
-                 standby: Standby = lambda: None) -> None:
+                 standby: Standby = lambda: None,
+                 dashboard: ClustersApi | None = None) -> None:
         self.metrics = metrics
         self.port = port
         self.host = host
         self.max_age = max_age
         self.auth = auth
         self.standby = standby
+        self.dashboard = dashboard
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
+        if self.dashboard is not None:
+            self.dashboard.add_routes(app)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.host, self.port).start()
         self._runner = runner
-        log.info("serving /metrics and /healthz on port %d", self.port)
+        log.info("serving /metrics, /healthz%s on port %d",
+                 "" if self.dashboard is None else " and /dashboard/", self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -103,6 +110,8 @@ class ManagerServer:
             self._runner = None
         if self.auth is not None:
             await self.auth.close()
+        if self.dashboard is not None:
+            await self.dashboard.close()
 
     def health(self) -> tuple[bool, str]:
         standby = self.standby()

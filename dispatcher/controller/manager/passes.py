@@ -98,6 +98,8 @@ class Manager:
         self.entries = Entries()
         self.own = OwnWrappers(kube)
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
+        #: Per worker: its room as the last pass saw it (read by the Clusters view).
+        self.last_workers: dict[str, Worker] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
@@ -152,6 +154,7 @@ class Manager:
         self.copying.keep_only(sent)
         await self.copying.delete_strays(links.values(), sent, self.passes)
         workers = self._workers(sent)
+        self.last_workers = {w.name: w for w in workers}
         self.metrics.observe({w.name: WorkerFigures(
             w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
         await self._dispatch(queued, workers)

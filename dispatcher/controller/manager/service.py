@@ -1,6 +1,7 @@
-"""`dispatcher run --manager` as a service: its /metrics and /healthz, and, with
-`--leader-elect`, one of several replicas: only the holder of a Lease in the manager
-cluster sends; the others wait for it (kube/lease.py, the controller's rules).
+"""`dispatcher run --manager` as a service: its /metrics, /healthz and Clusters view
+(/dashboard/), and, with `--leader-elect`, one of several replicas: only the holder of a
+Lease in the manager cluster sends; the others wait for it (kube/lease.py, the
+controller's rules).
 
 A leader that cannot renew the Lease stops before another may take over, and its process
 exits (its restart campaigns again). Nothing is sent twice across a hand-over: a wrapper
@@ -16,10 +17,13 @@ import logging
 import tempfile
 from pathlib import Path
 
+from dispatcher.controller.access.bearer import TokenReviewAuth
+from dispatcher.controller.dashboard.clusters_api import ClustersApi
 from dispatcher.controller.kube.client import Kube
 from dispatcher.controller.kube.lease import LeaderElector
 from dispatcher.controller.metrics.server import MetricsAuth
 
+from . import clusters_facts
 from .manager_metrics import ManagerMetrics, ManagerServer
 from .passes import Manager, ManagerSettings
 
@@ -32,7 +36,6 @@ LOST_LEASE = 1
 async def manage(settings: ManagerSettings, stop: asyncio.Event,
                  auth: MetricsAuth | None = None) -> int:
     kube = await Kube.connect(settings.kubeconfig)
-    metrics = ManagerMetrics()
     server = None
     elector: LeaderElector | None = None
     try:
@@ -40,14 +43,15 @@ async def manage(settings: ManagerSettings, stop: asyncio.Event,
             # Its own connection: a renewal must not queue behind the pass's writes.
             elector = LeaderElector(await Kube.connect(settings.kubeconfig),
                                     settings.lease_namespace, settings.lease_name)
-        if settings.metrics_port:
-            server = ManagerServer(metrics, settings.metrics_port, settings.metrics_host,
-                                   auth=auth, standby=_standby(elector, settings))
-            await server.start()
-        if elector is not None and not await _lead(elector, stop):
-            return 0
         with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
-            manager = Manager(kube, settings, Path(d), metrics=metrics)
+            # Made before it leads, so that the Clusters view is served from the start
+            # (a standby says so); it sends nothing until it runs.
+            manager = Manager(kube, settings, Path(d), metrics=ManagerMetrics())
+            if settings.metrics_port:
+                server = _server(manager, settings, auth, _standby(elector, settings))
+                await server.start()
+            if elector is not None and not await _lead(elector, stop):
+                return 0
             return await _run(manager, elector, stop)
     finally:
         if elector is not None:
@@ -56,6 +60,16 @@ async def manage(settings: ManagerSettings, stop: asyncio.Event,
         if server is not None:
             await server.stop()
         await kube.close()
+
+
+def _server(manager: Manager, settings: ManagerSettings, auth: MetricsAuth | None,
+            standby: ManagerServer.Standby) -> ManagerServer:
+    """/metrics, /healthz and the Clusters view; the view checks every viewer's token
+    with the manager cluster, whatever --metrics-auth says (as the controller's dashboard)."""
+    viewers = TokenReviewAuth(lambda: Kube.connect(settings.kubeconfig))
+    dashboard = ClustersApi(clusters_facts.source(manager, standby), viewers)
+    return ManagerServer(manager.metrics, settings.metrics_port, settings.metrics_host,
+                         auth=auth, standby=standby, dashboard=dashboard)
 
 
 def _standby(elector: LeaderElector | None, settings: ManagerSettings

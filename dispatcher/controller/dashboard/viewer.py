@@ -1,0 +1,56 @@
+"""Who may see what of the dashboards, and the headers every answer carries: shared by the
+controller's dashboard (api.py) and the manager's Clusters view (clusters_api.py).
+
+A request carries ``Authorization: Bearer TOKEN`` of a user allowed to ``list`` AppWrappers
+— in every namespace, or, with ``?namespaces=a,b``, in each of those — checked with a
+TokenReview and SubjectAccessReviews (access/bearer.py: answers kept a minute, new tokens'
+questions bounded per address).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from aiohttp import web
+
+from dispatcher.api.models import API_GROUP
+from dispatcher.controller.access.bearer import TokenReviewAuth
+
+MAX_NAMESPACES = 20
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+                               "connect-src 'self'; img-src 'self'; frame-ancestors 'none'; "
+                               "base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+Scope = frozenset[str] | None  # the namespaces a viewer may see; None: all
+
+
+async def scope(auth: TokenReviewAuth, request: web.Request) -> Scope | web.Response:
+    """The namespaces the request's user may see, or the refusal to send."""
+    asked = [n for n in request.query.get("namespaces", "").split(",") if n]
+    bad = [n for n in asked if not NAMESPACE.match(n)]
+    if bad or len(asked) > MAX_NAMESPACES:
+        return text(400, f"namespaces must be at most {MAX_NAMESPACES} namespace names, "
+                         "separated by commas" + (f" (not {bad[0][:64]!r})" if bad else ""))
+    header = request.headers.get("Authorization")
+    for ns in asked or [""]:
+        where = f"in namespace {ns}" if ns else "in all namespaces"
+        refused = await auth.allowed(header, f"list appwrappers {where}", {
+            "resourceAttributes": {"group": API_GROUP, "resource": "appwrappers",
+                                   "verb": "list", "namespace": ns}},
+            request.remote or "")
+        if refused is not None:
+            return text(*refused)
+    return frozenset(asked) if asked else None
+
+
+def text(status: int, words: str) -> web.Response:
+    return web.Response(status=status, text=words.rstrip("\n") + "\n", headers=HEADERS)
+
+
+def as_json(body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, headers=HEADERS)
