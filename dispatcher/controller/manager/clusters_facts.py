@@ -43,7 +43,7 @@ def source(manager: Manager, standby: Callable[[], str | None]) -> Facts:
 
 def gather(manager: Manager) -> Fleet:
     now = manager.clock()
-    names = sorted(manager.links.keys() | manager.refused.keys())
+    names = sorted(manager.clusters.links.keys() | manager.clusters.refused.keys())
     sent, queued = _split(manager.own.objects.values())
     metrics = manager.metrics
     ago = metrics.clock() - metrics.passed_at if metrics.passed_at is not None else 0.0
@@ -53,11 +53,11 @@ def gather(manager: Manager) -> Fleet:
 
 
 def _worker(manager: Manager, name: str, now: float) -> WorkerFacts:
-    link = manager.links.get(name)
-    refused = manager.refused.get(name)
+    link = manager.clusters.links.get(name)
+    refused = manager.clusters.refused.get(name)
     if link is None:  # its WorkerCluster cannot be used, and never could
         return WorkerFacts(name, False, problem=refused or "", listed=False)
-    silent = None if link.reachable else now - manager.down_since.get(name, now)
+    silent = None if link.reachable else now - manager.clusters.down_since.get(name, now)
     problem = link.problem if refused is None else \
         f"{refused} (the kubeconfig it had before is used meanwhile)"
     if link.look is None:
