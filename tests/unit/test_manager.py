@@ -674,6 +674,29 @@ def test_a_cut_watch_makes_the_worker_unreachable_and_it_catches_up_when_back() 
     assert w1.copies_made() == 1
 
 
+def test_a_worker_down_for_many_passes_has_its_workercluster_status_written_once() -> None:
+    # "Not watching for 3s", "for 4s"... written at every pass would be a status write a
+    # second per silent worker; the time is the manager's to count (since when it is down).
+    w1 = Worker("w1")
+    fleet = Fleet(w1)
+    fleet.cycle()
+    w1.down = True
+    fleet.cycle()
+    written = fleet.manager.status_writes("w1")
+    view = fleet.process.clusters.links["w1"].look
+    assert view is not None
+    for _ in range(5):
+        fleet.now += 7
+        for informer in view.informers:  # their own clock: as if 7 s had passed there too
+            if informer.lost_since is not None:
+                informer.lost_since -= 7
+        fleet.cycle()
+    assert fleet.manager.status_writes("w1") == written
+    status = fleet.manager.get("workload.codeflare.dev/v1beta1", "WorkerCluster", None,
+                               "w1")["status"]  # type: ignore[index]
+    assert status["reachable"] == "False" and "not watching" in status["message"]
+
+
 def test_a_copys_events_are_found_among_many_without_reading_the_others() -> None:
     fleet = Fleet(Worker("w1"))
     fleet.submit("a")

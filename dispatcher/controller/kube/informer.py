@@ -81,6 +81,11 @@ class Informer:
             f" for {span(self.clock() - self.lost_since)}"
         return f"{self.name}: not watching{since} ({self.problem})"
 
+    def blind_cause(self) -> str | None:
+        """Why the watch is down, without for how long: words that change only when the
+        cause does, fit for a status written when it changes."""
+        return None if self.live else f"{self.name}: not watching ({self.problem})"
+
     def _lost(self, problem: str) -> None:
         self.answered.set()
         if self.live:

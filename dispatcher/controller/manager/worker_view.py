@@ -81,9 +81,11 @@ class WorkerView:
         return len(self.state.bound_pods_of((namespace, wrapper)))
 
     def blind_reason(self) -> str | None:
-        """Why this view may be out of date (a watch down), or None."""
+        """Why this view may be out of date (a watch down), or None. Without for how long:
+        it becomes the WorkerCluster's status message, and the manager counts the time
+        itself (since when the worker stopped answering)."""
         for informer in self.informers:
-            why = informer.blind_reason()
+            why = informer.blind_cause()
             if why is not None:
                 return why
         return None
