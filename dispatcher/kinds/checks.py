@@ -105,6 +105,18 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
     ]
 
 
+def pods_countable(aw: AppWrapper) -> bool:
+    """Whether the dispatcher infers the pods of every wrapped object (False: one is of a
+    kind it cannot count, a LeaderWorkerSet, whose pods only its declaration says)."""
+    for item in aw.spec.resources.GenericItems:
+        try:
+            if infer_pod_sets(item.generictemplate) is None:
+                return False
+        except InvalidItem:
+            return False
+    return True
+
+
 def pods_made(aw: AppWrapper) -> int:
     """How many pods the wrapped objects make: what the dispatcher infers from each,
     what custompodresources declares for a kind it cannot count."""

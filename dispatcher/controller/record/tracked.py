@@ -163,6 +163,9 @@ class Tracked:
     # Pods its objects make as admitted (what the dispatcher infers from them; it may be
     # more than custompodresources declares, as in MCAD's own manifests).
     made_pods: int = 0
+    # Every wrapped object is of a kind whose pods the dispatcher counts (False: made_pods
+    # is only what a LeaderWorkerSet's declaration says).
+    pods_countable: bool = True
     dispatched_at: float = 0.0
     # Pods proven to belong to the gang (owner chain to one of its items): name -> bucket.
     pods: dict[str, Bucket] = field(default_factory=dict)

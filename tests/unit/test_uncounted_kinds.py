@@ -1,0 +1,127 @@
+"""Pods of a kind the dispatcher cannot count (a LeaderWorkerSet): its declaration is a
+guess, as Kueue takes it. A pod beyond it gets free room for what is not scarce, never a
+GPU the gang did not declare."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dispatcher.api.conversion import to_v1beta1
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.items.shaping import PLACEMENT_GATE
+
+from . import fake_kube
+from .fake_kube import FakeKube
+from .test_placement import arrive, pinned_to, seen
+from .test_runtime import Clock, node, run, started
+
+LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+STS = ("apps/v1", "StatefulSet")
+LEADER = "template.spec.leaderWorkerTemplate.leaderTemplate"
+WORKER = "template.spec.leaderWorkerTemplate.workerTemplate"
+
+
+@pytest.fixture(autouse=True)
+def _served() -> Iterator[None]:
+    added = {LWS: ("leaderworkersets", True), STS: ("statefulsets", True)}
+    fake_kube.SERVED.update(added)
+    yield
+    for key in added:
+        del fake_kube.SERVED[key]
+
+
+def pod_spec(gpus: int) -> dict[str, Any]:
+    resources = {"requests": {"cpu": "200m"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    return {"containers": [{"name": "c", "image": "nginx", "resources": resources}]}
+
+
+def sample(gpus: int = 0) -> dict[str, Any]:
+    """codeflare's sample's mistake, smaller: a group of a leader and two workers, one
+    worker declared."""
+    lws = {"apiVersion": "/".join(LWS[:1]), "kind": LWS[1], "metadata": {"name": "lws"},
+           "spec": {"replicas": 1, "leaderWorkerTemplate": {
+               "size": 3, "leaderTemplate": {"spec": pod_spec(gpus)},
+               "workerTemplate": {"spec": pod_spec(gpus)}}}}
+    v2 = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+          "metadata": {"name": "lws", "namespace": "team",
+                       "creationTimestamp": "2027-01-15T08:00:00Z"},
+          "spec": {"components": [{"template": lws, "podSets": [
+              {"path": LEADER, "replicas": 1}, {"path": WORKER, "replicas": 1}]}]}}
+    return to_v1beta1(v2)
+
+
+async def pinning(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """A dispatcher that creates LeaderWorkerSets (allowedKinds.add) and pins pods."""
+    d = await started(kube, clock, allowed_kinds=DEFAULT_ALLOWED_KINDS | {
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")})
+    d.items.pin = True
+    return d
+
+
+def lws_pods(kube: FakeKube) -> list[dict[str, Any]]:
+    """The leader and the two workers, as the StatefulSets the LeaderWorkerSet makes make
+    them from its (gated) templates."""
+    lws = kube.get(*LWS, "team", "lws")
+    assert lws is not None, "the LeaderWorkerSet was not created"
+    sts = kube.put({"apiVersion": STS[0], "kind": STS[1],
+                    "metadata": {"name": "lws", "namespace": "team", "ownerReferences": [{
+                        "apiVersion": LWS[0], "kind": LWS[1], "name": "lws",
+                        "uid": lws["metadata"]["uid"], "controller": True}]}})
+    templates = lws["spec"]["leaderWorkerTemplate"]
+    pods = []
+    for name, template in (("lws-0", templates["leaderTemplate"]),
+                           ("lws-0-1", templates["workerTemplate"]),
+                           ("lws-0-2", templates["workerTemplate"])):
+        meta = copy.deepcopy(template.get("metadata") or {})
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": name, "namespace": "team",
+                                  "labels": meta.get("labels", {}),
+                                  "ownerReferences": [{
+                                      "apiVersion": STS[0], "kind": STS[1], "name": "lws",
+                                      "uid": sts["metadata"]["uid"], "controller": True}]},
+                     "spec": copy.deepcopy(template["spec"]), "status": {"phase": "Pending"}})
+    return pods
+
+
+def test_a_pod_beyond_an_uncountable_kinds_declaration_gets_free_room() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=0))
+        kube.put(sample())
+        d = await pinning(kube, clock)
+        await d.cycle()
+        pods = lws_pods(kube)
+        assert all(p["spec"].get("schedulingGates") == [{"name": PLACEMENT_GATE}]
+                   for p in pods)
+        for p in pods:
+            arrive(kube, d, p)
+        await d.cycle()
+        await d.cycle()
+        assert [pinned_to(seen(kube, d, p["metadata"]["name"])) for p in pods] == \
+            [["n1"]] * 3
+
+    run(scenario)
+
+
+def test_a_gpu_beyond_an_uncountable_kinds_declaration_stays_gated() -> None:
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        kube.put(sample(gpus=1))
+        d = await pinning(kube, clock)
+        await d.cycle()
+        pods = lws_pods(kube)
+        for p in pods:
+            arrive(kube, d, p)
+        await d.cycle()
+        await d.cycle()
+        gated = [p["metadata"]["name"] for p in pods
+                 if seen(kube, d, p["metadata"]["name"])["spec"].get("schedulingGates")]
+        assert len(gated) == 1, gated
+
+    run(scenario)
