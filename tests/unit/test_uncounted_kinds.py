@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from dispatcher.api.conversion import to_v1beta1
-from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
-from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.controller.items.shaping import PLACEMENT_GATE
+from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 
 from . import fake_kube
 from .fake_kube import FakeKube
