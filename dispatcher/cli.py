@@ -237,18 +237,22 @@ def _run_manager(args: argparse.Namespace) -> int:
 
     from dispatcher.config import ConfigError, load_config
     from dispatcher.controller.kube.kubeconfig import KubeconfigError
+    from dispatcher.controller.kube.lease import LEASE_SECONDS
     from dispatcher.controller.kube.logs import configure as configure_logging
     from dispatcher.controller.kube.startup import stop_on_signals
     from dispatcher.controller.manager.passes import ManagerSettings
     from dispatcher.controller.manager.service import manage
     from dispatcher.controller.webhook.server import own_namespace
-    from dispatcher.fleet.fence import check_grace
+    from dispatcher.fleet.fence import check_grace, handover_warning
 
     try:
         check_grace(args.worker_grace)
     except ValueError as e:
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
+    warning = handover_warning(args.worker_grace, LEASE_SECONDS) if args.leader_elect else None
+    if warning:
+        print(f"dispatcher run: warning: {warning}", file=sys.stderr)
     configure_logging(args.log_format, args.verbose, quiet=("aiohttp", "kubernetes_asyncio"))
     if not 0 <= args.metrics_port <= 65535:
         print(f"dispatcher run: --metrics-port {args.metrics_port} is not a port (0-65535)",

@@ -16,6 +16,7 @@ deletes the copy as a stray. A worker with no Lease (no manager) fences nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,21 @@ def check_grace(grace: float) -> None:
             f"worker stops the copies of a manager it has not heard from for half of it, "
             "and the other half is the margin that lets it do so before the manager sends "
             "them elsewhere")
+
+
+def handover_warning(grace: float, lease_seconds: float) -> str | None:
+    """With replicas on a Lease, what to fix when the fence's window leaves a hand-over
+    (the Lease expiring, then the new leader's first look at every worker) too little time,
+    or None. Too short, a killed leader makes every worker stop every copy: nothing runs
+    twice, but everything that ran starts again."""
+    if fence_grace(grace) >= 2 * lease_seconds:
+        return None
+    least = math.ceil(2 * lease_seconds / FENCE_SHARE)
+    return (f"--worker-grace {grace:g} with --leader-elect: workers stop the copies of a "
+            f"manager unheard for {fence_grace(grace):g} s, and a new leader takes over "
+            f"{lease_seconds:g} s after the last renewal at the soonest, then looks at every "
+            f"worker; a slower hand-over restarts every copy in every worker. Use "
+            f"--worker-grace {least} or more")
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,14 @@ def default_identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
+#: How long a Lease not renewed keeps others from leading: a killed leader's successor
+#: leads this long after its last renewal, at the soonest.
+LEASE_SECONDS = 20.0
+
+
 class LeaderElector:
     def __init__(self, kube: Kube, namespace: str, name: str = "dispatcher",
-                 identity: str | None = None, lease_duration: float = 20.0,
+                 identity: str | None = None, lease_duration: float = LEASE_SECONDS,
                  renew_deadline: float = 15.0, retry_period: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
