@@ -17,7 +17,7 @@ from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
 from dispatcher.api.bounds import shape_problems
-from dispatcher.api.conversion import stored_form
+from dispatcher.api.conversion import stored_form, unconverted_problem
 from dispatcher.api.fault_tolerance import (
     DEFAULT_FAULT_TOLERANCE,
     FaultTolerance,
@@ -72,6 +72,9 @@ def review(
     too_big = shape_problems(obj)
     if too_big:
         return Review(None, None, too_big)
+    shown = unconverted_problem(obj)
+    if shown is not None:
+        return Review(None, None, [shown])
     try:
         aw = parse_appwrapper(stored_form(obj))
     except InvalidSpec as e:

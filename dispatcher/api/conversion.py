@@ -136,16 +136,25 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
 # --- v1beta2 -> v1beta1 -------------------------------------------------------------
 
 
-def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A v1beta2 AppWrapper in v1beta1 terms."""
-    annotations = (obj.get("metadata") or {}).get("annotations") \
-        if isinstance(obj.get("metadata"), Mapping) else None
-    if isinstance(annotations, Mapping) and UNCONVERTED_ANNOTATION in annotations:
-        raise ConversionError(
-            f"annotation {UNCONVERTED_ANNOTATION}: this is not the stored AppWrapper but what "
+def unconverted_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why `obj` may not be written: it is what a v1beta2 reader was shown of an AppWrapper
+    that could not be converted, with no components; written, it would replace the stored
+    spec. None for any other object."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or UNCONVERTED_ANNOTATION not in annotations:
+        return None
+    return (f"annotation {UNCONVERTED_ANNOTATION}: this is not the stored AppWrapper but what "
             f"could be shown of it as v1beta2 ({annotations[UNCONVERTED_ANNOTATION]}); edit it "
             "as v1beta1 (kubectl edit appwrappers.v1beta1.workload.codeflare.dev NAME), or "
             "delete it")
+
+
+def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1beta2 AppWrapper in v1beta1 terms. What was shown of one that could not be
+    converted (:data:`UNCONVERTED_ANNOTATION`) converts too, keeping that annotation: the
+    API server converts it back when it deletes it through v1beta2 (a namespace being
+    deleted), and a write of it is refused by review (:func:`unconverted_problem`)."""
     source = copy.deepcopy(dict(obj))
     metadata, stashed = _take_stash(source, V1BETA1_FIELDS_ANNOTATION)
     back = stashed or {}

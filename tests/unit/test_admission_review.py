@@ -738,3 +738,17 @@ def test_an_unclosed_deep_v1beta2_annotation_is_refused_not_a_crash() -> None:
         stash["metadata"]["annotations"]["workload.codeflare.dev/v1beta2"] = text
         verdict = run(review.validate(request(stash, ALICE, "UPDATE", old)))
         assert not verdict.allowed and "nests more than 100 levels deep" in verdict.message
+
+
+def test_what_a_v1beta2_reader_was_shown_of_an_unconvertible_wrapper_is_never_written() -> None:
+    """Written back through v1beta2, the shown form (no components) would replace the stored
+    spec: refused, even when only a label seems to change."""
+    review, _ = reviewer()
+    old, _ = admitted(review, appwrapper(job()), ALICE)
+    shown = json.loads(json.dumps(old))
+    shown["metadata"].setdefault("annotations", {})[
+        "workload.codeflare.dev/unconverted"] = "it nests too deep to be converted; flatten it"
+    shown["metadata"]["labels"] = {"team": "a"}
+    verdict = run(review.validate(request(shown, ALICE, "UPDATE", old)))
+    assert not verdict.allowed
+    assert "this is not the stored AppWrapper" in verdict.message

@@ -50,7 +50,12 @@ from typing import Any
 
 from dispatcher.api.bounds import shape_problems
 from dispatcher.api.conditions import ConditionType
-from dispatcher.api.conversion import V1BETA2_FIELDS_ANNOTATION, ConversionError, v1beta2_fields
+from dispatcher.api.conversion import (
+    V1BETA2_FIELDS_ANNOTATION,
+    ConversionError,
+    unconverted_problem,
+    v1beta2_fields,
+)
 from dispatcher.api.fault_tolerance import DEFAULT_FAULT_TOLERANCE, PREFIX, FaultTolerance
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import API_GROUP, APPWRAPPER_KIND, MAX_ITEMS
@@ -232,6 +237,9 @@ class AppWrapperReview:
             return ALLOW
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return _while_deleting(old, obj)
+        shown = unconverted_problem(obj)
+        if shown is not None:  # whatever else changed: it would replace the stored spec
+            return ReviewAnswer(False, code=422, message=capped([shown]))
         refused = _refused_update(old, obj)
         if refused is not None:
             return refused
