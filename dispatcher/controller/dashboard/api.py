@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -32,7 +31,6 @@ from . import facts, view, viewer
 if TYPE_CHECKING:
     from dispatcher.controller.loop.runtime import Dispatcher
 
-PAGE = Path(__file__).resolve().parents[2] / "dashboard_page"
 FILES = {"": ("index.html", "text/html"), "app.js": ("app.js", "text/javascript"),
          "style.css": ("style.css", "text/css")}
 GATHER_SECONDS = 5.0  # the page asks every 5 s: the rows at most once a refresh
@@ -52,21 +50,12 @@ class DashboardApi:
         self._bars: tuple[float, list[view.Bar]] | None = None
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/dashboard", self.to_page)
-        app.router.add_get("/dashboard/{file:(|app\\.js|style\\.css)}", self.page)
+        viewer.serve_page(app, FILES)
         app.router.add_get("/dashboard/api/queue", self.queue)
         app.router.add_get("/dashboard/api/teams", self.teams)
         app.router.add_get("/dashboard/api/timeline", self.timeline)
         app.router.add_get("/dashboard/api/history", self.history)
         app.router.add_get("/dashboard/api/appwrappers/{namespace}/{name}", self.one)
-
-    async def to_page(self, request: web.Request) -> web.StreamResponse:
-        raise web.HTTPFound("/dashboard/")
-
-    async def page(self, request: web.Request) -> web.Response:
-        name, content_type = FILES[request.match_info["file"]]
-        return web.Response(body=(PAGE / name).read_bytes(), content_type=content_type,
-                            charset="utf-8", headers=viewer.HEADERS)
 
     async def _ready(self, request: web.Request
                      ) -> tuple[Dispatcher, viewer.Scope] | web.Response:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from aiohttp import web
 
@@ -25,7 +24,6 @@ from dispatcher.controller.access.bearer import TokenReviewAuth
 from . import viewer
 from .clusters_view import Fleet, clusters
 
-PAGE = Path(__file__).resolve().parents[2] / "dashboard_page"
 FILES = {"": ("clusters.html", "text/html"), "clusters.js": ("clusters.js", "text/javascript"),
          "style.css": ("style.css", "text/css")}
 GATHER_SECONDS = 2.0
@@ -42,17 +40,8 @@ class ClustersApi:
         self._gathered: tuple[float, Fleet | str] | None = None
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/dashboard", self.to_page)
-        app.router.add_get("/dashboard/{file:(|clusters\\.js|style\\.css)}", self.page)
+        viewer.serve_page(app, FILES)
         app.router.add_get("/dashboard/api/clusters", self.clusters)
-
-    async def to_page(self, request: web.Request) -> web.StreamResponse:
-        raise web.HTTPFound("/dashboard/")
-
-    async def page(self, request: web.Request) -> web.Response:
-        name, content_type = FILES[request.match_info["file"]]
-        return web.Response(body=(PAGE / name).read_bytes(), content_type=content_type,
-                            charset="utf-8", headers=viewer.HEADERS)
 
     async def clusters(self, request: web.Request) -> web.Response:
         scope = await viewer.scope(self.auth, request)

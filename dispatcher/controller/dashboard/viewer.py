@@ -10,6 +10,8 @@ questions bounded per address).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +29,24 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 Scope = frozenset[str] | None  # the namespaces a viewer may see; None: all
+PAGE = Path(__file__).resolve().parents[2] / "dashboard_page"
+
+
+def serve_page(app: web.Application, files: Mapping[str, tuple[str, str]]) -> None:
+    """A page at /dashboard/ (/dashboard sends there): `files` maps each path under it to
+    its file in dashboard_page/ and its content type. Anyone may load it: its data comes
+    from the API, which checks every token."""
+    async def to_page(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/dashboard/")
+
+    async def page(request: web.Request) -> web.Response:
+        name, content_type = files[request.match_info["file"]]
+        return web.Response(body=(PAGE / name).read_bytes(), content_type=content_type,
+                            charset="utf-8", headers=HEADERS)
+
+    served = "|".join(re.escape(path) for path in files)
+    app.router.add_get("/dashboard", to_page)
+    app.router.add_get(f"/dashboard/{{file:({served})}}", page)
 
 
 async def scope(auth: TokenReviewAuth, request: web.Request) -> Scope | web.Response:
