@@ -105,22 +105,12 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
     ]
 
 
-def pods_countable(aw: AppWrapper) -> bool:
-    """Whether the dispatcher infers the pods of every wrapped object (False: one is of a
-    kind it cannot count, a LeaderWorkerSet, whose pods only its declaration says)."""
-    for item in aw.spec.resources.GenericItems:
-        try:
-            if infer_pod_sets(item.generictemplate) is None:
-                return False
-        except InvalidItem:
-            return False
-    return True
-
-
-def pods_made(aw: AppWrapper) -> int:
+def pods_made(aw: AppWrapper) -> tuple[int, bool]:
     """How many pods the wrapped objects make: what the dispatcher infers from each,
-    what custompodresources declares for a kind it cannot count."""
-    total = 0
+    what custompodresources declares for a kind it cannot count; and whether it counted
+    every one (False: one is of a kind it cannot count, a LeaderWorkerSet, whose pods only
+    its declaration says)."""
+    total, countable = 0, True
     for item in aw.spec.resources.GenericItems:
         try:
             inferred = infer_pod_sets(item.generictemplate)
@@ -128,9 +118,10 @@ def pods_made(aw: AppWrapper) -> int:
             inferred = None
         if inferred is None:
             total += sum(c.replicas for c in item.custompodresources)
+            countable = False
         else:
             total += sum(s.count for s in inferred)
-    return total
+    return total, countable
 
 
 def _declared_shapes(where: str, item: GenericItem, inferred: Sequence[PodSet]) -> list[str]:

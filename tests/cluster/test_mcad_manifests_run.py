@@ -126,7 +126,7 @@ def _started(k: Kubectl, name: str) -> list[dict[str, Any]]:
 def _real_pods(path: Path) -> int:
     """How many pods the wrapped objects will create."""
     (aw,) = [d for d in _documents(path) if d.get("kind") == "AppWrapper"]
-    return pods_made(parse_appwrapper(aw))
+    return pods_made(parse_appwrapper(aw))[0]
 
 
 def _latest(k: Kubectl, name: str) -> str:

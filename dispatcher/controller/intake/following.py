@@ -12,7 +12,7 @@ from dispatcher.api.conditions import latest
 from dispatcher.api.models import AppWrapper, AppWrapperStatus
 from dispatcher.controller.items.scaling import follow_size
 from dispatcher.controller.record.tracked import Tracked
-from dispatcher.kinds.checks import pods_countable, pods_made
+from dispatcher.kinds.checks import pods_made
 from dispatcher.kinds.completion import deciding_items
 from dispatcher.lifecycle import Timing, fault_tolerance_for
 from dispatcher.queue import QueuedWrapper
@@ -41,8 +41,7 @@ def follow(t: Tracked, aw: AppWrapper, queued: QueuedWrapper, timing: Timing) ->
     """What the dispatcher follows of it: its queue entry, pods, items with an outcome."""
     t.queued = queued
     t.expected_pods = sum(g.pod_set.count for g in queued.gang)
-    t.made_pods = pods_made(aw)
-    t.pods_countable = pods_countable(aw)
+    t.made_pods, t.pods_countable = pods_made(aw)
     follow_size(t)  # an elastic gang's pods follow its size
     t.completable = deciding_items(
         [(item.generictemplate, item.completionstatus)
