@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -478,6 +479,28 @@ def test_metrics_per_worker_say_sent_reachable_and_free_gpus_and_go_with_the_wor
         assert sample(fleet, metric, "w2") is None
 
 
+def test_each_pass_is_timed_where_the_manager_serves_its_metrics() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    stop = asyncio.Event()
+
+    async def run_two_passes() -> None:
+        async def after_two() -> None:
+            while fleet.process.metrics.passes < 2:
+                fleet.now += 0.25  # each pass takes a quarter of a second, to its clock
+                await asyncio.sleep(0)
+            stop.set()
+
+        watcher = asyncio.create_task(after_two())
+        await fleet.process.run(stop)
+        await watcher
+
+    fleet.loop.run_until_complete(run_two_passes())
+    registry = fleet.process.metrics.registry
+    assert registry.get_sample_value("dispatcher_manager_pass_duration_seconds_count") == 2
+    assert fleet.holding("a") == {"w1"}
+
+
 def test_the_managers_health_is_its_passes() -> None:
     from dispatcher.controller.manager.manager_metrics import ManagerMetrics, ManagerServer
 
@@ -620,6 +643,66 @@ def test_a_gang_requiring_a_rack_goes_to_the_worker_with_one_free() -> None:
     fleet.manager.put(aw)
     fleet.cycle()
     assert fleet.target("a") == "w2"
+
+
+def test_the_heartbeat_is_renewed_while_a_pass_runs_longer_than_the_fence() -> None:
+    fleet = Fleet(Worker("w1"), settings=ManagerSettings(grace=GRACE, interval=0.01))
+    w1 = fleet.workers["w1"]
+    wedged, stop = asyncio.Event(), asyncio.Event()
+    manager_cluster = fleet.process.own.current
+
+    async def slow() -> list[dict[str, Any]]:
+        # The second pass waits here, as one making a thousand copies on a loaded machine
+        # would, past the worker's fence (GRACE / 2 seconds): a second on the manager's
+        # clock for each period between passes.
+        if fleet.process.metrics.passes >= 1:
+            wedged.set()
+            while not stop.is_set():
+                fleet.now += 1.0
+                await asyncio.sleep(0.01)
+        return await manager_cluster()
+
+    fleet.process.own.current = slow  # type: ignore[method-assign]
+
+    def renewed() -> float:
+        lease = w1.get("coordination.k8s.io/v1", "Lease", LEASE_NAMESPACE, LEASE_NAME)
+        assert lease is not None
+        return datetime.fromisoformat(lease["spec"]["renewTime"]).timestamp()
+
+    async def scenario() -> tuple[float, float, int]:
+        run = asyncio.create_task(fleet.process.run(stop))
+        await wedged.wait()
+        started = fleet.now
+        while fleet.now < started + 2 * GRACE:
+            await asyncio.sleep(0.01)
+        passes = fleet.process.metrics.passes
+        stop.set()
+        await run
+        return started, renewed(), passes
+
+    started, last, passes = fleet.loop.run_until_complete(scenario())
+    assert passes == 1  # the second pass did not end while timed
+    assert last > started + GRACE  # renewed all along, the fence (GRACE / 2) never ran out
+
+
+def test_a_queue_posted_at_once_is_told_why_it_waits_a_share_each_pass_head_first() -> None:
+    from dispatcher.controller.manager.passes import WAITING_WRITES_PER_PASS as SHARE
+
+    fleet = Fleet(Worker("w1"))
+    names = [f"aw-{i:03d}" for i in range(2 * SHARE + 10)]
+    for name in names:
+        fleet.submit(name, gpus=16)  # fits nowhere
+
+    def told() -> list[str]:
+        return [n for n in names if (fleet.wrapper(n).get("status") or {}).get("message")]
+
+    fleet.cycle()
+    assert told() == names[:SHARE]
+    fleet.cycle(2)
+    assert told() == names
+    writes = sum(fleet.manager.status_writes(n) for n in names)
+    fleet.cycle(2)
+    assert sum(fleet.manager.status_writes(n) for n in names) == writes  # nothing new to say
 
 
 def test_a_worker_is_listed_once_then_each_pass_asks_it_only_for_the_heartbeat() -> None:

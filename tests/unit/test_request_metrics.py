@@ -8,6 +8,7 @@ import base64
 import json
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -170,3 +171,40 @@ def test_the_webhook_serves_no_metrics_unless_asked() -> None:
 
     assert asyncio.run(scenario()) == 404
 
+
+
+def test_the_manager_counts_its_requests_to_each_worker_by_verb_until_it_goes(
+        tmp_path: Path) -> None:
+    from dispatcher.controller.manager.manager_metrics import ManagerMetrics, WorkerFigures
+    from dispatcher.controller.manager.workers import counted
+
+    metrics = ManagerMetrics()
+    link = counted(metrics.requests_to)
+
+    def sent(cluster: str, verb: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "dispatcher_worker_api_requests_total", {"cluster": cluster, "verb": verb})
+
+    async def scenario(url: str) -> None:
+        config = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                  "clusters": [{"name": "c", "cluster": {"server": url}}],
+                  "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                  "users": [{"name": "u", "user": {}}]}
+        w1 = await link({"metadata": {"name": "w1"}}, json.dumps(config).encode(), tmp_path)
+        w2 = await link({"metadata": {"name": "w2"}}, json.dumps(config).encode(), tmp_path)
+        try:
+            for _ in range(2):
+                await w1.kube.request("GET", "/api/v1/nodes")
+            await w2.kube.request("GET", "/api/v1/nodes")
+            with pytest.raises(ApiError):
+                await w1.kube.request("POST", "/api/v1/namespaces/a/pods", {}, retry=False)
+        finally:
+            await w1.close()
+            await w2.close()
+
+    asyncio.run(with_api_server(scenario))
+    assert (sent("w1", "GET"), sent("w1", "POST"), sent("w2", "GET")) == (2, 1, 1)
+    assert sent("w2", "POST") is None
+    metrics.observe({"w1": WorkerFigures(0, True, 0), "w2": WorkerFigures(0, True, 0)})
+    metrics.observe({"w1": WorkerFigures(0, True, 0)})
+    assert sent("w1", "GET") == 2 and sent("w2", "GET") is None

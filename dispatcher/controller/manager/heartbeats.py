@@ -1,6 +1,6 @@
 """The manager's heartbeat in each worker: a Lease it renews in every pass in which the
-worker answers, naming the fence's grace (dispatcher.fleet.fence says what the worker's
-dispatcher does with it).
+worker answers, and between passes while one runs long, naming the fence's grace
+(dispatcher.fleet.fence says what the worker's dispatcher does with it).
 
 The manager measures its own requeue grace from the last renewal the worker acknowledged,
 on its own clock: the worker saw that renewal no sooner than it landed, so it stops the
@@ -10,9 +10,11 @@ elsewhere (after the whole grace).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from dispatcher.controller.kube.client import ApiError
@@ -59,6 +61,24 @@ class Heartbeats:
                            f"be renewed: {e}"
             return
         self.renewed_at[link.name] = self.clock()
+
+    async def keep(self, links: Callable[[], Iterable[WorkerLink]], interval: float,
+                   stop: asyncio.Event) -> None:
+        """Until `stop`: every `interval`, renew where the pass has not for that long. A
+        pass may outlast the fence's grace (a thousand copies to make, on a loaded
+        machine); the workers must not take the manager for gone while it works."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            now = self.clock()
+            due = [link for link in links() if link.reachable
+                   and now - self.renewed_at.get(link.name, -math.inf) >= interval]
+            # A link closed under it (its WorkerCluster changed) fails its renewal only.
+            for link, result in zip(due, await asyncio.gather(
+                    *(self.renew(link) for link in due), return_exceptions=True), strict=True):
+                if isinstance(result, Exception):
+                    log.debug("worker cluster %s: heartbeat between passes: %s", link.name,
+                              result)
 
     async def _create(self, link: WorkerLink, body: Mapping[str, object]) -> None:
         lease = {"apiVersion": LEASES.api_version, "kind": "Lease",

@@ -6,16 +6,19 @@ loses its series, so the series stay bounded by the number of WorkerClusters.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dispatcher.controller.dashboard.clusters_api import ClustersApi
-from dispatcher.controller.metrics.labels import PREFIX
+from dispatcher.controller.metrics.labels import OTHER, PREFIX, bounded
+from dispatcher.controller.metrics.prometheus import CYCLE_BUCKETS
+from dispatcher.controller.metrics.requests import VERBS
 from dispatcher.controller.metrics.server import MetricsAuth, exposition
 from dispatcher.wording import span
 
@@ -48,6 +51,14 @@ class ManagerMetrics:
         self.last_pass = Gauge(f"{PREFIX}_manager_last_pass_timestamp_seconds",
                                "When the manager last finished a pass, in seconds since the "
                                "epoch.", registry=r)
+        self.pass_duration = Histogram(
+            f"{PREFIX}_manager_pass_duration_seconds", "Time one pass over the worker "
+            "clusters took, from its start to its last write (the next starts a period "
+            "later).", buckets=CYCLE_BUCKETS, registry=r)
+        self.worker_requests = Counter(
+            f"{PREFIX}_worker_api_requests", "Requests the manager sent to the worker "
+            "cluster's API server (each attempt; watches not counted), by verb.",
+            ["cluster", "verb"], registry=r)
         self._known: set[str] = set()
         self.passed_at: float | None = None
         self.passes = 0
@@ -57,6 +68,9 @@ class ManagerMetrics:
         for gone in self._known - set(workers):
             for gauge in (self.sent, self.reachable, self.free_gpus):
                 gauge.remove(gone)
+            for verb in (*VERBS, OTHER):
+                with contextlib.suppress(KeyError):
+                    self.worker_requests.remove(gone, verb)
         self._known = set(workers)
         for name, f in workers.items():
             self.sent.labels(name).set(f.sent)
@@ -66,6 +80,27 @@ class ManagerMetrics:
         self.passed_at = self.clock()
         self.passes += 1
         self.unreachable = sorted(n for n, f in workers.items() if not f.reachable)
+
+    def passed(self, seconds: float) -> None:
+        self.pass_duration.observe(max(0.0, seconds))
+
+    def requests_to(self, cluster: str) -> WorkerRequests:
+        """What the link to the worker `cluster` tells of its requests."""
+        return WorkerRequests(self.worker_requests, cluster)
+
+
+@dataclass(frozen=True)
+class WorkerRequests:
+    """A worker link's request observer (kube.client.RequestObserver): counts them."""
+
+    counter: Counter
+    cluster: str
+
+    def api_request(self, verb: str, status: int, seconds: float) -> None:
+        self.counter.labels(self.cluster, bounded(verb, VERBS, OTHER)).inc()
+
+    def api_paced(self, priority: int, seconds: float) -> None:
+        pass
 
 
 class ManagerServer:

@@ -13,8 +13,8 @@ CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion
 kept only in the worker its wrapper names. A manager killed between the two writes finds the
 label when it starts again and makes the copy then; one killed after both adopts the copy.
 A worker cut off from the manager stops its copies before the grace runs out: the manager
-renews a heartbeat there each pass (heartbeats.py) and counts the grace from the last
-renewal the worker acknowledged.
+renews a heartbeat there each pass, and between passes while one runs long (heartbeats.py),
+and counts the grace from the last renewal the worker acknowledged.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ log = logging.getLogger("dispatcher.manager")
 READY = "dispatcher ready: manager of worker clusters"
 #: Writes about different wrappers in flight at once (the client paces them).
 PARALLEL = 16
+#: Waiting wrappers' messages written in one pass, at most (the rest in the next passes).
+WAITING_WRITES_PER_PASS = 50
 T = TypeVar("T")
 
 
@@ -104,15 +106,22 @@ class Manager:
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
                  READY, self.settings.grace, self.heartbeats.seconds)
+        beats = asyncio.create_task(self.heartbeats.keep(
+            lambda: list(self.clusters.links.values()), self.settings.interval, stop))
         try:
             while not stop.is_set():
+                started = self.clock()
                 try:
                     await self.cycle()
                 except ApiError as e:
                     log.warning("manager pass cut short: %s", e)
+                self.metrics.passed(self.clock() - started)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.interval)
         finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
             await self.close()
         return 0
 
@@ -232,9 +241,13 @@ class Manager:
                 waits.append((obj, answer.message))
             else:
                 writes.append(self._send(obj, answer))
-        # Only the messages that changed are written (most of a long queue's do not).
-        writes += [self._waiting(obj, message) for obj, message in waits
+        # Only the messages that changed are written (most of a long queue's do not), the
+        # head of the queue's first, and a pass's share only: thousands posted at once
+        # must not hold the pass, and the copies it makes, for minutes.
+        changed = [(obj, message) for obj, message in waits
                    if (obj.get("status") or {}).get("message") != message]
+        writes += [self._waiting(obj, message)
+                   for obj, message in changed[:WAITING_WRITES_PER_PASS]]
         # The room of each was taken in the decision: the writes, each fenced on its own
         # wrapper, need no order between them.
         await _bounded(writes)

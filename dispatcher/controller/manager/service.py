@@ -26,6 +26,7 @@ from dispatcher.controller.metrics.server import MetricsAuth
 from . import clusters_facts
 from .manager_metrics import ManagerMetrics, ManagerServer
 from .passes import Manager, ManagerSettings
+from .workers import counted
 
 log = logging.getLogger("dispatcher.manager")
 
@@ -46,7 +47,9 @@ async def manage(settings: ManagerSettings, stop: asyncio.Event,
         with tempfile.TemporaryDirectory(prefix="dispatcher-workers-") as d:
             # Made before it leads, so that the Clusters view is served from the start
             # (a standby says so); it sends nothing until it runs.
-            manager = Manager(kube, settings, Path(d), metrics=ManagerMetrics())
+            metrics = ManagerMetrics()
+            manager = Manager(kube, settings, Path(d), link=counted(metrics.requests_to),
+                              metrics=metrics)
             if settings.metrics_port:
                 server = _server(manager, settings, auth, _standby(elector, settings))
                 await server.start()

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatcher.controller.kube.client import ApiError, Kube, Resource, RetryPolicy
+from dispatcher.controller.kube.client import (
+    ApiError,
+    Kube,
+    RequestObserver,
+    Resource,
+    RetryPolicy,
+)
 
 from .worker_kubeconfig import INSTEAD, outside_references
 from .worker_view import WorkerView
@@ -123,15 +129,25 @@ def digest(kubeconfig: bytes) -> str:
     return hashlib.sha256(kubeconfig).hexdigest()
 
 
-async def connect(worker: Mapping[str, Any], kubeconfig: bytes, directory: Path) -> WorkerLink:
+async def connect(worker: Mapping[str, Any], kubeconfig: bytes, directory: Path,
+                  observer: RequestObserver | None = None) -> WorkerLink:
     """A link to the worker; the kubeconfig goes to a file only this process may read."""
     name = str(worker["metadata"]["name"])
     fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".kubeconfig", dir=directory)
     with os.fdopen(fd, "wb") as fh:
         fh.write(kubeconfig)
-    kube = await Kube.connect(path, retry=WORKER_RETRY)
+    kube = await Kube.connect(path, retry=WORKER_RETRY, observer=observer)
     return WorkerLink(name, dict(worker["metadata"].get("labels") or {}), kube,
                       digest(kubeconfig), _files=[Path(path)])
+
+
+def counted(observer_of: Callable[[str], RequestObserver]) -> Connect:
+    """`connect`, each worker's requests told to `observer_of(its name)`."""
+    async def link(worker: Mapping[str, Any], kubeconfig: bytes, directory: Path
+                   ) -> WorkerLink:
+        name = str(worker["metadata"]["name"])
+        return await connect(worker, kubeconfig, directory, observer_of(name))
+    return link
 
 
 async def ensure_namespace(kube: Kube, namespace: str) -> None:
