@@ -64,14 +64,16 @@ class Heartbeats:
 
     async def keep(self, links: Callable[[], Iterable[WorkerLink]], interval: float,
                    stop: asyncio.Event) -> None:
-        """Until `stop`: every `interval`, renew where the pass has not for that long. A
-        pass may outlast the fence's grace (a thousand copies to make, on a loaded
-        machine); the workers must not take the manager for gone while it works."""
+        """Until `stop`: every `interval`, renew where the pass has not for that long, in
+        every worker the manager sees (its watches open), as a pass would. A pass may
+        outlast the fence's grace (a thousand copies to make, on a loaded machine); the
+        workers must not take the manager for gone while it works, nor for one slow
+        answer to a renewal."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)
             now = self.clock()
-            due = [link for link in links() if link.reachable
+            due = [link for link in links() if link.watching
                    and now - self.renewed_at.get(link.name, -math.inf) >= interval]
             # A link closed under it (its WorkerCluster changed) fails its renewal only.
             for link, result in zip(due, await asyncio.gather(

@@ -85,6 +85,12 @@ class WorkerLink:
         self.problem = blind or "not listed yet"
         view.retry_now()
 
+    @property
+    def watching(self) -> bool:
+        """Every watch of the worker open now (what makes it reachable at a pass)."""
+        view = self._view
+        return view is not None and view.listed and view.blind_reason() is None
+
     def retry_now(self) -> None:
         """Open the watches that are down now, without waiting for their back-off."""
         if self._view is not None:
