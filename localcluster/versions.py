@@ -39,6 +39,7 @@ KUTTL_TOOLCHAIN = "go1.25.4"
 #: compiled by ``go test -c``) runs against the dispatcher serving v1beta2
 #: (``github.com/project-codeflare/appwrapper``).
 APPWRAPPER = "v1.2.1"
+KUEUE = "v0.17.0"
 #: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
 HELM = "v3.22.0"
 #: kustomize (``sigs.k8s.io/kustomize/kustomize/v5``, the version kubectl embeds), to render
@@ -48,7 +49,8 @@ KUSTOMIZE = "v5.7.1"
 RELEASE_TOOLS = ("helm", "kustomize")
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
-                "appwrapper-e2e": "1.26.0", "lws": "1.26.0"}
+                "appwrapper-e2e": "1.26.0", "lws": "1.26.0",
+                "kueue": "1.26.0"}
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -206,6 +208,15 @@ WRAPPERS: dict[str, Wrapper] = {
             # Not in the checksum database; the committed go.sum pins its hash all the same.
             env={"GONOSUMDB": "github.com/project-codeflare/appwrapper"},
         ),
+        # The peer users run today, beside the dispatcher (bench/peers.py, its cluster test).
+        Wrapper(
+            name="kueue",
+            requires={"sigs.k8s.io/kueue": KUEUE},
+            packages=("sigs.k8s.io/kueue/cmd/kueue",),
+            binaries=("kueue",),
+            ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE}",),
+            go=GO_DIRECTIVE["kueue"],
+        ),
         Wrapper(
             name="crds",
             requires={
@@ -218,7 +229,8 @@ WRAPPERS: dict[str, Wrapper] = {
 
 #: What ``build`` builds, in the order it reports them (it starts build.LONGEST first).
 BUILD_ORDER: tuple[str, ...] = (
-    "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
+    # Kueue, the second longest, starts beside Kubernetes, not last after all the others.
+    "kueue", "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
     "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper-e2e",
 )
 

@@ -1,0 +1,165 @@
+"""Kueue, the queue most users run today, as a local process beside the dispatcher: what the
+side-by-side bench (bench/peers.py) measures against, and what its cluster test starts.
+
+It is not part of ``up``: ``Kueue(cluster).start()`` installs its CRDs (server-side: the
+Workload CRD is larger than client-side apply can record), writes its configuration and
+certificates, starts it and waits for its /readyz; the cluster's ``down`` stops it with the
+rest. Configured as one replica outside the cluster: no leader election, no certificate
+management of its own (it serves on loopback with a certificate of the cluster's CA), no
+visibility server (an aggregated API with certificates from a fixed path), no metrics
+server. Its webhooks are not registered: a Job is queued by creating it suspended with its
+LocalQueue's label, which is all Kueue's Job webhook adds; ClusterQueues and LocalQueues get
+their defaults from the CRDs' schemas.
+
+Kueue reads the certificate of its metrics server from a fixed directory, even when that
+server is off: ``/etc/kueue/metrics/certs``, written here (it needs root, as the real node
+does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import build, pki
+from .cluster import Cluster, ClusterError
+from .kube import Kubectl, wait_for
+
+HOST = "127.0.0.1"
+MODULE = "sigs.k8s.io/kueue"
+NAME = "kueue"
+NAMESPACE = "kueue-system"
+API = "kueue.x-k8s.io/v1beta2"
+#: The label that puts a Job in a LocalQueue.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+CRDS = tuple(f"config/components/crd/bases/kueue.x-k8s.io_{k}.yaml" for k in (
+    "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters",
+    "multikueueconfigs", "provisioningrequestconfigs", "resourceflavors", "topologies",
+    "workloadpriorityclasses", "workloads"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Kueue:
+    def __init__(self, cluster: Cluster, settings: Mapping[str, Any] | None = None) -> None:
+        """`settings`: more of Kueue's Configuration (e.g. ``waitForPodsReady``)."""
+        self.cluster = cluster
+        self.settings = dict(settings or {})
+        self.dir = cluster.dir / NAME
+        self.log = cluster.logs / f"{NAME}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.probe_port = 0
+
+    def start(self, timeout: float = 180) -> None:
+        kubectl = self.cluster.kubectl()
+        self.install_crds(kubectl)
+        kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        config = self._configure()
+        self.cluster.logs.mkdir(parents=True, exist_ok=True)
+        self.cluster.pids.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as fh:
+            self.proc = subprocess.Popen(
+                [str(build.binary("kueue")), "--config", str(config),
+                 "--kubeconfig", str(self.cluster.kubeconfig)],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.dir)
+        (self.cluster.pids / f"{NAME}.pid").write_text(str(self.proc.pid))
+        wait_for(self.ready, timeout, f"Kueue's /readyz (log {self.log})")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise ClusterError(f"Kueue exited ({self.proc.returncode}); log {self.log}:\n"
+                               + self.log.read_text(errors="replace")[-3000:])
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.probe_port}/readyz",
+                                        timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        (self.cluster.pids / f"{NAME}.pid").unlink(missing_ok=True)
+
+    @staticmethod
+    def install_crds(kubectl: Kubectl) -> None:
+        base = Path(build.module_dirs("kueue")[MODULE])
+        for crd in CRDS:
+            kubectl("apply", "--server-side", "--force-conflicts", "-f", str(base / crd))
+        for crd in CRDS:
+            name = yaml.safe_load((base / crd).read_text())["metadata"]["name"]
+            kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+    def _configure(self) -> Path:
+        """Its configuration file and serving certificate (and the metrics one it reads
+        from a fixed path); the path of the configuration."""
+        certs = self.dir / "certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        cert, key = pki.issue(self.cluster.dir, f"{NAME}.local", hosts=(HOST,))
+        for d in (certs, METRICS_CERTS):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "tls.crt").write_bytes(cert)
+                (d / "tls.key").write_bytes(key)
+            except PermissionError as e:
+                raise ClusterError(f"Kueue reads its metrics certificate from {METRICS_CERTS}, "
+                                   f"which this user cannot write ({e}): run as root, or "
+                                   "make that directory writable") from e
+        self.probe_port = _free_port()
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": NAMESPACE,
+            "leaderElection": {"leaderElect": False},
+            "health": {"healthProbeBindAddress": f"{HOST}:{self.probe_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"host": HOST, "port": _free_port(), "certDir": str(certs)},
+            "internalCertManagement": {"enable": False},
+            "featureGates": {"VisibilityOnDemand": False},
+            "integrations": {"frameworks": ["batch/job"]},
+            **self.settings,
+        }
+        path = self.dir / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        os.chmod(path, 0o600)
+        return path
+
+
+def queue(kubectl: Kubectl, namespace: str, quota: Mapping[str, str],
+          name: str = "bench", flavor: Mapping[str, Any] | None = None) -> None:
+    """A ResourceFlavor, a ClusterQueue of `quota` (resource -> nominal quota) open to every
+    namespace, and a LocalQueue `name` in `namespace` pointing at it."""
+    kubectl.apply([
+        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": name},
+         "spec": dict(flavor or {})},
+        {"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
+         "spec": {"namespaceSelector": {},
+                  "resourceGroups": [{
+                      "coveredResources": sorted(quota),
+                      "flavors": [{"name": name, "resources": [
+                          {"name": r, "nominalQuota": q} for r, q in sorted(quota.items())]}],
+                  }]}},
+        {"apiVersion": API, "kind": "LocalQueue",
+         "metadata": {"name": name, "namespace": namespace},
+         "spec": {"clusterQueue": name}},
+    ])
