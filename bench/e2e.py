@@ -20,6 +20,13 @@ Mode *webhook* runs the dispatcher with its pod webhook (deploy/components/pod-w
 registered with a loopback URL): each pod of a gang is created already let onto its node,
 instead of at its gate lifted by a PATCH (the default dispatcher run).
 
+Modes *kueue* and *kueue-wfpr* run the same Jobs through Kueue v0.17.0 (built by
+`python -m localcluster build kueue`; localcluster/kueue.py starts it): created suspended
+with the label of a LocalQueue whose ClusterQueue holds the whole cluster's resources; Kueue
+admits by quota and kube-scheduler places the pods. *kueue-wfpr* adds WaitForPodsReady as
+Kueue's docs set it up for all-or-nothing (timeout 5 min, blockAdmission, requeued by
+eviction time).
+
 With --mixed SEED the gangs fragment the nodes (1, 2, 4 or 8 pods of 1, 2, 4 or 8 GPUs,
 drawn with SEED), and the dispatcher's run also measures the decide-vs-bind gap: pods that
 kube-scheduler bound on another node than the dispatcher planned (the nodes its Dispatched
@@ -28,7 +35,7 @@ cluster did not keep.
 
 Usage: python bench/e2e.py [--wrappers 500] [--pods 4] [--nodes 64] [--run-for 10s]
        [--mixed SEED] [--dispatcher-args '--kube-qps 100']
-       [--modes direct,floor,dispatcher,unpinned,webhook]
+       [--modes direct,floor,dispatcher,unpinned,webhook,kueue,kueue-wfpr]
 (starts the local cluster with a profile of --nodes 8-GPU nodes; leaves it running.)
 """
 
@@ -60,6 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from localcluster import Cluster, Kubectl, wait_for  # noqa: E402
+from localcluster.kueue import QUEUE_LABEL, Kueue, queue  # noqa: E402
 from localcluster.testing import container, outcome  # noqa: E402
 
 LABEL = "workload.codeflare.dev/appwrapper"
@@ -74,9 +82,20 @@ DISPATCHER_MODES = {
                "--webhook-configuration=",
 }
 POD_WEBHOOK = REPO / "deploy" / "components" / "pod-webhook" / "webhook.yaml"
+# Runs through Kueue (v0.17.0, localcluster/kueue.py), and what each adds to its
+# Configuration: its defaults; or WaitForPodsReady as its docs configure it for gangs (a job
+# whose pods are not all Ready within the timeout is evicted and requeued, and no other is
+# admitted meanwhile).
+KUEUE_MODES: dict[str, dict[str, Any]] = {
+    "kueue": {},
+    "kueue-wfpr": {"waitForPodsReady": {
+        "timeout": "5m", "blockAdmission": True,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 10}}},
+}
 GPU = "nvidia.com/gpu"
 METRICS_PORT = 18089  # the dispatcher's /metrics, on loopback
-COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kwok",
+              "kueue")
 
 
 def cpu_seconds(dispatcher_pid: int | None) -> Counter[str]:
@@ -123,6 +142,14 @@ def job(name: str, pods: int, run_for: str, gpus: int = 1) -> dict[str, Any]:
                                                "annotations": outcome("succeed", run_for)},
                                   "spec": {"restartPolicy": "Never",
                                            "containers": [container(gpus=gpus)]}}}}
+
+
+def queued(job: dict[str, Any], local_queue: str) -> dict[str, Any]:
+    """The Job for Kueue: suspended, with its LocalQueue's label (what Kueue's Job webhook,
+    not registered here, would make of it)."""
+    job["metadata"]["labels"][QUEUE_LABEL] = local_queue
+    job["spec"]["suspend"] = True
+    return job
 
 
 def appwrapper(name: str, pods: int, run_for: str, gpus: int = 1) -> dict[str, Any]:
@@ -595,7 +622,7 @@ def main() -> None:
         k = kubectl.in_namespace(ns)
         wait_for(lambda k=k: k.run("get", "sa", "default", check=False).returncode == 0,
                  30, "default service account")
-        proc = floor = None
+        proc = floor = peer = None
         create: Callable[[dict[str, Any]], Any]
         if mode == "floor":
             floor = Floor(api, ns, drawn, args.nodes * 8, args.run_for)
@@ -613,6 +640,16 @@ def main() -> None:
             objects = [appwrapper(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(custom.create_namespaced_custom_object,
                              "workload.codeflare.dev", "v1beta1", ns, "appwrappers")
+        elif mode in KUEUE_MODES:
+            peer = Kueue(cluster, KUEUE_MODES[mode])
+            peer.start()
+            # Its ClusterQueue holds the whole cluster: admitted by quota, placed by the
+            # scheduler (as its docs set it up for one team).
+            queue(kubectl, ns, {"cpu": str(args.nodes * 96), "memory": f"{args.nodes}Ti",
+                                GPU: str(args.nodes * 8)}, name=ns)
+            objects = [queued(job(n, drawn[n][0], args.run_for, drawn[n][1]), ns)
+                       for n in names]
+            create = partial(batch.create_namespaced_job, ns)
         else:
             objects = [job(n, drawn[n][0], args.run_for, drawn[n][1]) for n in names]
             create = partial(batch.create_namespaced_job, ns)
@@ -625,6 +662,8 @@ def main() -> None:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
+            if peer is not None:
+                peer.stop()
             kubectl("delete", "mutatingwebhookconfiguration", "dispatcher-pods",
                     "--ignore-not-found")
             if floor is not None and (failed := floor.finish()):
