@@ -113,12 +113,19 @@ def wait_pods(kubectl: Kubectl, selector: str | None, count: int,
         raise TimeoutError(f"{exc}; pods now: {summary}") from None
 
 
-def wait_phase(kubectl: Kubectl, name: str, want: str, timeout: float = 60) -> dict[str, Any]:
+def wait_phase(kubectl: Kubectl, name: str, want: str, timeout: float = 180) -> dict[str, Any]:
+    # A pod on nodes just made (a profile applied) may wait a minute for kwok on a loaded
+    # machine (seen: 60 s were not enough beside five other control planes).
     def check() -> dict[str, Any] | None:
         p: dict[str, Any] = kubectl.json("pod", name)
         return p if phase(p) == want else None
 
-    return wait_for(check, timeout, f"pod {name} phase {want}")
+    try:
+        return wait_for(check, timeout, f"pod {name} phase {want}")
+    except TimeoutError as exc:
+        p = kubectl.json("pod", name)
+        raise TimeoutError(f"{exc}; now {phase(p)} on {p['spec'].get('nodeName')}, "
+                           f"conditions {p.get('status', {}).get('conditions')}") from None
 
 
 def events(kubectl: Kubectl, involved: str | None = None,

@@ -87,6 +87,9 @@ def _get(api: Any, path: str) -> dict[str, Any]:
     response = api.call_api(*params, _request_timeout=20)
     response.read()
     data: dict[str, Any] = json.loads(response.data)
+    if response.status >= 400:
+        # An API server starting again answers 500 or 503 for a while, with a Status.
+        raise RuntimeError(f"GET {path}: {response.status} {data.get('message', data)}")
     return data
 
 
