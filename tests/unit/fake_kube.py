@@ -183,6 +183,9 @@ class FakeKube:
             now = self._selected(resource, label_selector, None, field_selector)
             for path, obj in now.items():
                 old = watch.seen.get(path)
+                if old is not None and old != obj and old["metadata"].get(
+                        "resourceVersion") == obj["metadata"].get("resourceVersion"):
+                    self._stamp(obj)  # changed in place by a test: versioned as a write
                 if old != obj:
                     watch.queue.put_nowait({"type": "ADDED" if old is None else "MODIFIED",
                                             "object": copy.deepcopy(obj)})

@@ -711,6 +711,39 @@ def test_a_queue_posted_at_once_is_told_why_it_waits_a_share_each_pass_head_firs
     assert sum(fleet.manager.status_writes(n) for n in names) == writes  # nothing new to say
 
 
+def test_a_quiet_pass_does_not_look_again_at_what_did_not_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import dispatcher.controller.manager.passes as passes
+    import dispatcher.controller.manager.worker_clusters as worker_clusters
+
+    looked: list[str] = []
+    parsed: list[str] = []
+    step, kubeconfig_of = passes.rules.step, worker_clusters.kubeconfig_of
+
+    def counted_step(worker: str, uid: str, *a: Any) -> Any:
+        looked.append(uid)
+        return step(worker, uid, *a)
+
+    def counted_kubeconfig(worker: Mapping[str, Any], secret: Mapping[str, Any]) -> bytes:
+        parsed.append(worker["metadata"]["name"])
+        return kubeconfig_of(worker, secret)
+
+    monkeypatch.setattr(passes.rules, "step", counted_step)
+    monkeypatch.setattr(worker_clusters, "kubeconfig_of", counted_kubeconfig)
+    fleet = Fleet(Worker("w1"))
+    for name in ("a", "b"):
+        fleet.submit(name, gpus=1)
+    fleet.cycle(3)  # sent, copied, mirrored
+    assert fleet.holding("a") == fleet.holding("b") == {"w1"}
+    looked.clear()
+    parsed.clear()
+    fleet.cycle(5)
+    assert looked == [] and parsed == []
+    requeue_copy(fleet.workers["w1"], "a")  # its copy changes: looked at, taken back
+    fleet.cycle()
+    assert len(set(looked)) == 1 and fleet.target("a") is None
+
+
 def test_a_worker_is_listed_once_then_each_pass_asks_it_only_for_the_heartbeat() -> None:
     w1 = Worker("w1")
     for i in range(1, 200):

@@ -102,6 +102,8 @@ class Manager:
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
         #: Per worker: its room as the last pass saw it (read by the Clusters view).
         self.last_workers: dict[str, Worker] = {}
+        #: Per sent wrapper (uid) the last pass found nothing to do for: what it saw then.
+        self.settled: dict[str, tuple[str | None, str | None, int]] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
@@ -161,6 +163,7 @@ class Manager:
             if not keep:
                 del sent[uid]
         self.copying.keep_only(sent)
+        self.settled = {uid: seen for uid, seen in self.settled.items() if uid in sent}
         await self.copying.delete_strays(links.values(), sent, self.passes)
         workers = self._workers(sent)
         self.last_workers = {w.name: w for w in workers}
@@ -189,11 +192,20 @@ class Manager:
         if not link.reachable or link.look is None:
             return None
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
+        # What the answer depends on: the wrapper, its copy, the Events about the copy.
+        # Thousands of finished wrappers stay sent: unchanged, they cost a lookup a pass.
+        seen = (meta.get("resourceVersion"), None, 0) if copy is None else (
+            meta.get("resourceVersion"), copy["metadata"].get("resourceVersion"),
+            len(link.look.events_by_object.get(copy["metadata"].get("uid"), {})))
+        if self.settled.get(meta["uid"]) == seen:
+            return None
         limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
         step = rules.step(link.name, meta["uid"], obj.get("status") or {}, copy,
                           int(limit.get("maxNumRequeuings") or 0))
         if step is None and (copy is None or not self.copying.pending(link, obj, copy)):
+            self.settled[meta["uid"]] = seen
             return None
+        self.settled.pop(meta["uid"], None)
         return link, copy, step
 
     async def _keep_copy(self, obj: dict[str, Any]) -> bool:
@@ -255,10 +267,12 @@ class Manager:
     def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
         """Each worker's free room now, less what the wrappers sent there still need."""
         out = []
+        running: dict[str, list[dict[str, Any]]] = {}
+        for obj in sent.values():
+            if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
+                running.setdefault(obj["metadata"]["labels"][CLUSTER_LABEL], []).append(obj)
         for name, link in sorted(self.clusters.links.items()):
-            there = [obj for obj in sent.values()
-                     if obj["metadata"]["labels"][CLUSTER_LABEL] == name
-                     and (obj.get("status") or {}).get("state") not in FINISHED_STATES]
+            there = running.get(name, [])
             if link.look is None:
                 out.append(Worker(name, Capacity([], {}), link.labels, reachable=False,
                                   sent=len(there)))

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from dispatcher.controller.kube.client import ApiError, Kube
 
@@ -47,6 +48,8 @@ class WorkerClusters:
         self._logged: dict[str, str] = {}
         #: Per worker: why what its WorkerCluster says now cannot be used (its status says).
         self.refused: dict[str, str] = {}
+        #: Per worker: the versions of its WorkerCluster and Secret, and what they said.
+        self._read: dict[str, tuple[tuple[str | None, str | None], bytes]] = {}
 
     async def sync(self) -> None:
         """A link for each WorkerCluster registered now; those no longer registered closed."""
@@ -54,11 +57,12 @@ class WorkerClusters:
         for name in set(self.links) - set(registered):
             log.info("worker cluster %s is no longer registered", name)
             await self.links.pop(name).close()
+        self._read = {n: r for n, r in self._read.items() if n in registered}
         for name, worker in registered.items():
             try:
                 namespace, secret_name, _ = secret_reference(worker)
                 secret = await self.kube.request("GET", SECRETS.path(namespace, secret_name))
-                kubeconfig = kubeconfig_of(worker, secret)
+                kubeconfig = self._kubeconfig(worker, secret)
             except (WorkerConfigError, ApiError) as e:
                 if name not in self.links:
                     self._once(name, f"worker cluster {name} cannot be used: {e}")
@@ -79,6 +83,19 @@ class WorkerClusters:
             self.down_since.setdefault(name, self.clock())
             log.info("worker cluster %s registered (server %s)", name,
                      self.links[name].kube.server)
+
+    def _kubeconfig(self, worker: Mapping[str, Any], secret: Mapping[str, Any]) -> bytes:
+        """The worker's kubeconfig, read again only when its WorkerCluster or Secret
+        changed (checking it parses it: a cost every pass for nothing new)."""
+        versions = (worker["metadata"].get("resourceVersion"),
+                    secret["metadata"].get("resourceVersion"))
+        name = worker["metadata"]["name"]
+        read = self._read.get(name)
+        if read is not None and read[0] == versions and versions != (None, None):
+            return read[1]
+        kubeconfig = kubeconfig_of(worker, secret)
+        self._read[name] = (versions, kubeconfig)
+        return kubeconfig
 
     def _once(self, key: str, message: str) -> None:
         if self._logged.get(key) != message:
