@@ -244,6 +244,12 @@ def report(args: argparse.Namespace, samples: list[tuple[float, float, dict[str,
               f"{statistics.median(durations):.0f} ms, p95 {pct(durations, 0.95):.0f} ms")
     last_made = max(t for n, w in watched.items() if n != "manager" for t in w.made.values())
     quiet = last[0] - flow_end[0]
+    if quiet:
+        calm_passes = last[2].get("passes", 0) - flow_end[2].get("passes", 0)
+        print(f"once all finished (nothing changing, every copy and node still watched): "
+              f"manager CPU {(last[1] - flow_end[1]) / quiet * 1000:.0f} ms a second"
+              + (f", {(last[1] - flow_end[1]) / calm_passes * 1000:.0f} ms a pass"
+                 if calm_passes else ""))
     for name, w in watched.items():
         if name == "manager":
             continue
