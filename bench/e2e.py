@@ -608,6 +608,9 @@ def main() -> None:
     from kubernetes import client
 
     cluster, kubectl, api = bench_cluster(str(profile_file(args.nodes)))
+    if set(args.modes.split(",")) & set(KUEUE_MODES):
+        # Its CRDs first: the API server's work on them (a 1.4 MB schema) is not a job's.
+        Kueue.install_crds(kubectl)
     custom, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
     names = [f"job-{i:04d}" for i in range(args.wrappers)]
     drawn = dict(zip(names, shapes(args.wrappers, args.pods, args.mixed), strict=True))
