@@ -665,15 +665,17 @@ def main() -> None:
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
-            if peer is not None:
-                peer.stop()
             kubectl("delete", "mutatingwebhookconfiguration", "dispatcher-pods",
                     "--ignore-not-found")
             if floor is not None and (failed := floor.finish()):
                 print(f"  floor: {failed} status writes failed")
         # Each run starts on a cluster with nothing else to do: removing the last run's
         # 2,000 pods would load the API server, etcd and the watchers of the next.
-        kubectl("delete", "namespace", ns, "--wait=true", timeout=600)
+        try:
+            kubectl("delete", "namespace", ns, "--wait=true", timeout=600)
+        finally:
+            if peer is not None:  # after its namespace: its Workloads' finalizers are its own
+                peer.stop()
 
     gpus = args.nodes * 8
     work = sum(p * g for p, g in drawn.values())
