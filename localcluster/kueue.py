@@ -19,7 +19,6 @@ does).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -32,6 +31,7 @@ import yaml
 from . import build, pki
 from .cluster import Cluster, ClusterError
 from .kube import Kubectl, wait_for
+from .ports import free_port
 
 HOST = "127.0.0.1"
 MODULE = "sigs.k8s.io/kueue"
@@ -45,13 +45,6 @@ CRDS = tuple(f"config/components/crd/bases/kueue.x-k8s.io_{k}.yaml" for k in (
     "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters",
     "multikueueconfigs", "provisioningrequestconfigs", "resourceflavors", "topologies",
     "workloadpriorityclasses", "workloads"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Kueue:
@@ -126,14 +119,14 @@ class Kueue:
                 raise ClusterError(f"Kueue reads its metrics certificate from {METRICS_CERTS}, "
                                    f"which this user cannot write ({e}): run as root, or "
                                    "make that directory writable") from e
-        self.probe_port = _free_port()
+        self.probe_port = free_port()
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
             "namespace": NAMESPACE,
             "leaderElection": {"leaderElect": False},
             "health": {"healthProbeBindAddress": f"{HOST}:{self.probe_port}"},
             "metrics": {"bindAddress": "0"},
-            "webhook": {"host": HOST, "port": _free_port(), "certDir": str(certs)},
+            "webhook": {"host": HOST, "port": free_port(), "certDir": str(certs)},
             "internalCertManagement": {"enable": False},
             "featureGates": {"VisibilityOnDemand": False},
             "integrations": {"frameworks": ["batch/job"]},

@@ -116,3 +116,11 @@ def _locked() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    """A loopback port free now (for a process started on demand, beside the blocks)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

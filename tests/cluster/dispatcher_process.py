@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from localcluster import Kubectl, wait_for
+from localcluster.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "appwrappers.workload.codeflare.dev.yaml"
@@ -178,13 +178,6 @@ class DispatcherProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_quiet(kubectl: Kubectl, timeout: float = 180) -> None:

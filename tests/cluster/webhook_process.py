@@ -15,7 +15,6 @@ Deployments' pods would have.
 from __future__ import annotations
 
 import copy
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from localcluster import Kubectl, wait_for
+from localcluster.ports import free_port
 
 from .dispatcher_process import REPO, DispatcherProcess
 
@@ -34,13 +34,6 @@ WEBHOOK_SA = "dispatcher-webhook"
 CONFIGURATION = "dispatcher-appwrappers"
 SECRET = "dispatcher-webhook-cert"
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def webhook_configurations(port: int, manifest: Sequence[dict[str, Any]] | None = None
