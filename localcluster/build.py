@@ -359,12 +359,12 @@ def pin(names: Iterable[str] | None = None) -> None:
         # sum.golang.org, which GOSUMDB=off forbids; resolving compiles nothing anyway.
         env = go_env(**{**w.env, "GOFLAGS": "-mod=mod", "GOSUMDB": "off",
                         "GOTOOLCHAIN": "local"})
+        if w.packages or not w.tests:
+            _say(f"go mod tidy in {d}")
+            subprocess.run([go_binary(), "mod", "tidy"], cwd=d, check=True, env=env)
         if w.tests:
             # `go mod tidy` keeps what the wrapper's own packages need, not what a
             # dependency's tests import: `go get -t` adds those.
             _say(f"go get -t {' '.join(w.tests)} in {d}")
             subprocess.run([go_binary(), "get", "-t", *(f"{t}@{w.version}" for t in w.tests)],
                            cwd=d, check=True, env=env)
-            continue
-        _say(f"go mod tidy in {d}")
-        subprocess.run([go_binary(), "mod", "tidy"], cwd=d, check=True, env=env)

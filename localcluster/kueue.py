@@ -19,9 +19,6 @@ does).
 from __future__ import annotations
 
 import os
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,8 @@ import yaml
 
 from . import build, pki
 from .cluster import Cluster, ClusterError
-from .kube import Kubectl, wait_for
+from .kube import Kubectl
+from .peer_process import PeerProcess
 from .ports import free_port
 
 HOST = "127.0.0.1"
@@ -53,8 +51,7 @@ class Kueue:
         self.cluster = cluster
         self.settings = dict(settings or {})
         self.dir = cluster.dir / NAME
-        self.log = cluster.logs / f"{NAME}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.process = PeerProcess(cluster, NAME, "Kueue")
         self.probe_port = 0
 
     def start(self, timeout: float = 180) -> None:
@@ -62,38 +59,13 @@ class Kueue:
         self.install_crds(kubectl)
         kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         config = self._configure()
-        self.cluster.logs.mkdir(parents=True, exist_ok=True)
-        self.cluster.pids.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as fh:
-            self.proc = subprocess.Popen(
-                [str(build.binary("kueue")), "--config", str(config),
-                 "--kubeconfig", str(self.cluster.kubeconfig)],
-                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.dir)
-        (self.cluster.pids / f"{NAME}.pid").write_text(str(self.proc.pid))
-        wait_for(self.ready, timeout, f"Kueue's /readyz (log {self.log})")
-
-    def ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise ClusterError(f"Kueue exited ({self.proc.returncode}); log {self.log}:\n"
-                               + self.log.read_text(errors="replace")[-3000:])
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{self.probe_port}/readyz",
-                                        timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        self.process.start(
+            [str(build.binary("kueue")), "--config", str(config),
+             "--kubeconfig", str(self.cluster.kubeconfig)],
+            f"http://{HOST}:{self.probe_port}/readyz", cwd=self.dir, timeout=timeout)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        (self.cluster.pids / f"{NAME}.pid").unlink(missing_ok=True)
+        self.process.stop()
 
     @staticmethod
     def install_crds(kubectl: Kubectl) -> None:

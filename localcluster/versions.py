@@ -35,9 +35,9 @@ KUTTL = "v0.24.0"
 #: grew a method): it is built with this toolchain, which ``go`` fetches through the module
 #: proxy (``GOTOOLCHAIN``), so its wrapper's ``go`` directive must not be newer.
 KUTTL_TOOLCHAIN = "go1.25.4"
-#: codeflare's AppWrapper controller, whose end-to-end suite (its Go package ``test/e2e``,
-#: compiled by ``go test -c``) runs against the dispatcher serving v1beta2
-#: (``github.com/project-codeflare/appwrapper``).
+#: codeflare's AppWrapper controller (``github.com/project-codeflare/appwrapper``): its
+#: end-to-end suite (its Go package ``test/e2e``, compiled by ``go test -c``) runs against the
+#: dispatcher serving v1beta2, and the controller itself, with Kueue, is a peer in bench/peers.py.
 APPWRAPPER = "v1.2.1"
 KUEUE = "v0.17.0"
 #: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
@@ -49,7 +49,7 @@ KUSTOMIZE = "v5.7.1"
 RELEASE_TOOLS = ("helm", "kustomize")
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
-                "appwrapper-e2e": "1.26.0", "lws": "1.26.0",
+                "appwrapper": "1.26.0", "lws": "1.26.0",
                 "kueue": "1.26.0"}
 
 
@@ -200,11 +200,14 @@ WRAPPERS: dict[str, Wrapper] = {
             binaries=("kustomize",),
         ),
         Wrapper(
-            name="appwrapper-e2e",
+            name="appwrapper",
             requires={"github.com/project-codeflare/appwrapper": APPWRAPPER},
+            # Its controller (the module's cmd/, built as `cmd`: a peer in bench/peers.py)
+            # and its e2e suite share most packages: one build compiles them once.
+            packages=("github.com/project-codeflare/appwrapper/cmd",),
             tests=("github.com/project-codeflare/appwrapper/test/e2e",),
-            binaries=("e2e.test",),
-            go=GO_DIRECTIVE["appwrapper-e2e"],
+            binaries=("cmd", "e2e.test"),
+            go=GO_DIRECTIVE["appwrapper"],
             # Not in the checksum database; the committed go.sum pins its hash all the same.
             env={"GONOSUMDB": "github.com/project-codeflare/appwrapper"},
         ),
@@ -231,7 +234,7 @@ WRAPPERS: dict[str, Wrapper] = {
 BUILD_ORDER: tuple[str, ...] = (
     # Kueue, the second longest, starts beside Kubernetes, not last after all the others.
     "kueue", "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper-e2e",
+    "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper",
 )
 
 

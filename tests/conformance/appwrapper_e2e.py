@@ -50,7 +50,7 @@ from tests.shared_files import APPWRAPPER_V1BETA2, in_ci, missing
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "appwrapper_e2e_expected.yaml"
-WRAPPER = "appwrapper-e2e"
+WRAPPER = "appwrapper"
 LABEL_FILTER = "Standalone || Webhook"
 #: The suite's own bound (Ginkgo's --timeout); the process is stopped a minute after it.
 SUITE_TIMEOUT = 30 * 60

@@ -1,0 +1,65 @@
+"""A peer controller (Kueue, codeflare's AppWrapper controller) run as a local process beside
+a cluster: its log in the cluster's logs, its pid file among the operators' (so the
+cluster's ``down`` stops it), and an HTTP probe that says it is ready."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .cluster import Cluster, ClusterError
+from .kube import wait_for
+
+
+class PeerProcess:
+    def __init__(self, cluster: Cluster, name: str, what: str) -> None:
+        """`name`: its log and pid file; `what`: how errors name it."""
+        self.cluster = cluster
+        self.name = name
+        self.what = what
+        self.log = cluster.logs / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, argv: Sequence[str], probe: str, cwd: Path,
+              env: Mapping[str, str] | None = None, timeout: float = 180) -> None:
+        """Run `argv` and wait until `probe` (a URL) answers 200."""
+        self.cluster.logs.mkdir(parents=True, exist_ok=True)
+        self.cluster.pids.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as fh:
+            self.proc = subprocess.Popen(
+                list(argv), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=cwd, env=None if env is None else dict(env))
+        self._pid_file.write_text(str(self.proc.pid))
+        wait_for(lambda: self._ready(probe), timeout, f"{self.what}'s {probe} (log {self.log})")
+
+    def _ready(self, probe: str) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise ClusterError(f"{self.what} exited ({self.proc.returncode}); log {self.log}:\n"
+                               + self.log.read_text(errors="replace")[-3000:])
+        try:
+            with urllib.request.urlopen(probe, timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._pid_file.unlink(missing_ok=True)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.cluster.pids / f"{self.name}.pid"
