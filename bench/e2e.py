@@ -98,9 +98,12 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller", "kw
               "kueue")
 
 
-def cpu_seconds(dispatcher_pid: int | None) -> Counter[str]:
+def cpu_seconds(dispatcher_pid: int | None = None,
+                named: dict[str, int] | None = None) -> Counter[str]:
     """CPU seconds used so far by each control-plane component (by process name), the
-    dispatcher, and this bench with the kubectl it ran."""
+    dispatcher, the processes `named` (name -> pid), and this bench with the kubectl it ran."""
+    by_pid = {**(named or {}), **({"dispatcher": dispatcher_pid} if dispatcher_pid else {})}
+    names = {pid: name for name, pid in by_pid.items()}
     tick = os.sysconf("SC_CLK_TCK")
     used: Counter[str] = Counter()
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -112,8 +115,8 @@ def cpu_seconds(dispatcher_pid: int | None) -> Counter[str]:
         fields = text[text.rindex(")") + 2:].split()
         seconds = (int(fields[11]) + int(fields[12])) / tick
         pid = int(stat.parent.name)
-        if pid == dispatcher_pid:
-            used["dispatcher"] += seconds
+        if pid in names:
+            used[names[pid]] += seconds
         elif pid == os.getpid():
             used["bench"] += seconds
         else:
@@ -167,20 +170,25 @@ def shapes(count: int, pods: int, mixed: int | None) -> list[tuple[int, int]]:
     return [(rng.choice((1, 2, 4, 8)), rng.choice((1, 1, 2, 4, 8))) for _ in range(count)]
 
 
-Kept = tuple[str, str, int, bool, str]  # what PodView keeps of a pod (_kept)
+Kept = tuple[str, str, int, bool, str]  # what pod_view keeps of a pod (_kept)
 
 
-class PodView:
-    """The bench's pods as a watch keeps them (in a thread): what `sample` reads every
-    second. Listing 2,000 pods with kubectl every second cost the bench more CPU than the
-    dispatcher, and the API server a list each time, on a machine both runs share."""
+class View:
+    """The bench's objects of one kind in a namespace, as a watch keeps them (in a thread):
+    what a sampler reads every second. Listing 2,000 pods with kubectl every second cost the
+    bench more CPU than the dispatcher, and the API server a list each time, on a machine
+    both runs share. `keep` is what it keeps of each object; `when`, if given, records the
+    first time (monotonic) an object's name met it."""
 
-    def __init__(self, api: Any, namespace: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
+    def __init__(self, lister: Callable[..., Any], namespace: str,
+                 keep: Callable[[dict[str, Any]], Any],
+                 when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        self.lister = lister
         self.namespace = namespace
-        self.pods: dict[str, Kept] = {}
+        self.keep = keep
+        self.when = when
+        self.items: dict[str, Any] = {}
+        self.first: dict[str, float] = {}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -189,12 +197,13 @@ class PodView:
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                listing = json.loads(self.core.list_namespaced_pod(
-                    self.namespace, label_selector=BENCH_LABEL,
-                    _preload_content=False).data)
+                listing = json.loads(self.lister(
+                    self.namespace, label_selector=BENCH_LABEL, _preload_content=False).data)
                 with self.lock:
-                    self.pods = {p["metadata"]["name"]: _kept(p) for p in listing["items"]}
-                stream = self.core.list_namespaced_pod(
+                    self.items = {}
+                    for obj in listing["items"]:
+                        self._put(obj)
+                stream = self.lister(
                     self.namespace, label_selector=BENCH_LABEL, watch=True,
                     resource_version=listing["metadata"]["resourceVersion"],
                     timeout_seconds=600, _preload_content=False)
@@ -204,19 +213,30 @@ class PodView:
                     event = json.loads(line)
                     if event["type"] == "ERROR":
                         break  # too old: list again
-                    obj = event["object"]
                     with self.lock:
                         if event["type"] == "DELETED":
-                            self.pods.pop(obj["metadata"]["name"], None)
+                            self.items.pop(event["object"]["metadata"]["name"], None)
                         else:
-                            self.pods[obj["metadata"]["name"]] = _kept(obj)
+                            self._put(event["object"])
             except Exception:
                 if not self.stop.is_set():
                     time.sleep(1.0)
 
-    def snapshot(self) -> list[Kept]:
+    def _put(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        self.items[name] = self.keep(obj)
+        if self.when is not None and name not in self.first and self.when(obj):
+            self.first[name] = time.monotonic()
+
+    def snapshot(self) -> list[Any]:
         with self.lock:
-            return list(self.pods.values())
+            return list(self.items.values())
+
+
+def pod_view(api: Any, namespace: str) -> View:
+    from kubernetes import client
+
+    return View(client.CoreV1Api(api).list_namespaced_pod, namespace, _kept)
 
 
 def _kept(p: dict[str, Any]) -> Kept:
@@ -228,7 +248,7 @@ def _kept(p: dict[str, Any]) -> Kept:
             p["metadata"]["name"])
 
 
-def sample(view: PodView, pods: dict[str, int], unschedulable_pods: dict[str, set[str]],
+def sample(view: View, pods: dict[str, int], unschedulable_pods: dict[str, set[str]],
            gpus: Counter[str]) -> tuple[int, set[str], set[str]]:
     """(partial gangs now, jobs with all pods done, jobs seen); pods seen unschedulable
     are added to `unschedulable_pods` by job, and the GPUs of pods Running and Pending
@@ -470,7 +490,7 @@ def run(k: Kubectl, api: Any, objects: list[dict[str, Any]],
         controller_pid: int | None = None) -> dict[str, float]:
     """Post the objects (in a thread) while sampling the pods every second, until every
     job's pods have succeeded."""
-    view = PodView(api, k.namespace or "default")
+    view = pod_view(api, k.namespace or "default")
     t0 = time.monotonic()
     posted: list[float] = []
     poster = threading.Thread(

@@ -61,10 +61,12 @@ class AppWrapperController:
         # Its /readyz would start the webhook server (on port 9443, without certificates)
         # even with webhooks off: /healthz says it runs.
         self.process.start(
-            [str(build.binary("appwrapper", "cmd")), "--config", CONFIG_MAP],
+            # The kubeconfig on its command line: the cluster's `down` stops the processes
+            # whose command line names the cluster's directory.
+            [str(build.binary("appwrapper", "cmd")), "--config", CONFIG_MAP,
+             "--kubeconfig", str(self.cluster.kubeconfig)],
             f"http://{HOST}:{probe_port}/healthz", cwd=self.dir, timeout=timeout,
-            env={**os.environ, "NAMESPACE": NAMESPACE,
-                 "KUBECONFIG": str(self.cluster.kubeconfig)})
+            env={**os.environ, "NAMESPACE": NAMESPACE})
 
     def stop(self) -> None:
         self.process.stop()

@@ -364,6 +364,18 @@ class Cluster:
         _say("operators ready: " + ", ".join(op.name for op in ops))
         return [op.name for op in ops]
 
+    def start_operator(self, name: str, timeout: float = 180) -> None:
+        """One operator of a cluster started without them (e.g. the kuberay operator for
+        a bench's RayClusters), unless it runs; not one that needs the training operator's
+        certificates."""
+        (op,) = [o for o in self._operators() if o.name == name]
+        assert not op.after_training_certs, name
+        if _runs_in(self.operator_pids().get(name, 0), self.dir):
+            return
+        self.pids.mkdir(parents=True, exist_ok=True)
+        self._spawn(op)
+        self._wait_operator(op, timeout)
+
     def _spawn(self, op: Operator) -> None:
         exe = build.binary(op.wrapper, op.binary)
         log = self.logs / f"{op.name}.log"
