@@ -30,7 +30,8 @@ run time):
    admitted gangs (quota held idle), GPU-seconds of pods Running in partial gangs, drain
    time.
 4. *trace*: the first --trace-jobs jobs of an ITP trace (../shared/traces/itp, --trace),
-   arrivals and run times compressed to about --trace-seconds, on --trace-nodes 8-GPU nodes:
+   arrivals and run times compressed to about --trace-seconds (each run 2 s at least and
+   --trace-seconds at most), on --trace-nodes 8-GPU nodes:
    mean and p95 wait (submitted to every pod Running), GPU utilisation, and wasted
    GPU-seconds (pods Running in a gang not wholly Running).
 5. *glue*: MCAD's GLUE AppWrapper (a RayCluster: a head and one 1-GPU worker, with
@@ -39,7 +40,7 @@ run time):
 
 Usage: python bench/peers.py [--rows cheap,gangs,fragmentation,trace,glue] [--nodes 64]
        [--cheap 1000] [--gangs 500] [--trace ../shared/traces/itp/cluster02.csv]
-       [--trace-jobs 200] [--trace-seconds 180] [--trace-nodes 16]
+       [--trace-jobs 200] [--trace-seconds 180] [--trace-nodes 8]
 Builds nothing: the peers come from `python -m localcluster build` (make cluster-build).
 Starts the local cluster (DISPATCHER_CLUSTER names another) and leaves it running.
 """
@@ -405,7 +406,7 @@ def fragmentation(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any
               for i in range(8))]
     quota = {"cpu": str(FRAGMENT_NODES * 96), "memory": f"{FRAGMENT_NODES}Ti", GPU: "64"}
     return {s.name: run(env, s, work, quota, before=partial(fillers, env.kubectl, nodes),
-                        limit=420)
+                        limit=300)
             for s in systems(("dispatcher", "kueue", "kueue-wfpr", "kueue-tas", "appwrapper"))}
 
 
@@ -431,11 +432,12 @@ def trace(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     work = []
     for i, j in enumerate(jobs):
         pods, gpus = j.pods, j.gpus // j.pods
-        run_for = f"{max(2.0, j.duration / squeeze):.1f}s"
+        run_for = f"{min(args.trace_seconds, max(2.0, j.duration / squeeze)):.1f}s"
         work.append(Submitted(f"t-{i:04d}", job(f"t-{i:04d}", pods, run_for, gpus=gpus), pods,
                               at=round((j.submit - start) / squeeze, 1)))
     print(f"trace: {len(jobs)} jobs of {args.trace}, {span / 3600:.0f} h compressed "
-          f"{squeeze:.0f}x onto {args.trace_nodes} nodes x 8 GPUs")
+          f"{squeeze:.0f}x (run times too, from 2 s to at most {args.trace_seconds:.0f} s) "
+          f"onto {args.trace_nodes} nodes x 8 GPUs")
     return {s.name: run(env, s, work, whole_cluster(args.trace_nodes))
             for s in systems(("direct", "dispatcher", "kueue", "appwrapper"))}
 
@@ -525,7 +527,7 @@ def main() -> None:
     ap.add_argument("--trace", default=str(TRACE))
     ap.add_argument("--trace-jobs", type=int, default=200)
     ap.add_argument("--trace-seconds", type=float, default=180)
-    ap.add_argument("--trace-nodes", type=int, default=16)
+    ap.add_argument("--trace-nodes", type=int, default=8)
     args = ap.parse_args()
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
