@@ -4,10 +4,10 @@ side-by-side bench (bench/peers.py) measures against, and what its cluster test 
 It is not part of ``up``: ``Kueue(cluster).start()`` installs its CRDs (server-side: the
 Workload CRD is larger than client-side apply can record), writes its configuration and
 certificates, starts it and waits for its /readyz; the cluster's ``down`` stops it with the
-rest. Configured as one replica outside the cluster: no leader election, no certificate
-management of its own (it serves on loopback with a certificate of the cluster's CA), no
-visibility server (an aggregated API with certificates from a fixed path), no metrics
-server. Its webhooks are not registered: a Job is queued by creating it suspended with its
+rest. Configured as its manifests install it (their client QPS and workers), but as one
+replica outside the cluster: no leader election, no certificate management of its own (it
+serves on loopback with a certificate of the cluster's CA), no visibility server (an
+aggregated API with certificates from a fixed path), no metrics server. Its webhooks are not registered: a Job is queued by creating it suspended with its
 LocalQueue's label, which is all Kueue's Job webhook adds; ClusterQueues and LocalQueues get
 their defaults from the CRDs' schemas.
 
@@ -39,6 +39,7 @@ API = "kueue.x-k8s.io/v1beta2"
 #: The label that puts a Job in a LocalQueue.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+SHIPPED_CONFIG = "config/components/manager/controller_manager_config.yaml"
 CRDS = tuple(f"config/components/crd/bases/kueue.x-k8s.io_{k}.yaml" for k in (
     "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters",
     "multikueueconfigs", "provisioningrequestconfigs", "resourceflavors", "topologies",
@@ -68,6 +69,16 @@ class Kueue:
         self.process.stop()
 
     @staticmethod
+    def _as_shipped() -> dict[str, Any]:
+        """The Configuration its manifests and Helm chart install (client QPS 50, burst 100;
+        5 workers for Jobs and Workloads), which its code's own defaults (QPS 20, burst 30)
+        are not: what its users run."""
+        base = Path(build.module_dirs("kueue")[MODULE])
+        shipped: dict[str, Any] = yaml.safe_load((base / SHIPPED_CONFIG).read_text())
+        return {key: shipped[key] for key in ("apiVersion", "kind", "controller",
+                                              "clientConnection")}
+
+    @staticmethod
     def install_crds(kubectl: Kubectl) -> None:
         base = Path(build.module_dirs("kueue")[MODULE])
         for crd in CRDS:
@@ -93,7 +104,7 @@ class Kueue:
                                    "make that directory writable") from e
         self.probe_port = free_port()
         config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            **self._as_shipped(),
             "namespace": NAMESPACE,
             "leaderElection": {"leaderElect": False},
             "health": {"healthProbeBindAddress": f"{HOST}:{self.probe_port}"},
