@@ -10,6 +10,8 @@ one system after another, in one run:
   dispatcher's while it runs);
 - *direct*: the Jobs created with nothing queueing them (the API server's and the
   scheduler's own pace), where a row has it;
+- *dispatcher-backfill* (fragmentation and trace): `dispatcher run --policy backfill`, which
+  lets a gang that fits go ahead of one that cannot start yet (fifo keeps it behind);
 - *kueue-wfpr*, *kueue-tas* (fragmentation only): Kueue with WaitForPodsReady as its docs
   set it up for all-or-nothing (timeout 5m, blockAdmission, requeued by eviction time), or
   with Topology Aware Scheduling (a Topology of one level, the node, on the ResourceFlavor).
@@ -38,7 +40,8 @@ run time):
    custompodresources declaring 2 pods of 3 CPU and 1 GPU), through each system that can
    express it, with the kuberay operator: whether it runs whole and what each reserved.
 
-Usage: python bench/peers.py [--rows cheap,gangs,fragmentation,trace,glue] [--nodes 64]
+Usage: python bench/peers.py [--rows cheap,gangs,fragmentation,trace,glue] [--systems
+       dispatcher,kueue,...] [--nodes 64]
        [--cheap 1000] [--gangs 500] [--trace ../shared/traces/itp/cluster02.csv]
        [--trace-jobs 200] [--trace-seconds 180] [--trace-nodes 8]
 Builds nothing: the peers come from `python -m localcluster build` (make cluster-build).
@@ -127,6 +130,7 @@ class System:
     kueue: dict[str, Any] | None = None  # Kueue's settings when it runs Kueue
     appwrapper: bool = False  # codeflare's AppWrapper controller
     dispatcher: bool = False
+    dispatcher_args: str = ""  # more flags for `dispatcher run`
     topology: bool = False  # Kueue's TAS on the ResourceFlavor
     procs: dict[str, Any] = field(default_factory=dict)
 
@@ -140,7 +144,8 @@ class System:
             self.procs["kueue"].start()
             queue(env.kubectl, ns, quota, name=ns, flavor=self._flavor(env))
         if self.dispatcher:
-            self.procs["dispatcher"] = start_dispatcher(env.cluster, "dispatcher-peers", "")
+            self.procs["dispatcher"] = start_dispatcher(env.cluster, "dispatcher-peers",
+                                                        self.dispatcher_args)
 
     def _flavor(self, env: Env) -> dict[str, Any] | None:
         if not self.topology:
@@ -220,18 +225,21 @@ def templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
             *(g["template"] for g in spec.get("workerGroupSpecs") or [])]
 
 
-def systems(names: Iterable[str]) -> list[System]:
+def systems(names: Iterable[str], only: set[str] | None = None) -> list[System]:
     both = {"integrations": {"frameworks": ["batch/job", KUEUE_FRAMEWORK, RAY_FRAMEWORK]}}
     jobs_only = {"integrations": {"frameworks": ["batch/job", RAY_FRAMEWORK]}}
     known = {
         "direct": System("direct"),
         "dispatcher": System("dispatcher", dispatcher=True),
+        # Its default policy (fifo) keeps every gang behind one that cannot start yet.
+        "dispatcher-backfill": System("dispatcher-backfill", dispatcher=True,
+                                      dispatcher_args="--policy backfill"),
         "kueue": System("kueue", kueue=jobs_only),
         "kueue-wfpr": System("kueue-wfpr", kueue={**jobs_only, **KUEUE_MODES["kueue-wfpr"]}),
         "kueue-tas": System("kueue-tas", kueue=jobs_only, topology=True),
         "appwrapper": System("appwrapper", crd="appwrapper", kueue=both, appwrapper=True),
     }
-    return [known[n] for n in names]
+    return [known[n] for n in names if only is None or n in only]
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -384,14 +392,14 @@ def cheap(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     work = [Submitted(f"c-{i:04d}", job(f"c-{i:04d}", 1, "1s", gpus=0), 1)
             for i in range(args.cheap)]
     return {s.name: run(env, s, work, whole_cluster(args.nodes))
-            for s in systems(("direct", "dispatcher", "kueue", "appwrapper"))}
+            for s in systems(("direct", "dispatcher", "kueue", "appwrapper"), args.only)}
 
 
 def gangs(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     env.cluster.use_profile(str(profile_file(args.nodes)))
     work = [Submitted(f"g-{i:04d}", job(f"g-{i:04d}", 4, "10s"), 4) for i in range(args.gangs)]
     return {s.name: run(env, s, work, whole_cluster(args.nodes))
-            for s in systems(("direct", "dispatcher", "kueue", "appwrapper"))}
+            for s in systems(("direct", "dispatcher", "kueue", "appwrapper"), args.only)}
 
 
 FRAGMENT_NODES = 16
@@ -407,7 +415,8 @@ def fragmentation(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any
     quota = {"cpu": str(FRAGMENT_NODES * 96), "memory": f"{FRAGMENT_NODES}Ti", GPU: "64"}
     return {s.name: run(env, s, work, quota, before=partial(fillers, env.kubectl, nodes),
                         limit=300)
-            for s in systems(("dispatcher", "kueue", "kueue-wfpr", "kueue-tas", "appwrapper"))}
+            for s in systems(("dispatcher", "dispatcher-backfill", "kueue", "kueue-wfpr",
+                              "kueue-tas", "appwrapper"), args.only)}
 
 
 def fillers(kubectl: Kubectl, nodes: list[str]) -> None:
@@ -439,7 +448,8 @@ def trace(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
           f"{squeeze:.0f}x (run times too, from 2 s to at most {args.trace_seconds:.0f} s) "
           f"onto {args.trace_nodes} nodes x 8 GPUs")
     return {s.name: run(env, s, work, whole_cluster(args.trace_nodes))
-            for s in systems(("direct", "dispatcher", "kueue", "appwrapper"))}
+            for s in systems(("direct", "dispatcher", "dispatcher-backfill", "kueue",
+                              "appwrapper"), args.only)}
 
 
 def glue(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -459,7 +469,7 @@ def glue(env: Env, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     aw["metadata"] = {"name": "glue"}
     work = [Submitted("glue", ray, 2, users_appwrapper=aw)]
     return {s.name: run(env, s, work, whole_cluster(4), limit=300, whole=True)
-            for s in systems(("dispatcher", "kueue", "appwrapper"))}
+            for s in systems(("dispatcher", "kueue", "appwrapper"), args.only)}
 
 
 ROWS: dict[str, Callable[[Env, argparse.Namespace], dict[str, dict[str, Any]]]] = {
@@ -521,6 +531,8 @@ def cells(row: str, r: dict[str, Any]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--systems", default=None,
+                    help="only these systems (comma-separated), e.g. 'dispatcher,kueue'")
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--cheap", type=int, default=1000)
     ap.add_argument("--gangs", type=int, default=500)
@@ -530,6 +542,7 @@ def main() -> None:
     ap.add_argument("--trace-nodes", type=int, default=8)
     args = ap.parse_args()
     rows = args.rows.split(",")
+    args.only = None if args.systems is None else set(args.systems.split(","))
     if unknown := set(rows) - set(ROWS):
         sys.exit(f"unknown rows {sorted(unknown)}; choose from {', '.join(ROWS)}")
     cluster, kubectl, api = bench_cluster(str(profile_file(args.nodes)))
