@@ -7,9 +7,10 @@ certificates, starts it and waits for its /readyz; the cluster's ``down`` stops 
 rest. Configured as its manifests install it (their client QPS and workers), but as one
 replica outside the cluster: no leader election, no certificate management of its own (it
 serves on loopback with a certificate of the cluster's CA), no visibility server (an
-aggregated API with certificates from a fixed path), no metrics server. Its webhooks are not registered: a Job is queued by creating it suspended with its
-LocalQueue's label, which is all Kueue's Job webhook adds; ClusterQueues and LocalQueues get
-their defaults from the CRDs' schemas.
+aggregated API with certificates from a fixed path), no metrics server. Its webhooks are
+not registered: a Job is queued by creating it suspended with its LocalQueue's label, which
+is all Kueue's Job webhook adds; ClusterQueues and LocalQueues get their defaults from the
+CRDs' schemas.
 
 Kueue reads the certificate of its metrics server from a fixed directory, even when that
 server is off: ``/etc/kueue/metrics/certs``, written here (it needs root, as the real node
