@@ -16,7 +16,7 @@ browser:
 	  apt-get update -q && apt-get install -y -q chromium chromium-driver; \
 	else echo "install chromium and its chromedriver at /usr/bin (the browser tests need them)"; exit 1; fi
 
-.PHONY: browser setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release chart-lint clean
+.PHONY: browser setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release image chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,12 @@ release: setup
 	$(PY) -m localcluster build $$($(PY) -c 'from localcluster.versions import RELEASE_TOOLS; print(*RELEASE_TOOLS)')
 	$(PY) -m localcluster.release --dist dist $(if $(IMAGE),--image $(IMAGE))
 	$(PY) -m pip wheel -q --no-deps -w dist .
+
+# dist/dispatcher-VERSION.oci.tar: the image as an OCI image archive, built with no container
+# engine or registry (as root: mmdebstrap and chroot), each step cached; the Dockerfile is
+# the same image for an engine (docs/operations.md, "Install on a cluster").
+image: setup
+	$(PY) -m localcluster image --out dist/
 
 # tests/cluster/test_install.py lints it too (make cluster-test).
 chart-lint: cluster-build

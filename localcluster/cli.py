@@ -1,4 +1,4 @@
-"""``python -m localcluster build|up|down|status|env|pin|profile``."""
+"""``python -m localcluster build|up|down|status|env|pin|profile|image``."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import sys
 import time
 
-from . import build, config, profiles
+from . import build, config, image_build, profiles
 from .cluster import Cluster, ClusterError
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m localcluster",
         description="A local Kubernetes control plane with fake GPU nodes (kwok).",
@@ -34,8 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("name")
     pin = sub.add_parser("pin", help="regenerate go.mod/go.sum from versions.py")
     pin.add_argument("only", nargs="*")
-    args = ap.parse_args(argv)
+    i = sub.add_parser("image", help="build the dispatcher's image as an OCI image archive, "
+                       "with no container engine (needs root)")
+    i.add_argument("--out",
+                   help="copy the archive here (a file, or a folder ending in /)")
+    i.add_argument("--fresh", action="store_true",
+                   help="build every step again, e.g. for Debian's security updates")
+    return ap
 
+
+def _image(args: argparse.Namespace) -> None:
+    built = image_build.build_image(args.out, fresh=args.fresh)
+    how = "found in the cache" if built.reused else "built"
+    print(f"{built.path} ({built.size / 1e6:.1f} MB; {how} in {built.seconds:.1f}s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.cmd == "build":
             start = time.monotonic()
@@ -56,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(Cluster().use_profile(args.name)))
         elif args.cmd == "pin":
             build.pin(args.only or None)
-    except (build.BuildError, ClusterError, TimeoutError, FileNotFoundError) as exc:
+        elif args.cmd == "image":
+            _image(args)
+    except (build.BuildError, ClusterError, image_build.ImageError, TimeoutError,
+            FileNotFoundError) as exc:
         print(f"localcluster {args.cmd}: error: {exc}", file=sys.stderr)
         return 1
     return 0
