@@ -1,20 +1,41 @@
-# The dispatcher's image: `docker build -t dispatcher:0.1.0 .` (deploy/ runs it).
+# The dispatcher's image, for those with a container engine:
+#   docker build -t registry.example.com/dispatcher:0.1.0 .
+# Generated from localcluster/image.py by `python -m localcluster image --dockerfile`:
+# edit that, not this. `make image` builds the same image with no engine.
 #
-# Python slim, the package and its controller extras installed from this checkout (the
-# built-in policies are package data inside it), a non-root user. Nothing is written at
-# run time: the pod runs with a read-only root filesystem.
-FROM python:3.12-slim AS build
+# debian:bookworm-slim with Debian's python3; the package and its dependencies installed
+# from wheels into a venv at /opt/dispatcher, byte-compiled; a non-root user. Nothing is
+# written at run time: the pod runs with a read-only root filesystem.
+FROM debian:bookworm-slim AS build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 ca-certificates python3-pip \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY dispatcher ./dispatcher
-RUN pip install --no-cache-dir --prefix=/install '.[controller]'
+COPY localcluster ./localcluster
+RUN python3 -m pip wheel --no-cache-dir --wheel-dir /wheels . pip \
+    && python3 -m venv --without-pip /opt/dispatcher \
+    && /opt/dispatcher/bin/python "$(echo /wheels/pip-*.whl)"/pip install --no-index \
+        --no-cache-dir --no-compile --disable-pip-version-check --find-links /wheels \
+        appwrapper-dispatcher \
+    && /opt/dispatcher/bin/python -m compileall -q --invalidation-mode unchecked-hash \
+        /opt/dispatcher
 
-FROM python:3.12-slim
-COPY --from=build /install /usr/local
-ENV PYTHONDONTWRITEBYTECODE=1 \
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m compileall -q -f --invalidation-mode unchecked-hash \
+        /usr/lib/python3.11 /usr/lib/python3/dist-packages
+COPY --from=build /opt/dispatcher /opt/dispatcher
+ENV PATH=/opt/dispatcher/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# A numeric user, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
+LABEL org.opencontainers.image.title="dispatcher" \
+      org.opencontainers.image.version="0.1.0"
 USER 65532:65532
+WORKDIR /
 EXPOSE 8080 9443
 ENTRYPOINT ["dispatcher"]
 CMD ["run", "--metrics-port", "8080"]

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from . import build, config, image_build, profiles
+from . import build, config, dockerfile, image, image_build, profiles
 from .cluster import Cluster, ClusterError
 
 
@@ -40,10 +40,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="copy the archive here (a file, or a folder ending in /)")
     i.add_argument("--fresh", action="store_true",
                    help="build every step again, e.g. for Debian's security updates")
+    i.add_argument("--dockerfile", action="store_true",
+                   help="print the Dockerfile of the same image instead")
     return ap
 
 
 def _image(args: argparse.Namespace) -> None:
+    if args.dockerfile:
+        print(dockerfile.render(image.describe()), end="")
+        return
     built = image_build.build_image(args.out, fresh=args.fresh)
     how = "found in the cache" if built.reused else "built"
     print(f"{built.path} ({built.size / 1e6:.1f} MB; {how} in {built.seconds:.1f}s)")

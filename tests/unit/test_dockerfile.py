@@ -1,6 +1,7 @@
-"""The Dockerfile, linted: no image can be built on the project's machines (no container
-registry to pull the base image from; docs/operations.md), so what `docker build` would make
-of it is checked here against deploy/ and pyproject.toml, with hadolint's main rules."""
+"""The Dockerfile, for those with a container engine: rendered from the image's description
+(localcluster/image.py), which `make image` builds without an engine
+(tests/packaging/test_image.py). No engine runs here, so what `docker build` would make of it
+is checked against deploy/ and pyproject.toml, with hadolint's main rules."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from dispatcher.cli import build_parser
+from localcluster import dockerfile
+from localcluster.image import describe
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -48,14 +51,20 @@ def test_instructions_are_read_whole() -> None:
     assert instructions("# c\nRUN a \\\n    b\nUSER 1\n") == [("RUN", "a      b"), ("USER", "1")]
 
 
-def test_base_images_are_pinned_to_a_python_the_package_supports() -> None:
+def test_the_dockerfile_is_the_image_s_description_rendered() -> None:
+    assert (REPO / "Dockerfile").read_text() == dockerfile.render(describe()), (
+        "the Dockerfile differs from localcluster/image.py's description: run "
+        "`python -m localcluster image --dockerfile > Dockerfile`")
+
+
+def test_base_images_are_pinned_to_a_debian_whose_python_the_package_supports() -> None:
     floor = tuple(int(n) for n in PYPROJECT["project"]["requires-python"].strip(">=").split("."))
+    image = describe()
     for base in each("FROM"):
-        image = base.split()[0]
-        name, _, tag = image.partition(":")
+        name, _, tag = base.split()[0].partition(":")
         assert tag and tag != "latest", f"FROM {base}: pin a tag (hadolint DL3006, DL3007)"
-        assert name == "python"
-        assert tuple(int(n) for n in tag.split("-")[0].split(".")) >= floor
+        assert (name, tag) == ("debian", f"{image.suite}-slim")
+    assert tuple(int(n) for n in image.python.split(".")) >= floor  # the suite's python3
 
 
 def test_it_runs_as_the_non_root_user_deploy_asks_for() -> None:
@@ -86,18 +95,25 @@ def test_it_exposes_the_ports_deploy_uses() -> None:
     assert exposed == used
 
 
-def test_it_installs_the_package_with_the_controller_from_what_it_copies() -> None:
+def test_it_installs_the_package_from_the_wheel_of_what_it_copies() -> None:
     copied = [Path(src) for args in each("COPY") if not args.startswith("--from")
               for src in args.split()[:-1]]
     assert all((REPO / path).exists() for path in copied), copied
     assert Path(PYPROJECT["project"]["readme"]) in copied
     assert Path("pyproject.toml") in copied and Path("dispatcher") in copied
-    (install,) = [r for r in each("RUN") if "pip install" in r]
-    assert "--no-cache-dir" in install  # DL3042
-    extras = re.findall(r"\.\[([\w,]+)\]", install)
-    assert extras and set(extras[0].split(",")) <= set(PYPROJECT["project"][
-        "optional-dependencies"])
-    assert "controller" in extras[0]
+    (install,) = [" ".join(r.split()) for r in each("RUN") if "pip install" in r]
+    assert "pip wheel --no-cache-dir --wheel-dir /wheels . " in install  # the copied sources
+    assert "--no-cache-dir" in install.split("pip install")[1]  # DL3042
+    # Only the wheels the stage built: the package's, as pyproject.toml names it.
+    assert "--no-index --no-cache-dir" in install
+    assert f"--find-links /wheels {PYPROJECT['project']['name']} " in install
+
+
+def test_the_apt_lists_are_removed_where_they_are_fetched() -> None:
+    for run in each("RUN"):
+        if "apt-get update" in run:
+            assert "--no-install-recommends" in run  # DL3015
+            assert "rm -rf /var/lib/apt/lists/*" in run  # DL3009
 
 
 @pytest.mark.parametrize("word", ["ADD", "MAINTAINER"])

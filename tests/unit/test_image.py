@@ -1,22 +1,24 @@
-"""localcluster/image.py, the image's one description, as the OCI config says it; and the
-parts of its daemonless build (localcluster/image_build.py) that need no root: what each
-cached step is keyed by, and where the archive goes."""
+"""localcluster/image.py, the image's one description, as the Dockerfile and the OCI config
+say it; and the parts of its daemonless build (localcluster/image_build.py) that need no
+root: what each cached step is keyed by, and where the archive goes."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from localcluster import image_build
+from localcluster import dockerfile, image_build
 from localcluster.image import (
     REPO,
     WHEEL_SOURCES,
     Image,
     describe,
     index_annotations,
+    install_commands,
     oci_config,
 )
 
@@ -29,6 +31,37 @@ def test_the_image_is_the_package_s_version_named_for_containerd() -> None:
     assert index_annotations(IMAGE) == {
         "org.opencontainers.image.ref.name": PROJECT["version"],
         "io.containerd.image.name": f"localhost/dispatcher:{PROJECT['version']}"}
+
+
+def test_the_oci_config_says_what_the_dockerfile_says() -> None:
+    config = oci_config(IMAGE, "amd64")["config"]
+    text = dockerfile.render(IMAGE)
+    assert f"\nUSER {config['User']}\n" in text
+    assert f"\nENTRYPOINT {json.dumps(config['Entrypoint'])}\n" in text
+    assert f"\nCMD {json.dumps(config['Cmd'])}\n" in text
+    assert f"\nWORKDIR {config['WorkingDir']}\n" in text
+    ports = " ".join(p.removesuffix("/tcp") for p in config["ExposedPorts"])
+    assert f"\nEXPOSE {ports}\n" in text
+    assert all(f" {item}" in text for item in config["Env"])
+    assert all(f"{k}={json.dumps(v)}" in text for k, v in config["Labels"].items())
+    assert config["Labels"]["org.opencontainers.image.version"] == IMAGE.version
+
+
+def test_the_dockerfile_follows_the_description() -> None:
+    other = dataclasses.replace(IMAGE, user="1000:1000", ports=(9000,), suite="trixie",
+                                packages=("python3", "tini"), prefix="/srv/app")
+    text = dockerfile.render(other)
+    assert "\nUSER 1000:1000\n" in text and "\nEXPOSE 9000\n" in text
+    assert text.count("FROM debian:trixie-slim") == 2
+    assert "--no-install-recommends python3 tini \\\n" in text
+    assert "COPY --from=build /srv/app /srv/app" in text and "PATH=/srv/app/bin:" in text
+
+
+def test_both_builds_install_with_the_same_commands() -> None:
+    text = dockerfile.render(IMAGE)
+    joined = " ".join(text.replace("\\\n", " ").split())
+    for command in install_commands(IMAGE, dockerfile.WHEELS, '"$(echo /wheels/pip-*.whl)"'):
+        assert " ".join(command.split()) in joined
 
 
 def test_the_oci_config_carries_the_description() -> None:
