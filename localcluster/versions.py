@@ -40,6 +40,9 @@ KUTTL_TOOLCHAIN = "go1.25.4"
 #: dispatcher serving v1beta2, and the controller itself, with Kueue, is a peer in bench/peers.py.
 APPWRAPPER = "v1.2.1"
 KUEUE = "v0.17.0"
+#: CoreDNS (``github.com/coredns/coredns``): the real node's cluster DNS (localcluster/node.py),
+#: with the plugins of Kubernetes' own Corefile only.
+COREDNS = "v1.15.0"
 #: Helm (``helm.sh/helm/v3``), to render and lint the chart in charts/ (``make chart-lint``).
 HELM = "v3.22.0"
 #: kustomize (``sigs.k8s.io/kustomize/kustomize/v5``, the version kubectl embeds), to render
@@ -50,7 +53,13 @@ RELEASE_TOOLS = ("helm", "kustomize")
 #: ``go`` directive written into the wrapper modules.
 GO_DIRECTIVE = {"default": "1.24.0", "etcd": "1.26.0", "kuttl": "1.25.0", "helm": "1.26.0",
                 "appwrapper": "1.26.0", "lws": "1.26.0",
-                "kueue": "1.26.0"}
+                "kueue": "1.26.0", "coredns": "1.26.0"}
+
+
+#: The control plane, kubectl, and what the real node runs (kubelet, kube-proxy): one
+#: ``go build`` compiles the packages they share once.
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+                       "kubelet", "kube-proxy")
 
 
 def staging_version(kubernetes: str = KUBERNETES) -> str:
@@ -131,9 +140,9 @@ WRAPPERS: dict[str, Wrapper] = {
             requires={"k8s.io/kubernetes": KUBERNETES},
             packages=tuple(
                 f"k8s.io/kubernetes/cmd/{c}"
-                for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+                for c in KUBERNETES_COMMANDS
             ),
-            binaries=("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+            binaries=KUBERNETES_COMMANDS,
             ldflags=tuple(_k8s_ldflags(KUBERNETES)),
             replace_staging=True,
         ),
@@ -221,6 +230,14 @@ WRAPPERS: dict[str, Wrapper] = {
             go=GO_DIRECTIVE["kueue"],
         ),
         Wrapper(
+            name="coredns",
+            requires={"github.com/coredns/coredns": COREDNS},
+            packages=(".",),
+            binaries=("coredns",),
+            ldflags=(f"-X github.com/coredns/coredns/coremain.GitCommit={COREDNS}",),
+            go=GO_DIRECTIVE["coredns"],
+        ),
+        Wrapper(
             name="crds",
             requires={
                 "github.com/kubeflow/training-operator": TRAINING_OPERATOR_MXJOB,
@@ -234,7 +251,7 @@ WRAPPERS: dict[str, Wrapper] = {
 BUILD_ORDER: tuple[str, ...] = (
     # Kueue, the second longest, starts beside Kubernetes, not last after all the others.
     "kueue", "etcd", "kwok", "kuberay", "training-operator", "crds", "kuttl", "kubernetes",
-    "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper",
+    "mxjob-operator", "jobset", "lws", "helm", "kustomize", "appwrapper", "coredns",
 )
 
 
