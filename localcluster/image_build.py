@@ -50,8 +50,6 @@ from .image import (
     python_commands,
 )
 
-#: Debian's names of the machines' architectures.
-ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
 #: Built archives kept in the cache (the newest), so switching branches back and forth
 #: finds them.
 KEEP_ARCHIVES = 3
@@ -280,13 +278,6 @@ def archive_key(image: Image, base: Base, wheels: Path, repo: Path) -> str:
     return _digest(repr(image), base.layer.digest, wheels_digest(wheels), sources_digest(repo))
 
 
-def architecture() -> str:
-    machine = platform.machine()
-    if machine not in ARCHITECTURES:
-        raise ImageError(f"no Debian architecture known for this machine ({machine})")
-    return ARCHITECTURES[machine]
-
-
 def _build_archive(image: Image, base: Base, wheels: Path, repo: Path, archive: Path) -> None:
     with tempfile.TemporaryDirectory(dir=images_dir(), prefix="build-") as tmp:
         work = Path(tmp)
@@ -298,7 +289,7 @@ def _build_archive(image: Image, base: Base, wheels: Path, repo: Path, archive: 
         app = oci.write_layer(rootfs, work / "app.tar.gz", epoch=image.epoch,
                               under=image.prefix.lstrip("/"))
         partial = work / archive.name
-        oci.write_archive(partial, oci_config(image, architecture()), [base.layer, app],
+        oci.write_archive(partial, oci_config(image, oci.architecture()), [base.layer, app],
                           annotations=index_annotations(image), epoch=image.epoch)
         partial.replace(archive)
 

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import stat
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,20 @@ CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 CHUNK = 1 << 20
+#: The machine's name for its architecture -> the OCI (Go) name.
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class UnknownArchitecture(RuntimeError):
+    pass
+
+
+def architecture() -> str:
+    """This machine's architecture as image configs name it."""
+    machine = platform.machine()
+    if machine not in ARCHITECTURES:
+        raise UnknownArchitecture(f"no image architecture known for this machine ({machine})")
+    return ARCHITECTURES[machine]
 
 
 @dataclass(frozen=True)
