@@ -9,6 +9,7 @@ import time
 
 from . import build, config, dockerfile, image, image_build, profiles
 from .cluster import Cluster, ClusterError
+from .node import NodeError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--no-operators", action="store_true",
                    help="do not run the operators (KubeRay, training, MXJob, JobSet)")
     u.add_argument("--fresh", action="store_true", help="recreate even if running")
+    u.add_argument("--real-node", action="store_true",
+                   help="also a node that runs containers (kubelet, containerd, runc; root)")
     u.add_argument("--timeout", type=float, default=180)
     sub.add_parser("down", help="stop the cluster and remove its state")
     sub.add_parser("status", help="print the cluster's state as JSON")
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"binaries ready in {config.bin_root()} ({time.monotonic() - start:.1f}s)")
         elif args.cmd == "up":
             Cluster().up(profile=args.profile, operators=not args.no_operators,
-                         reuse=not args.fresh, timeout=args.timeout)
+                         reuse=not args.fresh, timeout=args.timeout,
+                         real_node=args.real_node)
         elif args.cmd == "down":
             Cluster().down()
         elif args.cmd == "status":
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             build.pin(args.only or None)
         elif args.cmd == "image":
             _image(args)
-    except (build.BuildError, ClusterError, image_build.ImageError, TimeoutError,
+    except (build.BuildError, ClusterError, image_build.ImageError, NodeError, TimeoutError,
             FileNotFoundError) as exc:
         print(f"localcluster {args.cmd}: error: {exc}", file=sys.stderr)
         return 1

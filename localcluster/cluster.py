@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import build, config, ports, profiles, users, versions
+from . import build, config, node, node_images, ports, profiles, users, versions
 from .jobset import JOBSET
 from .kube import Kubectl, KubectlError, wait_for
 from .lws import LWS
@@ -135,11 +135,14 @@ class Cluster:
         procs = {**self.component_pids(), **self.operator_pids()}
         return {name: _runs_in(pid, self.dir) for name, pid in sorted(procs.items())}
 
-    def is_running(self) -> bool:
-        """Up, healthy, fully set up by this code, and built from the current binaries."""
+    def is_running(self, real_node: bool | None = None) -> bool:
+        """Up, healthy, fully set up by this code, and built from the current binaries;
+        with a real node or without one (None: either)."""
         info = self.ready_info()
+        if real_node is None:
+            real_node = bool(info and info.get("real_node"))
         if info is None or info.get("build") != _build_ids() \
-                or info.get("components") != _component_patches():
+                or info.get("components") != _component_patches(self.dir, real_node):
             return False
         # A dead scheduler or kwok would not show in /readyz but would break every test.
         procs = self.processes()
@@ -149,11 +152,12 @@ class Cluster:
 
     # ------------------------------------------------------------------ up
     def up(self, profile: str = config.DEFAULT_PROFILE, operators: bool = True,
-           reuse: bool = True, timeout: float = 180) -> None:
-        """Start the cluster (or reuse a healthy one) and wait until it is ready."""
+           reuse: bool = True, timeout: float = 180, real_node: bool = False) -> None:
+        """Start the cluster (or reuse a healthy one) and wait until it is ready; with
+        `real_node`, also a node that runs containers (localcluster/node.py)."""
         start = time.monotonic()
         bins = _binaries()
-        if reuse and self.is_running():
+        if reuse and self.is_running(real_node or None):
             # Reuse is what makes a second `up` (or a second test run) take a second; only
             # the fake nodes may differ from what this caller wants.
             if (self.ready_info() or {}).get("profile") != profile:
@@ -172,7 +176,7 @@ class Cluster:
             _say(f"removing stale state of cluster {self.name!r}")
             self.down(quiet=True)
         try:
-            self._create(bins, timeout)
+            self._create(bins, timeout, real_node)
             kubectl = self.kubectl()
             # The CRDs are 8 MB of OpenAPI schema that the API server chews on for a while:
             # let it do that while kwok's stages and the fake nodes are set up.
@@ -184,6 +188,9 @@ class Cluster:
             self._wait_default_serviceaccount(kubectl, "default", timeout)
             users.ensure(self.dir, kubectl)
             ops = self._start_operators(kubectl, timeout) if operators else []
+            if real_node:
+                self.real_node().start(timeout=timeout)
+                _say(f"real node {node.NAME!r} Ready")
         except Exception as exc:
             raise ClusterError(f"the local cluster did not start: {exc}\n{self.log_hint()}"
                                ) from exc
@@ -194,7 +201,8 @@ class Cluster:
             "profile": profile,
             "operators": ops,
             "build": _build_ids(),
-            "components": _component_patches(),
+            "components": _component_patches(self.dir, real_node),
+            "real_node": real_node,
             "started_seconds": round(time.monotonic() - start, 1),
         }
         (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
@@ -212,10 +220,11 @@ class Cluster:
             (self.dir / READY_FILE).write_text(json.dumps(info, indent=2) + "\n")
         return names
 
-    def _create(self, bins: dict[str, Path], timeout: float) -> None:
+    def _create(self, bins: dict[str, Path], timeout: float, real_node: bool) -> None:
         config.state_root().mkdir(parents=True, exist_ok=True)
         cfg = config.state_root() / f"{self.name}-kwokctl.yaml"
-        cfg.write_text(yaml.safe_dump(_kwokctl_config(bins, ports.block_of(self.name))))
+        cfg.write_text(yaml.safe_dump(_kwokctl_config(bins, ports.block_of(self.name),
+                                                      self.dir, real_node)))
         cmd = [str(bins["kwokctl"]), "create", "cluster", "--name", self.name,
                "--config", str(cfg), "--kubeconfig", "", "--timeout", f"{int(timeout)}s"]
         _say(f"starting control plane {self.name!r} with kwokctl (state: {self.dir})")
@@ -310,7 +319,7 @@ class Cluster:
             ),
             Operator(
                 "training-operator", "training-operator", "training-operator.v1",
-                _training_args(kc, training_probe, block.port("training-webhook")),
+                _training_args(kc, training_probe, block.port("training-webhook"), self.dir),
                 env=_TRAINING_ENV,
                 probe_port=training_probe,
             ),
@@ -320,7 +329,7 @@ class Cluster:
             # and keeps them rather than rotating them under v1.9's feet.
             Operator(
                 "mxjob-operator", "mxjob-operator", "training-operator.v1",
-                [*_training_args(kc, mxjob_probe, block.port("mxjob-webhook")),
+                [*_training_args(kc, mxjob_probe, block.port("mxjob-webhook"), self.dir),
                  "--enable-scheme=mxjob"],
                 env=_TRAINING_ENV, probe_port=mxjob_probe, after_training_certs=True,
             ),
@@ -349,6 +358,7 @@ class Cluster:
         # served although the new Secret holds other ones.
         shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
         self.pids.mkdir(parents=True, exist_ok=True)
+        (self.dir / PYTORCH_INIT_FILE).write_text(PYTORCH_INIT_CONTAINER)
         ops = self._operators()
         for op in ops:
             if not op.after_training_certs:
@@ -375,6 +385,20 @@ class Cluster:
         self.pids.mkdir(parents=True, exist_ok=True)
         self._spawn(op)
         self._wait_operator(op, timeout)
+
+    def real_node(self) -> node.RealNode:
+        """The cluster's real node (started by ``up(real_node=True)``)."""
+        return node.RealNode(
+            self.dir, self.kubeconfig, self.real_node_ports(),
+            node.Binaries(build.binary("kubernetes", "kubelet"),
+                          build.binary("kubernetes", "kube-proxy"), build.binary("coredns")),
+            self.kubectl())
+
+    def real_node_ports(self) -> node.Ports:
+        block = ports.block_of(self.name)
+        return node.Ports(*(block.port(r) for r in (
+            "kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics",
+            "dns-health", "dns-ready")))
 
     def _spawn(self, op: Operator) -> None:
         exe = build.binary(op.wrapper, op.binary)
@@ -433,6 +457,7 @@ class Cluster:
         # command line names this cluster's directory are ours.
         ours = {name: pid for name, pid in procs.items() if _runs_in(pid, self.dir)}
         _terminate_all(list(ours.values()))
+        node.clean_up(self.dir)
         if not quiet and ours:
             _say("stopped " + ", ".join(sorted(ours)))
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -529,10 +554,29 @@ class Cluster:
 _TRAINING_ENV = {"MY_POD_NAMESPACE": TRAINING_OPERATOR_NAMESPACE, "TMPDIR": "/tmp"}
 
 
-def _training_args(kubeconfig: str, probe_port: int, webhook_port: int) -> list[str]:
+def _training_args(kubeconfig: str, probe_port: int, webhook_port: int,
+                   directory: Path) -> list[str]:
     return ["--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
             "--health-probe-bind-address", f"127.0.0.1:{probe_port}",
-            "--webhook-server-port", str(webhook_port), "--leader-elect=false"]
+            "--webhook-server-port", str(webhook_port), "--leader-elect=false",
+            # Its PyTorchJob workers' init container (a shell that waits for the master's
+            # name), from an image a real node has (localcluster/node_images.py).
+            "--pytorch-init-container-image", node_images.BUSYBOX,
+            "--pytorch-init-container-template-file", str(directory / PYTORCH_INIT_FILE)]
+
+
+PYTORCH_INIT_FILE = "pytorch-init-container.yaml"
+#: The training operator's own init container for PyTorchJob workers, but for how it reads
+#: nslookup's answer: Debian's static busybox (the real node's) exits 1 when one of the
+#: pod's search domains has no such name, although another answered.
+PYTORCH_INIT_CONTAINER = yaml.safe_dump([{
+    "name": "init-pytorch", "image": "{{.InitContainerImage}}",
+    "imagePullPolicy": "IfNotPresent",
+    "resources": {"limits": {"cpu": "100m", "memory": "20Mi"},
+                  "requests": {"cpu": "50m", "memory": "10Mi"}},
+    "command": ["sh", "-c", "err=1;for i in $(seq {{.MaxTries}}); do "
+                "if nslookup {{.MasterAddr}} | grep -q '^Name:'; then err=0 && break; fi;"
+                "echo waiting for master; sleep 2; done; exit $err"]}], sort_keys=False)
 
 
 def _binaries(required: bool = True) -> dict[str, Path]:
@@ -573,13 +617,13 @@ JOB_SYNCS = 25  # kube-controller-manager --concurrent-job-syncs (see _component
 LEASE_HOLDERS = ("kube-controller-manager", "kube-scheduler")
 
 
-def _component_patches() -> list[dict[str, Any]]:
+def _component_patches(directory: Path, real_node: bool = False) -> list[dict[str, Any]]:
     """Flags of the control plane's components beyond kwokctl's (a cluster started with
     others is not reused)."""
     # One of each, so no leader to elect: with leader election on, a renewal that
     # timed out on a busy machine made them exit (both died in a loaded bench run,
     # leaving Jobs without pods and namespaces never deleted).
-    return [
+    patches: list[dict[str, Any]] = [
         {"name": "kube-controller-manager", "extraArgs": [
             {"key": "leader-elect", "value": "false"},
             # The Job controller's workers (5 by default) each wait on an API server
@@ -588,10 +632,29 @@ def _component_patches() -> list[dict[str, Any]]:
             # average in bench/e2e.py (4.4 s when created directly); 25, 0.1-0.8 s.
             {"key": "concurrent-job-syncs", "value": str(JOB_SYNCS)}]},
         {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+        # kwok plays the kubelet of the profiles' nodes only (they carry its annotation):
+        # a real node's kubelet (localcluster/node.py) keeps its own.
+        {"name": "kwok-controller", "extraArgs": [
+            {"key": "manage-all-nodes", "value": "false"},
+            {"key": "manage-nodes-with-annotation-selector",
+             "value": f"{profiles.KWOK_ANNOTATION}=fake"}]},
     ]
+    if real_node:
+        # Pods reach the API server through the `kubernetes` Service, whose endpoint is
+        # the advertised address: loopback is neither allowed there nor reachable from a pod.
+        patches.append({"name": "kube-apiserver", "extraArgs": [
+            {"key": "bind-address", "value": "0.0.0.0"},
+            {"key": "advertise-address", "value": node.host_ip()},
+            # Logs and exec reach the real node's kubelet, which knows the cluster's CA.
+            {"key": "kubelet-client-certificate", "value": str(directory / "pki/admin.crt")},
+            {"key": "kubelet-client-key", "value": str(directory / "pki/admin.key")},
+            # The node's name resolves nowhere: its address does.
+            {"key": "kubelet-preferred-address-types", "value": "InternalIP"}]})
+    return patches
 
 
-def _kwokctl_config(bins: dict[str, Path], block: ports.PortBlock) -> dict[str, Any]:
+def _kwokctl_config(bins: dict[str, Path], block: ports.PortBlock, directory: Path,
+                    real_node: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -617,8 +680,11 @@ def _kwokctl_config(bins: dict[str, Path], block: ports.PortBlock) -> dict[str, 
             "enableCRDs": ["Stage"],
             "disableQPSLimits": True,
             "cacheDir": str(config.state_root() / "kwokctl-cache"),
+            # What pods on a real node call it by: the `kubernetes` Service's address and
+            # the host's (its advertised endpoint).
+            "kubeApiserverCertSANs": [node.API_SERVICE_IP, node.host_ip()],
         },
-        "componentsPatches": _component_patches(),
+        "componentsPatches": _component_patches(directory, real_node),
     }
 
 

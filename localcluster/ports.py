@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import config
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = 32
 #: Blocks lie in [FIRST_PORT, LAST_PORT): under the Linux ephemeral range (32768-60999) and
 #: under kwokctl's own picks (downwards from 32767), which clusters made by other tools use.
 FIRST_PORT = 20000
@@ -36,6 +36,9 @@ ROLES = (
     "kube-apiserver", "etcd", "etcd-peer", "kube-controller-manager", "kube-scheduler",
     "kwok-controller", "kuberay-probe", "training-probe", "training-webhook", "mxjob-probe",
     "mxjob-webhook", "jobset-probe", "jobset-webhook", "lws-probe", "lws-webhook",
+    # A real node's (localcluster/node.py).
+    "kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics", "dns-health",
+    "dns-ready",
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -72,8 +73,9 @@ def test_clusters_side_by_side_listen_on_their_own_blocks_of_ports(
 
     def listened(name: str) -> set[int]:
         c = Cluster(name)
-        opts = cluster._kwokctl_config(bins, ports.block_of(name))["options"]
+        opts = cluster._kwokctl_config(bins, ports.block_of(name), tmp_path)["options"]
         out = {v for k, v in opts.items() if k.endswith("Port") and k != "securePort"}
+        out |= set(dataclasses.astuple(c.real_node_ports()))
         for op in c._operators():
             out.add(op.probe_port)
             out |= {int(a) for a in op.args if a.isdigit() and a != "0"}
