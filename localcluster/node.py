@@ -79,7 +79,7 @@ def missing() -> list[str]:
                     | _absent_files())
     if absent:
         out.append(f"missing Debian packages {', '.join(absent)}: "
-                   f"apt-get install -y {' '.join(PACKAGES)} (make real-node-packages)")
+                   f"apt-get install -y {' '.join(PACKAGES)} (make node-packages)")
     if not Path("/sys/fs/cgroup/memory").is_dir() and \
             not Path("/sys/fs/cgroup/cgroup.controllers").exists():
         out.append("no cgroup hierarchy is mounted at /sys/fs/cgroup")
