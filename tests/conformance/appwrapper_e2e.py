@@ -13,6 +13,12 @@ without Kueue runs (`Standalone || Webhook`, as that project's standalone CI), a
   cluster has no pod network), all served by one `dispatcher run --webhook-port PORT`;
 - the local cluster's default nodes and operators (PyTorchJob, RayCluster, JobSet).
 
+The specs whose expected entry says `node: real` need containers that really run (an init
+container that never ends): they run in a second pass, on a cluster with a real node
+(`localcluster up --real-node`), its taint lifted and the fake nodes cordoned for them, so
+their pods land there. Where a real node cannot run (not root, Debian's packages missing),
+that pass says so in one line and is skipped; under CI it fails.
+
 The suite makes what else it needs itself (its namespace `e2e-test`, the ClusterRole of
 its limited user); they are deleted afterwards, and the CRD is put back to v1beta1 only.
 Each spec's result is compared with tests/conformance/appwrapper_e2e_expected.yaml, which
@@ -25,6 +31,7 @@ otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -32,13 +39,15 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from localcluster import Cluster, Kubectl, build, config, wait_for
+from localcluster import Cluster, Kubectl, build, config, node, wait_for
+from localcluster.profiles import PROFILE_LABEL
 from tests.cluster.dispatcher_process import REPO, DispatcherProcess, forget_discovery
 from tests.cluster.webhook_process import (
     CONFIGURATION,
@@ -61,6 +70,8 @@ SUITE_NAMESPACE = "e2e-test"
 SUITE_RBAC = "clusterrole/e2e-test:limited", "clusterrolebinding/e2e-test:limited"
 CRD = "customresourcedefinition/appwrappers.workload.codeflare.dev"
 CONVERSION_PATH = "/convert-appwrappers"
+#: The cluster of the real-node pass (the real node's tests share it).
+REAL_CLUSTER = "dispatcher-real"
 
 
 @dataclass
@@ -155,19 +166,28 @@ def v1beta1_only(kubectl: Kubectl) -> None:
 # ------------------------------------------------------------------ the suite
 
 
-def skipped_pattern(expected: dict[str, Any]) -> str:
-    """A regular expression matching the full text of each excluded spec."""
-    names = [name for name, want in expected.items() if want.get("result") == "excluded"]
+def on_real_node(want: dict[str, Any]) -> bool:
+    return want.get("node") == "real" and want.get("result") != "excluded"
+
+
+def pattern(names: list[str]) -> str:
+    """A regular expression matching the full text of each spec named."""
     # Not anchored at the start: Ginkgo matches a text with more before the containers'.
     return "|".join(f"{re.escape(n)}$" for n in names)
 
 
-def command(binary: Path, expected: dict[str, Any], report: Path) -> list[str]:
+def command(binary: Path, expected: dict[str, Any], report: Path, real_node: bool = False
+            ) -> list[str]:
+    """The fake nodes' pass skips the excluded specs and the real node's; the real node's
+    pass runs only those."""
     cmd = [str(binary), f"--ginkgo.label-filter={LABEL_FILTER}",
            f"--ginkgo.timeout={SUITE_TIMEOUT}s", f"--ginkgo.json-report={report}",
            "--ginkgo.v", "--ginkgo.no-color"]
-    pattern = skipped_pattern(expected)
-    return cmd + ([f"--ginkgo.skip={pattern}"] if pattern else [])
+    real = [name for name, want in expected.items() if on_real_node(want)]
+    if real_node:
+        return [*cmd, f"--ginkgo.focus={pattern(real)}"]
+    skipped = [name for name, want in expected.items() if want.get("result") == "excluded"]
+    return cmd + ([f"--ginkgo.skip={pattern(skipped + real)}"] if skipped + real else [])
 
 
 def parse(report: dict[str, Any] | list[dict[str, Any]]) -> list[SpecResult]:
@@ -190,12 +210,14 @@ def parse(report: dict[str, Any] | list[dict[str, Any]]) -> list[SpecResult]:
 
 
 def run_suite(binary: Path, expected: dict[str, Any], env: dict[str, str],
-              work: Path) -> tuple[list[SpecResult], str]:
+              work: Path, real_node: bool = False) -> tuple[list[SpecResult], str]:
     report, log = work / "report.json", work / "e2e.log"
-    print(f"== {WRAPPER} (label filter {LABEL_FILTER!r}; log: {log})", flush=True)
+    print(f"== {WRAPPER} (label filter {LABEL_FILTER!r}"
+          f"{', on the real node' if real_node else ''}; log: {log})", flush=True)
     with log.open("w") as fh:
         try:
-            subprocess.run(command(binary, expected, report), env=env, cwd=work, stdout=fh,
+            subprocess.run(command(binary, expected, report, real_node), env=env, cwd=work,
+                           stdout=fh,
                            stderr=subprocess.STDOUT, check=False, timeout=SUITE_TIMEOUT + 60)
         except subprocess.TimeoutExpired:
             return [], f"the suite did not end within {SUITE_TIMEOUT + 60} s; log: {log}"
@@ -236,7 +258,7 @@ def report(results: list[SpecResult], expected: dict[str, Any], error: str,
     passed = [r for r in ran if r.state == "passed"]
     print(f"{len(passed)}/{len(ran)} selected specs passed, "
           f"{len(results) - len(ran)} excluded")
-    surprises = compare(results, expected) if results else [error]
+    surprises = (compare(results, expected) if results else []) + ([error] if error else [])
     if surprises:
         print(f"\n{len(surprises)} difference(s) from tests/conformance/{EXPECTED.name}:")
         for line in surprises:
@@ -263,25 +285,71 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     t0 = time.monotonic()
-    cluster = Cluster()
-    was_running = cluster.is_running()
-    cluster.up()
+    results, error = one_pass(Cluster(), binary, expected, work, args.keep_cluster)
+    real = [name for name, want in expected.items() if on_real_node(want)]
+    if real:
+        real_results, real_error = real_node_pass(binary, expected, work / "real-node",
+                                                  args.keep_cluster)
+        results = merge(results, real_results)
+        error = error or real_error
+        if not real_results and not real_error:
+            expected = {n: {**w, "result": "excluded"} if n in real else w
+                        for n, w in expected.items()}
+    return report(results, expected, error, time.monotonic() - t0, work)
+
+
+def one_pass(cluster: Cluster, binary: Path, expected: dict[str, Any], work: Path,
+             keep: bool, real_node: bool = False) -> tuple[list[SpecResult], str]:
+    """The suite on `cluster` (started if need be, and then stopped unless `keep`)."""
+    work.mkdir(parents=True, exist_ok=True)
+    was_running = cluster.is_running(real_node or None)
+    cluster.up(real_node=real_node)
     kubectl = cluster.kubectl()
     dispatcher = DispatcherProcess(cluster.kubeconfig, work)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig),
            "PATH": f"{build.installed('kubernetes')}{os.pathsep}{os.environ.get('PATH', '')}"}
-    results: list[SpecResult] = []
-    error = ""
     try:
         install(kubectl, dispatcher, free_port())
-        results, error = run_suite(binary, expected, env, work)
+        with only_the_real_node(kubectl) if real_node else contextlib.nullcontext():
+            return run_suite(binary, expected, env, work, real_node)
     finally:
         try:
             uninstall(kubectl, dispatcher)
         finally:
-            if not was_running and not args.keep_cluster:
+            if not was_running and not keep:
                 cluster.down()
-    return report(results, expected, error, time.monotonic() - t0, work)
+
+
+def real_node_pass(binary: Path, expected: dict[str, Any], work: Path, keep: bool
+                   ) -> tuple[list[SpecResult], str]:
+    """The specs that need containers to run, on a real node; none where it cannot run."""
+    problems = node.missing()
+    if problems:
+        why = "the specs that need a real node: " + "; ".join(problems)
+        print(f"{'FAILED' if in_ci() else 'skipped'}: {why}")
+        return [], why if in_ci() else ""
+    return one_pass(Cluster(REAL_CLUSTER), binary, expected, work, keep, real_node=True)
+
+
+@contextlib.contextmanager
+def only_the_real_node(kubectl: Kubectl) -> Iterator[None]:
+    """The suite's pods tolerate nothing: the real node untainted, the fake ones cordoned,
+    until the pass ends."""
+    taint = f"{node.TAINT['key']}={node.TAINT['value']}:{node.TAINT['effect']}"
+    fake = f"-l{PROFILE_LABEL}"
+    kubectl("taint", "node", node.NAME, f"{node.TAINT['key']}-")
+    kubectl("cordon", fake)
+    try:
+        yield
+    finally:
+        kubectl("uncordon", fake)
+        kubectl("taint", "node", node.NAME, taint, "--overwrite")
+
+
+def merge(results: list[SpecResult], real: list[SpecResult]) -> list[SpecResult]:
+    """The first pass's results, with those of the specs the real node's pass ran."""
+    ran = {r.name: r for r in real if r.state != "skipped"}
+    return [ran.get(r.name, r) for r in results]
 
 
 if __name__ == "__main__":
