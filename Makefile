@@ -16,7 +16,20 @@ browser:
 	  apt-get update -q && apt-get install -y -q chromium chromium-driver; \
 	else echo "install chromium and its chromedriver at /usr/bin (the browser tests need them)"; exit 1; fi
 
-.PHONY: browser setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release image chart-lint clean
+# The real node's (localcluster/node.py: containerd, runc, the CNI plugins, iptables; busybox
+# and gcc for its small images) and the image's build (mmdebstrap, umoci): Debian's packages,
+# installed when missing (as root, with apt-get). Without them, their tests say so and are
+# skipped (and fail under CI=true).
+NODE_PACKAGES = containerd runc containernetworking-plugins iptables conntrack busybox-static \
+	gcc libc6-dev mmdebstrap umoci
+node-packages:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	else echo "the real node and the image need Debian's packages:" $$missing; fi
+
+.PHONY: browser node-packages demo-real setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release image chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +64,7 @@ cluster-up: cluster-build
 cluster-down: setup
 	$(PY) -m localcluster down
 
-cluster-test: cluster-build browser
+cluster-test: cluster-build browser node-packages
 	$(VENV)/bin/pytest -q tests/cluster
 
 # MCAD's own kuttl suites (../shared/conformance/mcad-kuttl, or $MCAD_KUTTL) against
@@ -61,7 +74,7 @@ cluster-test: cluster-build browser
 # Without the files in ../shared each says so and is skipped (fails under CI=true), as are
 # the unit tests that read them (MCAD_V1BETA1, MCAD_KUTTL, APPWRAPPER_V1BETA2). Both run,
 # whatever the first gives.
-conformance: cluster-build
+conformance: cluster-build node-packages
 	rc=0; $(PY) -m tests.conformance.mcad_kuttl || rc=1; \
 	$(PY) -m tests.conformance.appwrapper_e2e || rc=1; exit $$rc
 
@@ -70,7 +83,7 @@ conformance: cluster-build
 # it. The build prints as it goes; the wheel test's output follows once it is done. A
 # failed wheel test stops the build (a half-built binary is never kept). Each runs in a
 # session of its own (setsid, where there is one), so that stopping it stops its children.
-packaging-beside-build: setup
+packaging-beside-build: setup node-packages
 	@out=$$(mktemp); sid=$$(command -v setsid || true); \
 	$$sid $(PACKAGING_TEST) >$$out 2>&1 & pkg=$$!; \
 	$$sid $(CLUSTER_BUILD) & build=$$!; \
@@ -84,6 +97,11 @@ test: lint unit packaging-beside-build cluster-test conformance
 
 demo: cluster-up
 	$(PY) -m dispatcher.demo
+
+# The dispatcher installed by its chart on the local cluster's real node (as root), from the
+# image built here, and a gang of two real containers run to completion.
+demo-real: cluster-build node-packages
+	$(PY) -m localcluster.real_demo
 
 bench: setup
 	$(PY) bench/engine.py
