@@ -22,7 +22,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import yaml
 
 from . import node_images
 from .kube import Kubectl, wait_for
+from .profiles import PROFILE_LABEL
 
 NAME = "real-0"
 #: Label and taint of the real node: a pod lands there only if it tolerates the taint.
@@ -280,6 +281,21 @@ class RealNode:
     # ------------------------------------------------------------------ images
     def images(self) -> list[str]:
         return self._ctr("images", "list", "--quiet").split()
+
+
+@contextlib.contextmanager
+def alone(kubectl: Kubectl) -> Iterator[None]:
+    """Pods that tolerate nothing and select no node land on the real node: its taint lifted
+    and the fake nodes cordoned, until the block ends."""
+    taint = f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}"
+    fake = f"-l{PROFILE_LABEL}"
+    kubectl("taint", "node", NAME, f"{TAINT['key']}-")
+    kubectl("cordon", fake)
+    try:
+        yield
+    finally:
+        kubectl("uncordon", fake)
+        kubectl("taint", "node", NAME, taint, "--overwrite")
 
 
 # ---------------------------------------------------------------------- stop

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import textwrap
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +31,14 @@ from localcluster import Cluster, Kubectl, node, users, wait_for
 from localcluster.image import describe
 from localcluster.image_build import build_image
 from localcluster.real_demo import ON_REAL_NODE, gang, helm, install_chart, python_container
+from localcluster.release import install_yaml, package_version
 
 from .test_operations import appwrapper, job, last_condition
+from .webhook_process import apply_deploy, delete_deploy
 
 CLUSTER = "dispatcher-real"
 NAMESPACE = "dispatcher-system"
+VERSION = package_version()
 
 
 @dataclass
@@ -90,6 +95,33 @@ def installed(real: Real, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     # kube-controller-manager may apply the aggregated role again as it goes (without the
     # chart's labels): another install would refuse to adopt it.
     real.kubectl("delete", "clusterrole", "dispatcher-wrapped-kinds", "--ignore-not-found")
+
+
+# --- install.yaml (first: the chart's install below is the module's) --------------------
+
+def test_install_yaml_applied_as_is_runs_the_dispatcher_and_a_real_gang(
+        real: Real, namespace_on: Any) -> None:
+    """The release's one file, unchanged but for its image: its pods select no node and
+    tolerate nothing, so here the real node is the only schedulable one."""
+    manifest = install_yaml(VERSION, real.image.rpartition(":")[0])
+    with node.alone(real.kubectl):
+        apply_deploy(real.kubectl, manifest)
+        try:
+            system = real.kubectl.in_namespace(NAMESPACE)
+            for name in ("dispatcher", "dispatcher-webhook"):
+                system("rollout", "status", f"deployment/{name}", "--timeout=180s",
+                       timeout=200)
+            assert {p["spec"]["nodeName"] for p in system.items("pods")} == {node.NAME}
+            k = namespace_on(real)
+            k.create(gang(real.image, name="release"))
+            wait_for(lambda: _state(k, "release") in ("Completed", "Failed"), 300,
+                     "the gang to finish")
+            assert _state(k, "release") == "Completed", _report(k, "release")
+        finally:
+            delete_deploy(real.kubectl)
+            wait_for(lambda: real.kubectl.run("get", "namespace", NAMESPACE,
+                                              check=False).returncode, 180,
+                     f"namespace {NAMESPACE} to be gone")
 
 
 # --- the chart's pods -------------------------------------------------------------------
@@ -228,6 +260,48 @@ def test_a_real_pytorchjob_runs_to_completion(real: Real, installed: Real,
                  if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "worker"]
     init = worker["status"]["initContainerStatuses"][0]
     assert init["state"]["terminated"]["exitCode"] == 0
+
+
+RETRY_ONCE = textwrap.dedent("""\
+    # The first attempt leaves a mark on the node and exits 130 (retryable under the
+    # Kubeflow operators' ExitCode policy: 128 and above); the second finds it and succeeds.
+    import os, sys
+    mark = "/attempts/first"
+    if os.path.exists(mark):
+        print("second attempt: done", flush=True)
+        sys.exit(0)
+    open(mark, "w").close()
+    sys.exit(130)
+    """)
+
+
+def test_a_retryable_exit_code_is_retried_by_the_operator_not_failed(
+        real: Real, installed: Real, namespace_on: Any) -> None:
+    k = namespace_on(real)
+    attempts = f"/tmp/dispatcher-real-node-attempts-{uuid.uuid4().hex[:8]}"
+    container = {**python_container(real.image, RETRY_ONCE, {}), "name": "pytorch",
+                 "securityContext": {"runAsUser": 0},
+                 "volumeMounts": [{"name": "attempts", "mountPath": "/attempts"}]}
+    replica = {"replicas": 1, "restartPolicy": "ExitCode", "template": {"spec": {
+        **ON_REAL_NODE, "containers": [container],
+        "volumes": [{"name": "attempts",
+                     "hostPath": {"path": attempts, "type": "DirectoryOrCreate"}}]}}}
+    retried = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+               "metadata": {"name": "retried"},
+               "spec": {"pytorchReplicaSpecs": {"Master": replica}}}
+    try:
+        k.create(appwrapper("retried", retried))
+        wait_for(lambda: _state(k, "retried") in ("Completed", "Failed"), 300,
+                 "the retried gang to end")
+        assert _state(k, "retried") == "Completed", _report(k, "retried")
+        # The first attempt ran (its mark is on the node) and exited 130; the wrapper was
+        # never failed for it.
+        assert Path(attempts, "first").exists()
+        types = [c["type"] for c in k.json("appwrapper", "retried")["status"]["conditions"]]
+        assert "Failed" not in types, types
+        assert "second attempt: done" in k("logs", "retried-master-0")
+    finally:
+        shutil.rmtree(attempts, ignore_errors=True)
 
 
 OOM = "data = b'x' * (512 << 20)  # past the 64 MiB limit: the kernel kills the container"

@@ -39,7 +39,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,6 @@ from typing import Any
 import yaml
 
 from localcluster import Cluster, Kubectl, build, config, node, wait_for
-from localcluster.profiles import PROFILE_LABEL
 from tests.cluster.dispatcher_process import REPO, DispatcherProcess, forget_discovery
 from tests.cluster.webhook_process import (
     CONFIGURATION,
@@ -310,7 +308,7 @@ def one_pass(cluster: Cluster, binary: Path, expected: dict[str, Any], work: Pat
            "PATH": f"{build.installed('kubernetes')}{os.pathsep}{os.environ.get('PATH', '')}"}
     try:
         install(kubectl, dispatcher, free_port())
-        with only_the_real_node(kubectl) if real_node else contextlib.nullcontext():
+        with node.alone(kubectl) if real_node else contextlib.nullcontext():
             return run_suite(binary, expected, env, work, real_node)
     finally:
         try:
@@ -329,21 +327,6 @@ def real_node_pass(binary: Path, expected: dict[str, Any], work: Path, keep: boo
         print(f"{'FAILED' if in_ci() else 'skipped'}: {why}")
         return [], why if in_ci() else ""
     return one_pass(Cluster(REAL_CLUSTER), binary, expected, work, keep, real_node=True)
-
-
-@contextlib.contextmanager
-def only_the_real_node(kubectl: Kubectl) -> Iterator[None]:
-    """The suite's pods tolerate nothing: the real node untainted, the fake ones cordoned,
-    until the pass ends."""
-    taint = f"{node.TAINT['key']}={node.TAINT['value']}:{node.TAINT['effect']}"
-    fake = f"-l{PROFILE_LABEL}"
-    kubectl("taint", "node", node.NAME, f"{node.TAINT['key']}-")
-    kubectl("cordon", fake)
-    try:
-        yield
-    finally:
-        kubectl("uncordon", fake)
-        kubectl("taint", "node", node.NAME, taint, "--overwrite")
 
 
 def merge(results: list[SpecResult], real: list[SpecResult]) -> list[SpecResult]:
