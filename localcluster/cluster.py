@@ -21,8 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +30,7 @@ import yaml
 
 from . import build, config, node, node_images, ports, profiles, users, versions
 from .jobset import JOBSET
-from .kube import Kubectl, KubectlError, wait_for
+from .kube import Kubectl, KubectlError, answers, wait_for
 from .lws import LWS
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
@@ -437,11 +435,7 @@ class Cluster:
                 tail = _tail(self.logs / f"{op.name}.log")
                 raise ClusterError(f"{op.name} exited; log {self.logs / (op.name + '.log')}:"
                                    f"\n{tail}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    return bool(resp.status == 200)
-            except (urllib.error.URLError, OSError):
-                return False
+            return answers(url)
 
         wait_for(ready, timeout, f"{op.name} to be ready ({url}); log: "
                                  f"{self.logs / (op.name + '.log')}")

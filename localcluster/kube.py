@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -101,3 +103,12 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
             extra = f" (last error: {last_exc})" if last_exc else ""
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+def answers(url: str) -> bool:
+    """True if ``url`` answers 200 within two seconds: a local process's health probe."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False

@@ -20,8 +20,6 @@ import os
 import shutil
 import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any
 import yaml
 
 from . import node_images
-from .kube import Kubectl, wait_for
+from .kube import Kubectl, answers, wait_for
 from .profiles import PROFILE_LABEL
 
 NAME = "real-0"
@@ -263,7 +261,7 @@ class RealNode:
     def _ready(self) -> bool:
         for name in ("containerd", "coredns", "kubelet", "kube-proxy"):
             self._check_alive(name)
-        if not _answers(f"http://127.0.0.1:{self.ports.dns_ready}/ready"):
+        if not answers(f"http://127.0.0.1:{self.ports.dns_ready}/ready"):
             return False
         node = self.kubectl.run("get", "node", NAME, "-o", "json", check=False)
         if node.returncode != 0:
@@ -396,14 +394,6 @@ def _remove_cgroups(cgroup_root: str) -> None:
         for d in [*dirs, top]:
             with contextlib.suppress(OSError):
                 d.rmdir()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _alive(pid: int) -> bool:

@@ -5,13 +5,11 @@ cluster's ``down`` stops it), and an HTTP probe that says it is ready."""
 from __future__ import annotations
 
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .cluster import Cluster, ClusterError
-from .kube import wait_for
+from .kube import answers, wait_for
 
 
 class PeerProcess:
@@ -40,11 +38,7 @@ class PeerProcess:
         if self.proc.poll() is not None:
             raise ClusterError(f"{self.what} exited ({self.proc.returncode}); log {self.log}:\n"
                                + self.log.read_text(errors="replace")[-3000:])
-        try:
-            with urllib.request.urlopen(probe, timeout=2) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return answers(probe)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
