@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -61,7 +62,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -120,6 +121,30 @@ class Env:
             self.crd = whose
 
 
+class Controller(Protocol):
+    """A controller process a system runs: Kueue, codeflare's, the dispatcher."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class DispatcherRun:
+    """`dispatcher run` as bench/e2e.py starts it."""
+
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
 @dataclass
 class System:
     """One way of running the bench's Jobs: what starts before, what is posted for a Job,
@@ -132,20 +157,22 @@ class System:
     dispatcher: bool = False
     dispatcher_args: str = ""  # more flags for `dispatcher run`
     topology: bool = False  # Kueue's TAS on the ResourceFlavor
-    procs: dict[str, Any] = field(default_factory=dict)
+    procs: dict[str, Controller] = field(default_factory=dict)
 
     def start(self, env: Env, ns: str, quota: dict[str, str]) -> None:
         env.use_crd(self.crd)
         if self.appwrapper:
-            self.procs["appwrapper"] = AppWrapperController(env.cluster)
-            self.procs["appwrapper"].start()
+            controller = AppWrapperController(env.cluster)
+            controller.start()
+            self.procs["appwrapper"] = controller
         if self.kueue is not None:
-            self.procs["kueue"] = Kueue(env.cluster, self.kueue)
-            self.procs["kueue"].start()
+            kueue = Kueue(env.cluster, self.kueue)
+            kueue.start()
+            self.procs["kueue"] = kueue
             queue(env.kubectl, ns, quota, name=ns, flavor=self._flavor(env))
         if self.dispatcher:
-            self.procs["dispatcher"] = start_dispatcher(env.cluster, "dispatcher-peers",
-                                                        self.dispatcher_args)
+            self.procs["dispatcher"] = DispatcherRun(start_dispatcher(
+                env.cluster, "dispatcher-peers", self.dispatcher_args))
 
     def _flavor(self, env: Env) -> dict[str, Any] | None:
         if not self.topology:
@@ -159,20 +186,11 @@ class System:
                 "topologyName": "hosts"}
 
     def pids(self) -> dict[str, int]:
-        out = {}
-        for name, p in self.procs.items():
-            pid = p.pid if name == "dispatcher" else p.process.pid
-            if pid:
-                out[name] = pid
-        return out
+        return {name: p.pid for name, p in self.procs.items() if p.pid}
 
     def stop(self) -> None:
-        for name, p in self.procs.items():
-            if name == "dispatcher":
-                p.terminate()
-                p.wait(30)
-            else:
-                p.stop()
+        for p in self.procs.values():
+            p.stop()
         self.procs.clear()
 
     def wrap(self, w: Submitted, ns: str) -> dict[str, Any]:

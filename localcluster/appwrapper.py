@@ -68,6 +68,10 @@ class AppWrapperController:
             f"http://{HOST}:{probe_port}/healthz", cwd=self.dir, timeout=timeout,
             env={**os.environ, "NAMESPACE": NAMESPACE})
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def stop(self) -> None:
         self.process.stop()
 

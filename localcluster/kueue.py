@@ -66,6 +66,10 @@ class Kueue:
              "--kubeconfig", str(self.cluster.kubeconfig)],
             f"http://{HOST}:{self.probe_port}/readyz", cwd=self.dir, timeout=timeout)
 
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
     def stop(self) -> None:
         self.process.stop()
 
