@@ -20,9 +20,9 @@ browser:
 # and gcc for its small images) and the image's build (mmdebstrap, umoci): Debian's packages,
 # installed when missing (as root, with apt-get). Without them, their tests say so and are
 # skipped (and fail under CI=true).
-NODE_PACKAGES = containerd runc containernetworking-plugins iptables conntrack busybox-static \
-	gcc libc6-dev mmdebstrap umoci
-node-packages:
+NODE_PACKAGES = $$($(PY) -c 'from localcluster.node_host import PACKAGES; print(*PACKAGES)') \
+	mmdebstrap umoci
+node-packages: setup
 	@missing=$$(for p in $(NODE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \

@@ -32,6 +32,7 @@ from . import build, config, node, node_images, ports, profiles, users, versions
 from .jobset import JOBSET
 from .kube import Kubectl, KubectlError, answers, wait_for
 from .lws import LWS
+from .procs import alive, runs_in, tail
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
@@ -131,7 +132,7 @@ class Cluster:
     def processes(self) -> dict[str, bool]:
         """Every process of the cluster -> whether it is running."""
         procs = {**self.component_pids(), **self.operator_pids()}
-        return {name: _runs_in(pid, self.dir) for name, pid in sorted(procs.items())}
+        return {name: runs_in(pid, self.dir) for name, pid in sorted(procs.items())}
 
     def is_running(self, real_node: bool | None = None) -> bool:
         """Up, healthy, fully set up by this code, and built from the current binaries;
@@ -155,6 +156,8 @@ class Cluster:
         `real_node`, also a node that runs containers (localcluster/node.py)."""
         start = time.monotonic()
         bins = _binaries()
+        if real_node and (problems := node.missing()):
+            raise ClusterError("cannot start a real node: " + "; ".join(problems))
         if reuse and self.is_running(real_node or None):
             # Reuse is what makes a second `up` (or a second test run) take a second; only
             # the fake nodes may differ from what this caller wants.
@@ -187,6 +190,7 @@ class Cluster:
             users.ensure(self.dir, kubectl)
             ops = self._start_operators(kubectl, timeout) if operators else []
             if real_node:
+                users.enforce_pod_security(kubectl, "baseline")
                 self.real_node().start(timeout=timeout)
                 _say(f"real node {node.NAME!r} Ready")
         except Exception as exc:
@@ -232,8 +236,8 @@ class Cluster:
         (self.logs / "kwokctl.log").write_text(
             f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
         if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
-            raise ClusterError(f"kwokctl create cluster failed (exit {proc.returncode}):\n{tail}")
+            end = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:])
+            raise ClusterError(f"kwokctl create cluster failed (exit {proc.returncode}):\n{end}")
         wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz")
         self.start_exited(timeout)
 
@@ -245,12 +249,12 @@ class Cluster:
         (1+2+4+8 s: kwok's waitForReady): on a loaded machine, where kube-apiserver took
         longer, it had exited and no fake node was ever marked Ready. `kwokctl start
         cluster` starts only what is not running; the API server answers by now."""
-        exited = [n for n, pid in self.component_pids().items() if not _runs_in(pid, self.dir)]
+        exited = [n for n, pid in self.component_pids().items() if not runs_in(pid, self.dir)]
         if not exited:
             return
         for name in exited:
             _say(f"{name} exited while kube-apiserver was starting: starting it again; "
-                 f"its log ended with:\n{_tail(self.logs / f'{name}.log', 5)}")
+                 f"its log ended with:\n{tail(self.logs / f'{name}.log', 5)}")
             # kwokctl takes a pid that answers signal 0 for a running component, and an
             # exited one nobody reaped (a zombie) does: without its pid file, it starts it.
             (self.dir / "pids" / f"{name}.pid").unlink(missing_ok=True)
@@ -258,7 +262,7 @@ class Cluster:
                "--timeout", f"{int(timeout)}s"]
         proc = subprocess.run(cmd, env=_kwok_env(), capture_output=True, text=True,
                               timeout=timeout + 30)
-        still = [n for n, pid in self.component_pids().items() if not _runs_in(pid, self.dir)]
+        still = [n for n, pid in self.component_pids().items() if not runs_in(pid, self.dir)]
         if proc.returncode != 0 or still:
             raise ClusterError(f"{', '.join(still or exited)} could not be started again "
                                f"(kwokctl start cluster exit {proc.returncode}):\n"
@@ -289,7 +293,7 @@ class Cluster:
         rc = proc.wait(timeout=timeout)
         if rc != 0:
             raise ClusterError(f"installing the CRDs failed (exit {rc}):\n"
-                               f"{_tail(self.logs / 'crds.log')}")
+                               f"{tail(self.logs / 'crds.log')}")
         names = [crd_name(f) for f in crd_files()]
         kubectl("wait", "--for=condition=Established", f"--timeout={int(timeout)}s",
                 *(f"crd/{n}" for n in names), timeout=timeout + 10)
@@ -378,7 +382,7 @@ class Cluster:
         certificates."""
         (op,) = [o for o in self._operators() if o.name == name]
         assert not op.after_training_certs, name
-        if _runs_in(self.operator_pids().get(name, 0), self.dir):
+        if runs_in(self.operator_pids().get(name, 0), self.dir):
             return
         self.pids.mkdir(parents=True, exist_ok=True)
         self._spawn(op)
@@ -431,10 +435,10 @@ class Cluster:
         url = f"http://127.0.0.1:{op.probe_port}/readyz"
 
         def ready() -> bool:
-            if not _alive(pid):
-                tail = _tail(self.logs / f"{op.name}.log")
+            if not alive(pid):
+                end = tail(self.logs / f"{op.name}.log")
                 raise ClusterError(f"{op.name} exited; log {self.logs / (op.name + '.log')}:"
-                                   f"\n{tail}")
+                                   f"\n{end}")
             return answers(url)
 
         wait_for(ready, timeout, f"{op.name} to be ready ({url}); log: "
@@ -449,9 +453,9 @@ class Cluster:
         procs = {**self.component_pids(), **self.operator_pids()}
         # A pid file may outlive its process and the pid be reused: only processes whose
         # command line names this cluster's directory are ours.
-        ours = {name: pid for name, pid in procs.items() if _runs_in(pid, self.dir)}
+        ours = {name: pid for name, pid in procs.items() if runs_in(pid, self.dir)}
         _terminate_all(list(ours.values()))
-        node.clean_up(self.dir)
+        node.clean_up(node.Paths(self.dir / "node"), _kube_proxy())
         if not quiet and ours:
             _say("stopped " + ", ".join(sorted(ours)))
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -467,7 +471,7 @@ class Cluster:
         and kube-scheduler as their lost lease would; the rest of the cluster is left
         running. `start_apiserver` starts them again with the same command lines."""
         pids = self.component_pids()
-        if not _runs_in(pids.get("kube-apiserver", 0), self.dir):
+        if not runs_in(pids.get("kube-apiserver", 0), self.dir):
             raise ClusterError(f"kube-apiserver of {self.name!r} is not running")
         # Every component's command line: any that exits while the API server is away
         # (with leader election on, kube-controller-manager and kube-scheduler did, and a
@@ -488,7 +492,7 @@ class Cluster:
         # (the outage fault test: gangs that ran three pods of two). So they go as their
         # lease would make them go, and `start_apiserver` starts them again.
         followers = [pids[name] for name in LEASE_HOLDERS
-                     if _runs_in(pids.get(name, 0), self.dir)]
+                     if runs_in(pids.get(name, 0), self.dir)]
         _terminate_all(followers, grace=10)
 
     def start_apiserver(self, timeout: float = 120) -> None:
@@ -500,7 +504,7 @@ class Cluster:
         wait_for(self.apiserver_ready, timeout, "kube-apiserver /readyz after its restart")
         pids = self.component_pids()
         for name, how in saved.items():
-            if name != "kube-apiserver" and not _runs_in(pids.get(name, 0), self.dir):
+            if name != "kube-apiserver" and not runs_in(pids.get(name, 0), self.dir):
                 _say(f"{name} exited while kube-apiserver was away: starting it again")
                 self._respawn(name, how)
         saved_file.unlink()
@@ -573,6 +577,14 @@ PYTORCH_INIT_CONTAINER = yaml.safe_dump([{
                 "echo waiting for master; sleep 2; done; exit $err"]}], sort_keys=False)
 
 
+def _kube_proxy() -> Path | None:
+    """kube-proxy, which removes its own rules, if it was ever built."""
+    try:
+        return build.binary("kubernetes", "kube-proxy")
+    except build.BuildError:
+        return None
+
+
 def _binaries(required: bool = True) -> dict[str, Path]:
     out: dict[str, Path] = {}
     wanted = {
@@ -635,10 +647,11 @@ def _component_patches(directory: Path, real_node: bool = False) -> list[dict[st
     ]
     if real_node:
         # Pods reach the API server through the `kubernetes` Service, whose endpoint is
-        # the advertised address: loopback is neither allowed there nor reachable from a pod.
+        # the advertised address: the real node's bridge, which only the machine and its
+        # pods reach (loopback is not reachable from a pod).
         patches.append({"name": "kube-apiserver", "extraArgs": [
             {"key": "bind-address", "value": "0.0.0.0"},
-            {"key": "advertise-address", "value": node.host_ip()},
+            {"key": "advertise-address", "value": node.GATEWAY},
             # Logs and exec reach the real node's kubelet, which knows the cluster's CA.
             {"key": "kubelet-client-certificate", "value": str(directory / "pki/admin.crt")},
             {"key": "kubelet-client-key", "value": str(directory / "pki/admin.key")},
@@ -676,7 +689,7 @@ def _kwokctl_config(bins: dict[str, Path], block: ports.PortBlock, directory: Pa
             "cacheDir": str(config.state_root() / "kwokctl-cache"),
             # What pods on a real node call it by: the `kubernetes` Service's address and
             # the host's (its advertised endpoint).
-            "kubeApiserverCertSANs": [node.API_SERVICE_IP, node.host_ip()],
+            "kubeApiserverCertSANs": [node.API_SERVICE_IP, node.GATEWAY],
         },
         "componentsPatches": _component_patches(directory, real_node),
     }
@@ -712,36 +725,12 @@ def _crd_established(kubectl: Kubectl, name: str) -> bool:
     return r.returncode == 0 and r.stdout.strip() == "True"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as dead.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _read_pids(directory: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     for f in directory.glob("*.pid") if directory.is_dir() else []:
         with contextlib.suppress(ValueError):
             out[f.stem] = int(f.read_text().strip())
     return out
-
-
-def _runs_in(pid: int, directory: Path) -> bool:
-    """True if ``pid`` is alive and its command line mentions ``directory``."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        return False
-    return _alive(pid) and str(directory).encode() in cmdline
 
 
 def _terminate_all(pids: list[int], grace: float = 2) -> None:
@@ -754,19 +743,12 @@ def _terminate_all(pids: list[int], grace: float = 2) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 @contextlib.contextmanager

@@ -116,6 +116,16 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
+def missing() -> list[str]:
+    """What this machine lacks to build the image, each as a sentence that says the fix."""
+    out = []
+    if os.geteuid() != 0:
+        out.append("the image's build needs root (mmdebstrap, chroot): run it as root")
+    if shutil.which("mmdebstrap") is None:
+        out.append("the image's build needs mmdebstrap (apt-get install mmdebstrap)")
+    return out
+
+
 def _require_root(why: str) -> None:
     if os.geteuid() != 0:
         raise ImageError(f"{why} needs root (mmdebstrap and chroot): run it with sudo")

@@ -76,7 +76,9 @@ def _first_free(name: str, taken: set[int]) -> PortBlock:
     start = preferred_slot(name)
     for i in range(SLOTS):
         first = FIRST_PORT + ((start + i) % SLOTS) * BLOCK_SIZE
-        if first not in taken and all(_bindable(first + k) for k in range(len(ROLES))):
+        # A block recorded by an older layout (other sizes) may start between two of ours.
+        clear = all(abs(first - other) >= BLOCK_SIZE for other in taken)
+        if clear and all(_bindable(first + k) for k in range(len(ROLES))):
             return PortBlock(first)
     raise PortsError(f"no free block of {BLOCK_SIZE} ports in {FIRST_PORT}-{LAST_PORT} for "
                      f"cluster {name!r}; stop clusters you no longer use "

@@ -92,6 +92,16 @@ def ensure(cluster_dir: Path, kubectl: Kubectl) -> None:
         write_kubeconfig(cluster_dir, kubectl, user)
 
 
+def enforce_pod_security(kubectl: Kubectl, level: str) -> None:
+    """The users' namespaces enforce a Pod Security Standard (`baseline`: no privileged pod,
+    no host path, network or namespace): where pods really run, a tenant's Job must not
+    reach the machine."""
+    for user in USERS:
+        if user.namespace:
+            kubectl("label", "namespace", user.namespace,
+                    f"pod-security.kubernetes.io/enforce={level}", "--overwrite")
+
+
 def write_kubeconfig(cluster_dir: Path, kubectl: Kubectl, user: User) -> Path:
     """A client certificate for ``user`` signed by the cluster's CA, in a kubeconfig that
     points at the same API server as the admin's."""
