@@ -90,8 +90,13 @@ class LeaderElector:
         except ApiError as e:
             if e.status != 404:
                 raise
-            await self.kube.request("POST", LEASES.path(self.namespace),
-                                    self._body(None, 0), retry=False)
+            try:
+                await self.kube.request("POST", LEASES.path(self.namespace),
+                                        self._body(None, 0), retry=False)
+            except ApiError as created:
+                if created.status == 409:
+                    return False  # another candidate created it first
+                raise
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -126,6 +131,7 @@ class LeaderElector:
                     self._last_renew = self.clock()
                     log.info("%s: leading", self.identity)
                     return
+                self.trouble.clear()  # standing by is no trouble
             except ApiError as e:
                 self.trouble.report(explain(e))
             await asyncio.sleep(self.retry_period)
