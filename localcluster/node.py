@@ -184,10 +184,6 @@ class RealNode:
             log = self.logs / f"real-node-{name}.log"
             raise NodeError(f"{name} of the real node exited; log {log}:\n{tail(log, 15)}")
 
-    # ------------------------------------------------------------------ images
-    def images(self) -> list[str]:
-        return self._ctr("images", "list", "--quiet").split()
-
 
 @contextlib.contextmanager
 def alone(kubectl: Kubectl) -> Iterator[None]:

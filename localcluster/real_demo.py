@@ -24,11 +24,10 @@ import yaml
 
 from . import build, node
 from .cluster import Cluster
-from .image import describe
+from .image import REPO, describe
 from .image_build import build_image
 from .kube import Kubectl, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "dispatcher"
 NAMESPACE = "dispatcher-system"
 DEMO_NAMESPACE = "demo-real"
