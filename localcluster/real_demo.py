@@ -13,6 +13,7 @@ release are left running (``helm uninstall dispatcher -n dispatcher-system``,
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import textwrap
@@ -86,6 +87,22 @@ def install_chart(cluster: Cluster, image: str, values_file: Path) -> None:
                 "-f", values_file, "--wait", "--timeout", "5m")
     if done.returncode != 0:
         raise RuntimeError(f"helm install failed: {done.stderr.strip()}")
+    wait_for_webhook(cluster.kubectl())
+
+
+def wait_for_webhook(kubectl: Kubectl, timeout: float = 120) -> None:
+    """Wait until the API server reaches the webhook through its Service. A pod Ready is
+    not yet a Service that routes to it: kube-proxy writes its rules a moment later, and
+    until then every AppWrapper is refused (the webhook fails closed)."""
+    probe = json.dumps({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                        "metadata": {"name": "webhook-probe", "namespace": NAMESPACE},
+                        "spec": {"resources": {"GenericItems": []}}})
+
+    def answered() -> bool:
+        done = kubectl.run("create", "--dry-run=server", "-f", "-", input=probe, check=False)
+        return done.returncode == 0 or "failed calling webhook" not in done.stderr
+
+    wait_for(answered, timeout, "the API server to reach the dispatcher's webhook")
 
 
 def helm(cluster: Cluster, *args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,14 @@ import yaml
 from dispatcher.controller.access.creator import CREATOR
 from localcluster import Cluster, Kubectl, image_build, node, users, wait_for
 from localcluster.image import describe
-from localcluster.real_demo import ON_REAL_NODE, gang, helm, install_chart, python_container
+from localcluster.real_demo import (
+    ON_REAL_NODE,
+    gang,
+    helm,
+    install_chart,
+    python_container,
+    wait_for_webhook,
+)
 from localcluster.release import install_yaml, package_version
 from tests.shared_files import in_ci
 
@@ -106,6 +113,7 @@ def test_install_yaml_applied_as_is_runs_the_dispatcher_and_a_real_gang(
             for name in ("dispatcher", "dispatcher-webhook"):
                 system("rollout", "status", f"deployment/{name}", "--timeout=180s",
                        timeout=200)
+            wait_for_webhook(real.kubectl)
             assert {p["spec"]["nodeName"] for p in system.items("pods")} == {node.NAME}
             k = namespace_on(real)
             k.create(gang(real.image, name="release"))
@@ -212,8 +220,9 @@ def test_leader_pod_deleted_mid_run_nothing_lost_nor_run_twice(installed: Real) 
     assert {n: team.json("job", n)["metadata"]["uid"] for n in before} == running
     for name in before + after:
         uid = team.json("job", name)["metadata"]["uid"]
-        items = tenant.json("appwrapper", name)["status"].get("wrappedItems") or []
-        assert uid in json.dumps(items), (name, items)
+        # The status records the Job's uid (a detail, written within seconds of Running).
+        wait_for(lambda n=name, u=uid: u in json.dumps(_wrapped_items(tenant, n)), 60,
+                 f"{name}'s status to record its Job's uid {uid}")
         # Two pods ever created for each Job: none was run twice.
         assert _pods_created(team, name) == 2, name
 
@@ -374,6 +383,10 @@ def _tenant(real: Real) -> Kubectl:
 
 def _state(k: Kubectl, name: str) -> str:
     return str((k.json("appwrapper", name).get("status") or {}).get("state") or "")
+
+
+def _wrapped_items(k: Kubectl, name: str) -> list[dict[str, Any]]:
+    return list((k.json("appwrapper", name).get("status") or {}).get("wrappedItems") or [])
 
 
 def _leader(system: Kubectl) -> str:
