@@ -68,6 +68,7 @@ from localcluster import Cluster, Kubectl, users, wait_for
 from localcluster import config as lc_config
 
 from .dispatcher_process import install_crd
+from .fleet import FleetClusters
 from .webhook_process import (
     CONTROLLER_SA,
     SYSTEM_NAMESPACE,
@@ -121,6 +122,19 @@ def local_cluster() -> Iterator[Cluster]:
     yield cluster
     if not was_running and not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
         cluster.down()
+
+
+@pytest.fixture(scope="session")
+def fleet_clusters() -> Iterator[FleetClusters]:
+    """The multi-cluster tests' manager and workers (tests/cluster/fleet.py): shared by
+    their modules, stopped at the end of the run if it started them."""
+    fleet = FleetClusters.named()
+    try:
+        fleet.up()
+        yield fleet
+    finally:
+        if not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
+            fleet.down()
 
 
 @pytest.fixture(scope="session")

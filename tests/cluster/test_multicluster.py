@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from localcluster import Cluster, Kubectl, wait_for
-from localcluster import config as lc_config
 from localcluster.testing import register_workers
 
-from .dispatcher_process import DispatcherProcess, install_crd
+from .dispatcher_process import DispatcherProcess
+from .fleet import WORKERS, FleetClusters
 from .test_actions import viewer_token
 from .test_controller import appwrapper, job
 
@@ -35,7 +35,6 @@ CLUSTER_LABEL = "workload.codeflare.dev/cluster"
 AW_LABEL = "workload.codeflare.dev/appwrapper"
 GRACE = 45  # --worker-grace of the manager, seconds (the least it takes)
 HANDOVER_GRACE = 240  # the leader-kill test's: workers fence its copies after 120 s unheard
-WORKERS = ("w1", "w2")
 
 
 @dataclass
@@ -65,17 +64,6 @@ class Fleet:
         return out
 
 
-def fleet_clusters() -> tuple[Cluster, dict[str, Cluster]]:
-    """The manager's and the workers' local clusters, up, with the AppWrapper CRD."""
-    base = lc_config.cluster_name()
-    manager = Cluster(f"{base}-manager")
-    workers = {w: Cluster(f"{base}-{w}") for w in WORKERS}
-    for c in (manager, *workers.values()):
-        c.up(profile="pool", operators=False)
-        install_crd(c.kubectl())
-    return manager, workers
-
-
 def start_dispatchers(manager: Cluster, workers: dict[str, Cluster], grace: float
                       ) -> tuple[DispatcherProcess, dict[str, DispatcherProcess]]:
     """Each worker's `dispatcher run`, then the manager's `dispatcher run --manager`."""
@@ -89,8 +77,8 @@ def start_dispatchers(manager: Cluster, workers: dict[str, Cluster], grace: floa
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    manager, workers = fleet_clusters()
+def fleet(fleet_clusters: FleetClusters) -> Iterator[Fleet]:
+    manager, workers = fleet_clusters.manager, fleet_clusters.workers
     register_workers(manager.kubectl(), {w: c.kubeconfig for w, c in workers.items()},
                      WORKER_CRD)
     process, worker_processes = start_dispatchers(manager, workers, GRACE)

@@ -27,11 +27,10 @@ from localcluster import Cluster, Kubectl, wait_for
 from localcluster.testing import register_workers
 
 from .dispatcher_process import DispatcherProcess
+from .fleet import WORKERS, FleetClusters
 from .test_multicluster import (
     AW_LABEL,
     WORKER_CRD,
-    WORKERS,
-    fleet_clusters,
     gpus_gang,
     sent_to,
     start_dispatchers,
@@ -88,8 +87,9 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    manager, workers = fleet_clusters()
+def fleet(fleet_clusters: FleetClusters, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Fleet]:
+    manager, workers = fleet_clusters.manager, fleet_clusters.workers
     d = tmp_path_factory.mktemp("paths")
     paths = {w: ManagerPath(c, d / f"{w}.yaml") for w, c in workers.items()}
     for p in paths.values():
