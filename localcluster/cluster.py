@@ -32,7 +32,7 @@ from . import build, config, node, node_images, ports, profiles, users, versions
 from .jobset import JOBSET
 from .kube import Kubectl, KubectlError, answers, wait_for
 from .lws import LWS
-from .procs import alive, runs_in, tail
+from .procs import alive, runs_in, spawn, tail
 
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK_SECRET = "training-operator-webhook-cert"
@@ -404,15 +404,8 @@ class Cluster:
 
     def _spawn(self, op: Operator) -> None:
         exe = build.binary(op.wrapper, op.binary)
-        log = self.logs / f"{op.name}.log"
-        with log.open("ab") as fh:
-            proc = subprocess.Popen(
-                [str(exe), *op.args], stdout=fh, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "KUBECONFIG": str(self.kubeconfig), **op.env},
-                start_new_session=True, cwd=self.dir,
-            )
-        (self.pids / f"{op.name}.pid").write_text(f"{proc.pid}\n")
+        spawn([str(exe), *op.args], self.logs / f"{op.name}.log", self.pids / f"{op.name}.pid",
+              self.dir, env={**os.environ, "KUBECONFIG": str(self.kubeconfig), **op.env})
 
     def _mount_training_certs(self, kubectl: Kubectl, timeout: float) -> None:
         k = kubectl.in_namespace(TRAINING_OPERATOR_NAMESPACE)
@@ -510,13 +503,8 @@ class Cluster:
         saved_file.unlink()
 
     def _respawn(self, name: str, how: dict[str, Any]) -> None:
-        with (self.logs / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(how["argv"], cwd=how["cwd"], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
-        # Digits only: kwokctl reads a pid file with Go's strconv.Atoi, which refuses a
-        # newline, and takes a component whose file it cannot read for stopped: `kwokctl
-        # start cluster` then started a second kube-apiserver over the first.
-        (self.dir / "pids" / f"{name}.pid").write_text(str(proc.pid))
+        spawn(how["argv"], self.logs / f"{name}.log", self.dir / "pids" / f"{name}.pid",
+              Path(how["cwd"]))
 
     # ------------------------------------------------------------------ info
     def env_script(self) -> str:

@@ -42,7 +42,7 @@ from .node_config import (
     kubelet_config,
 )
 from .node_host import clean_up, missing, prepare
-from .procs import alive, runs_in, tail
+from .procs import alive, runs_in, spawn, tail
 from .profiles import PROFILE_LABEL
 
 __all__ = ["API_SERVICE_IP", "GATEWAY", "LABEL", "NAME", "TAINT", "Binaries", "NodeError",
@@ -142,12 +142,8 @@ class RealNode:
                 "--conntrack-max-per-core", "0", "--oom-score-adj", "0"]
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = self.logs / f"real-node-{name}.log"
-        with log.open("ab") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=self.paths.root)
-        (self.pids / f"real-node-{name}.pid").write_text(f"{proc.pid}\n")
+        spawn(argv, self.logs / f"real-node-{name}.log", self.pids / f"real-node-{name}.pid",
+              self.paths.root)
 
     def _ctr(self, *args: str) -> str:
         done = subprocess.run(["ctr", "--address", str(self.paths.socket), "--namespace",

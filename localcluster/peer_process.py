@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .cluster import Cluster, ClusterError
 from .kube import answers, wait_for
+from .procs import spawn
 
 
 class PeerProcess:
@@ -24,13 +25,7 @@ class PeerProcess:
     def start(self, argv: Sequence[str], probe: str, cwd: Path,
               env: Mapping[str, str] | None = None, timeout: float = 180) -> None:
         """Run `argv` and wait until `probe` (a URL) answers 200."""
-        self.cluster.logs.mkdir(parents=True, exist_ok=True)
-        self.cluster.pids.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as fh:
-            self.proc = subprocess.Popen(
-                list(argv), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=cwd, env=None if env is None else dict(env))
-        self._pid_file.write_text(str(self.proc.pid))
+        self.proc = spawn(argv, self.log, self._pid_file, cwd, env)
         wait_for(lambda: self._ready(probe), timeout, f"{self.what}'s {probe} (log {self.log})")
 
     def _ready(self, probe: str) -> bool:

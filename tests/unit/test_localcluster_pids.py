@@ -1,4 +1,4 @@
-"""A component the local cluster starts again is one kwokctl still knows as running."""
+"""Processes the local cluster starts: pid files kwokctl can read, logs appended to."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.cluster import Cluster
+from localcluster.procs import spawn
 
 
 def test_a_started_again_component_has_a_pid_file_kwokctl_can_read(
@@ -26,3 +27,18 @@ def test_a_started_again_component_has_a_pid_file_kwokctl_can_read(
     text = (cluster.dir / "pids" / "kube-apiserver.pid").read_text()
     assert re.fullmatch(r"[0-9]+", text), repr(text)
     assert cluster.component_pids() == {"kube-apiserver": int(text)}
+
+
+def test_a_spawned_process_runs_in_its_own_session_and_appends_to_its_log(
+        tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "one.log"
+    log.parent.mkdir()
+    log.write_text("earlier run\n")
+    pid_file = tmp_path / "pids" / "one.pid"
+
+    proc = spawn([sys.executable, "-c", "import os; print(os.getsid(0) == os.getpid())"],
+                 log, pid_file, tmp_path)
+    proc.wait(60)
+
+    assert pid_file.read_text() == str(proc.pid)
+    assert log.read_text() == "earlier run\nTrue\n"
