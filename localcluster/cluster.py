@@ -391,7 +391,7 @@ class Cluster:
     def real_node(self) -> node.RealNode:
         """The cluster's real node (started by ``up(real_node=True)``)."""
         return node.RealNode(
-            self.dir, self.kubeconfig, self.real_node_ports(),
+            self.dir, self.real_node_ports(),
             node.Binaries(build.binary("kubernetes", "kubelet"),
                           build.binary("kubernetes", "kube-proxy"), build.binary("coredns")),
             self.kubectl())

@@ -31,6 +31,7 @@ from .node_config import (
     CLUSTER_CIDR,
     CRI_NAMESPACE,
     GATEWAY,
+    IDENTITIES,
     LABEL,
     NAME,
     TAINT,
@@ -38,12 +39,14 @@ from .node_config import (
     Ports,
     cni_config,
     containerd_config,
+    coredns_rbac,
     corefile,
     kubelet_config,
 )
 from .node_host import clean_up, missing, prepare
 from .procs import alive, runs_in, spawn, tail
 from .profiles import PROFILE_LABEL
+from .users import client_kubeconfig
 
 __all__ = ["API_SERVICE_IP", "GATEWAY", "LABEL", "NAME", "TAINT", "Binaries", "NodeError",
            "Paths", "Ports", "RealNode", "alone", "clean_up", "missing"]
@@ -63,11 +66,11 @@ class Binaries:
 class RealNode:
     """The real node of the cluster whose directory is ``cluster_dir``."""
 
-    def __init__(self, cluster_dir: Path, kubeconfig: Path, ports: Ports,
-                 binaries: Binaries, kubectl: Kubectl) -> None:
+    def __init__(self, cluster_dir: Path, ports: Ports, binaries: Binaries,
+                 kubectl: Kubectl) -> None:
+        """`kubectl`: the admin's, to set the node up; its programs act as themselves."""
         self.paths = Paths(cluster_dir / "node")
         self.cluster_dir = cluster_dir
-        self.kubeconfig = kubeconfig
         self.ports = ports
         self.binaries = binaries
         self.kubectl = kubectl
@@ -120,20 +123,31 @@ class RealNode:
             json.dumps(cni_config(self.paths), indent=2))
         self.paths.kubelet_config.write_text(
             yaml.safe_dump(kubelet_config(self.paths, self.ports, self._ca())))
-        self.paths.corefile.write_text(corefile(self.kubeconfig, self.ports))
+        self.paths.corefile.write_text(corefile(self.paths.kubeconfig("coredns"), self.ports))
+        self._write_identities()
+
+    def _write_identities(self) -> None:
+        """A kubeconfig per program, each acting as its own Identity (never the admin)."""
+        self.kubectl.apply(coredns_rbac())
+        for identity in IDENTITIES:
+            client_kubeconfig(self.cluster_dir, self.kubectl,
+                              self.paths.kubeconfig(identity.program), identity.user,
+                              identity.groups)
 
     def _ca(self) -> Path:
         return self.cluster_dir / "pki" / "ca.crt"
 
     def _kubelet_args(self) -> list[str]:
         return [str(self.binaries.kubelet), "--config", str(self.paths.kubelet_config),
-                "--kubeconfig", str(self.kubeconfig), "--hostname-override", NAME,
+                "--kubeconfig", str(self.paths.kubeconfig("kubelet")),
+                "--hostname-override", NAME,
                 "--node-ip", GATEWAY, "--root-dir", str(self.paths.kubelet_dir),
                 "--cert-dir", str(self.paths.kubelet_dir / "pki"),
                 "--node-labels", f"{LABEL}=true", "--v", "1"]
 
     def _proxy_args(self) -> list[str]:
-        return [str(self.binaries.kube_proxy), "--kubeconfig", str(self.kubeconfig),
+        return [str(self.binaries.kube_proxy),
+                "--kubeconfig", str(self.paths.kubeconfig("kube-proxy")),
                 "--hostname-override", NAME, "--proxy-mode", "iptables",
                 "--cluster-cidr", CLUSTER_CIDR,
                 "--healthz-bind-address", f"127.0.0.1:{self.ports.proxy_healthz}",

@@ -29,6 +29,52 @@ CRI_NAMESPACE = "k8s.io"
 CGROUP_ROOT = "/dispatcher-real-node"
 
 
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a program of the node is to the API server (a client certificate's user and
+    groups), so that it gets what such a program gets in a real cluster and no more."""
+
+    program: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+#: The kubelet as the Node authorizer knows nodes: it reads only the Secrets, ConfigMaps and
+#: tokens of pods bound to it. kube-proxy as the user Kubernetes binds to
+#: system:node-proxier. CoreDNS as a user of its own, bound to COREDNS_RULES.
+IDENTITIES = (
+    Identity("kubelet", f"system:node:{NAME}", ("system:nodes",)),
+    Identity("kube-proxy", "system:kube-proxy"),
+    Identity("coredns", "dispatcher-local:coredns"),
+)
+COREDNS_ROLE = "dispatcher-local:coredns"
+#: What CoreDNS's kubernetes plugin watches, and nothing more.
+COREDNS_RULES = [
+    {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+     "verbs": ["list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+     "verbs": ["list", "watch"]},
+]
+
+
+def coredns_rbac() -> list[dict[str, Any]]:
+    """CoreDNS's ClusterRole and its binding to CoreDNS's user."""
+    meta = {"name": COREDNS_ROLE}
+    user = next(i.user for i in IDENTITIES if i.program == "coredns")
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": meta, "rules": COREDNS_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": COREDNS_ROLE},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": user}]},
+    ]
+
+
 @dataclass(frozen=True)
 class Ports:
     kubelet: int
@@ -76,6 +122,10 @@ class Paths:
     @property
     def corefile(self) -> Path:
         return self.root / "Corefile"
+
+    def kubeconfig(self, program: str) -> Path:
+        """The kubeconfig `program` acts with (its Identity)."""
+        return self.root / "kubeconfigs" / f"{program}.yaml"
 
 
 def containerd_config(paths: Paths) -> str:

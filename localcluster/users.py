@@ -105,29 +105,36 @@ def enforce_pod_security(kubectl: Kubectl, level: str) -> None:
 def write_kubeconfig(cluster_dir: Path, kubectl: Kubectl, user: User) -> Path:
     """A client certificate for ``user`` signed by the cluster's CA, in a kubeconfig that
     points at the same API server as the admin's."""
-    cert_pem, key_pem = pki.issue(cluster_dir, user.name, organizations=user.groups)
+    path = users_dir(cluster_dir) / f"{user.name}.kubeconfig"
+    client_kubeconfig(cluster_dir, kubectl, path, user.name, user.groups, user.namespace)
+    return path
+
+
+def client_kubeconfig(cluster_dir: Path, kubectl: Kubectl, path: Path, name: str,
+                      groups: Sequence[str] = (), namespace: str | None = None) -> None:
+    """Write at `path` a kubeconfig acting as user `name` in `groups` (a client certificate
+    of the cluster's CA), for the API server of the admin's kubeconfig."""
+    cert_pem, key_pem = pki.issue(cluster_dir, name, organizations=groups)
     admin = yaml.safe_load(Path(kubectl.kubeconfig).read_text())
     context = next(c for c in admin["contexts"]
                    if c["name"] == admin["current-context"])["context"]
     cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": user.name,
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
         "clusters": [cluster],
-        "users": [{"name": user.name, "user": {
+        "users": [{"name": name, "user": {
             "client-certificate-data": _b64(cert_pem),
             "client-key-data": _b64(key_pem),
         }}],
-        "contexts": [{"name": user.name, "context": {
-            "cluster": cluster["name"], "user": user.name,
-            **({"namespace": user.namespace} if user.namespace else {})}}],
+        "contexts": [{"name": name, "context": {
+            "cluster": cluster["name"], "user": name,
+            **({"namespace": namespace} if namespace else {})}}],
     }
-    path = users_dir(cluster_dir) / f"{user.name}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(config))
     tmp.chmod(0o600)
     tmp.rename(path)
-    return path
 
 
 def grant(kubectl: Kubectl, user: str, namespace: str, resources: Sequence[str],

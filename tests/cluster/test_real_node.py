@@ -189,6 +189,28 @@ def test_a_tenants_job_cannot_reach_the_machine_under_the_real_node(
     team("delete", "job", "escape")
 
 
+def test_the_nodes_programs_act_as_a_node_would_not_as_the_admin(real: Real) -> None:
+    """The kubelet, kube-proxy and CoreDNS each have a client certificate of their own: the
+    kubelet is a node to the Node authorizer (a tenant's Secret is not its to read unless a
+    pod on it mounts it), kube-proxy is Kubernetes' system:kube-proxy, CoreDNS may only list
+    and watch what it answers for."""
+    paths = real.cluster.real_node().paths
+    acting = {i.program: Kubectl(real.kubectl.binary, paths.kubeconfig(i.program))
+              for i in node.IDENTITIES}
+    for identity in node.IDENTITIES:
+        me = acting[identity.program].json("auth", "whoami")["status"]["userInfo"]
+        assert me["username"] == identity.user
+        assert set(identity.groups) <= set(me.get("groups") or ())
+    for program in acting:
+        refused = acting[program].run("get", "secrets", "-n", "team-a", check=False)
+        assert refused.returncode != 0 and "Forbidden" in refused.stderr, (program, refused)
+    assert acting["kubelet"].json("node", node.NAME)["metadata"]["name"] == node.NAME
+    assert acting["coredns"].items("services", "-A")
+    refused = acting["coredns"].run("delete", "service", "kubernetes", "--dry-run=server",
+                                    check=False)
+    assert refused.returncode != 0 and "Forbidden" in refused.stderr, refused
+
+
 def test_metrics_are_scraped_through_the_service(installed: Real) -> None:
     text = installed.kubectl(
         "get", "--raw",
