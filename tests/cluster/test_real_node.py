@@ -198,7 +198,8 @@ def test_the_nodes_programs_act_as_a_node_would_not_as_the_admin(real: Real) -> 
     acting = {i.program: Kubectl(real.kubectl.binary, paths.kubeconfig(i.program))
               for i in node.IDENTITIES}
     for identity in node.IDENTITIES:
-        me = acting[identity.program].json("auth", "whoami")["status"]["userInfo"]
+        me = json.loads(acting[identity.program]("auth", "whoami", "-o", "json"))[
+            "status"]["userInfo"]
         assert me["username"] == identity.user
         assert set(identity.groups) <= set(me.get("groups") or ())
     for program in acting:
