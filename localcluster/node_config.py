@@ -29,8 +29,6 @@ CRI_NAMESPACE = "k8s.io"
 CGROUP_ROOT = "/dispatcher-real-node"
 
 
-
-
 @dataclass(frozen=True)
 class Identity:
     """Who a program of the node is to the API server (a client certificate's user and
@@ -52,8 +50,8 @@ IDENTITIES = (
 COREDNS_ROLE = "dispatcher-local:coredns"
 #: What CoreDNS's kubernetes plugin watches, and nothing more.
 COREDNS_RULES = [
-    {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-     "verbs": ["list", "watch"]},
+    # Pods only with `pods verified` (the Corefile says `pods insecure`); no Endpoints.
+    {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
      "verbs": ["list", "watch"]},
 ]

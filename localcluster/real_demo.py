@@ -93,16 +93,15 @@ def install_chart(cluster: Cluster, image: str, values_file: Path) -> None:
 def wait_for_webhook(kubectl: Kubectl, timeout: float = 120) -> None:
     """Wait until the API server reaches the webhook through its Service. A pod Ready is
     not yet a Service that routes to it: kube-proxy writes its rules a moment later, and
-    until then every AppWrapper is refused (the webhook fails closed)."""
+    until then every AppWrapper is refused (the webhook fails closed). The probe is a valid
+    AppWrapper created as a dry run: only the webhooks' answer lets it through."""
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}}
     probe = json.dumps({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
                         "metadata": {"name": "webhook-probe", "namespace": NAMESPACE},
-                        "spec": {"resources": {"GenericItems": []}}})
-
-    def answered() -> bool:
-        done = kubectl.run("create", "--dry-run=server", "-f", "-", input=probe, check=False)
-        return done.returncode == 0 or "failed calling webhook" not in done.stderr
-
-    wait_for(answered, timeout, "the API server to reach the dispatcher's webhook")
+                        "spec": {"resources": {"GenericItems": [
+                            {"generictemplate": config_map}]}}})
+    wait_for(lambda: kubectl.run("create", "--dry-run=server", "-f", "-", input=probe),
+             timeout, "the API server to reach the dispatcher's webhook")
 
 
 def helm(cluster: Cluster, *args: str | Path) -> subprocess.CompletedProcess[str]:

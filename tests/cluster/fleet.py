@@ -34,11 +34,19 @@ class FleetClusters:
         return (self.manager, *self.workers.values())
 
     def up(self) -> None:
+        """Each one up (one a module before left broken is started again)."""
         for c in self.all():
             c.up(profile="pool", operators=False)
             install_crd(c.kubectl())
 
     def down(self) -> None:
+        """Each started here stopped, even if stopping another fails."""
+        failures = []
         for c in self.all():
             if c.name not in self.were_running:
-                c.down()
+                try:
+                    c.down()
+                except Exception as e:  # the others are stopped all the same
+                    failures.append(f"{c.name}: {e}")
+        if failures:
+            raise RuntimeError("could not stop " + "; ".join(failures))

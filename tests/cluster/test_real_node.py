@@ -82,7 +82,7 @@ def installed(real: Real, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     started = time.monotonic()
     try:
         install_chart(real.cluster, real.image, values)
-    except RuntimeError as e:
+    except (RuntimeError, TimeoutError) as e:
         raise AssertionError(f"{e}\n{_pods_report(real.kubectl)}") from None
     tenant = _tenant(real)
     tenant.create(appwrapper("first", job("first", pods=2, gpus=1)))
@@ -195,6 +195,11 @@ def test_the_nodes_programs_act_as_a_node_would_not_as_the_admin(real: Real) -> 
     pod on it mounts it), kube-proxy is Kubernetes' system:kube-proxy, CoreDNS may only list
     and watch what it answers for."""
     paths = real.cluster.real_node().paths
+    for program in ("kubelet", "kube-proxy"):
+        pid = (real.cluster.pids / f"real-node-{program}.pid").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert str(paths.kubeconfig(program)).encode() in argv, (program, argv)
+    assert f"kubeconfig {paths.kubeconfig('coredns')}\n" in paths.corefile.read_text()
     acting = {i.program: Kubectl(real.kubectl.binary, paths.kubeconfig(i.program))
               for i in node.IDENTITIES}
     for identity in node.IDENTITIES:
