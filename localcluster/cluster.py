@@ -359,7 +359,6 @@ class Cluster:
         # Certificates left by an earlier cluster would be taken as already "mounted" and
         # served although the new Secret holds other ones.
         shutil.rmtree(TRAINING_CERT_DIR, ignore_errors=True)
-        self.pids.mkdir(parents=True, exist_ok=True)
         (self.dir / PYTORCH_INIT_FILE).write_text(PYTORCH_INIT_CONTAINER)
         ops = self._operators()
         for op in ops:
@@ -384,7 +383,6 @@ class Cluster:
         assert not op.after_training_certs, name
         if runs_in(self.operator_pids().get(name, 0), self.dir):
             return
-        self.pids.mkdir(parents=True, exist_ok=True)
         self._spawn(op)
         self._wait_operator(op, timeout)
 

@@ -74,8 +74,6 @@ class RealNode:
         self.ports = ports
         self.binaries = binaries
         self.kubectl = kubectl
-        self.logs = cluster_dir / "logs"
-        self.pids = cluster_dir / "dispatcher-pids"
 
     # ------------------------------------------------------------------ start
     def start(self, timeout: float = 180) -> None:
@@ -94,13 +92,14 @@ class RealNode:
         self._spawn("coredns", [str(self.binaries.coredns), "-conf", str(self.paths.corefile)])
         self._spawn("kubelet", self._kubelet_args())
         self._spawn("kube-proxy", self._proxy_args())
-        wait_for(self._ready, timeout, f"node {NAME} to be Ready (log {self.logs}/kubelet.log)")
+        wait_for(self._ready, timeout,
+                 f"node {NAME} to be Ready (log {self.log_file('kubelet')})")
 
     def _machine_taken(self) -> list[str]:
         """The machine's network (bridge, kube-proxy's rules) is one real node's."""
         taken = []
         for other in self.cluster_dir.parent.iterdir():
-            pid_file = other / "dispatcher-pids" / "real-node-kubelet.pid"
+            pid_file = _pid_file(other, "kubelet")
             if other == self.cluster_dir or not pid_file.exists():
                 continue
             with contextlib.suppress(OSError, ValueError):
@@ -115,8 +114,7 @@ class RealNode:
         self._ctr("images", "import", "--all-platforms", str(archive))
 
     def _write_configs(self) -> None:
-        for d in (self.paths.root, self.paths.cni_conf, self.paths.kubelet_dir, self.logs,
-                  self.pids):
+        for d in (self.paths.root, self.paths.cni_conf, self.paths.kubelet_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.paths.containerd_config.write_text(containerd_config(self.paths))
         (self.paths.cni_conf / "10-dispatcher.conflist").write_text(
@@ -156,8 +154,14 @@ class RealNode:
                 "--conntrack-max-per-core", "0", "--oom-score-adj", "0"]
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        spawn(argv, self.logs / f"real-node-{name}.log", self.pids / f"real-node-{name}.pid",
-              self.paths.root)
+        spawn(argv, self.log_file(name), self.pid_file(name), self.paths.root)
+
+    def pid_file(self, name: str) -> Path:
+        """The pid file of the node's program `name` (containerd, kubelet, ...)."""
+        return _pid_file(self.cluster_dir, name)
+
+    def log_file(self, name: str) -> Path:
+        return self.cluster_dir / "logs" / f"real-node-{name}.log"
 
     def _ctr(self, *args: str) -> str:
         done = subprocess.run(["ctr", "--address", str(self.paths.socket), "--namespace",
@@ -189,10 +193,14 @@ class RealNode:
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
     def _check_alive(self, name: str) -> None:
-        pid = int((self.pids / f"real-node-{name}.pid").read_text())
-        if not alive(pid):
-            log = self.logs / f"real-node-{name}.log"
+        if not alive(int(self.pid_file(name).read_text())):
+            log = self.log_file(name)
             raise NodeError(f"{name} of the real node exited; log {log}:\n{tail(log, 15)}")
+
+
+def _pid_file(cluster_dir: Path, name: str) -> Path:
+    # Among the operators' pid files: the cluster's `down` stops them with the rest.
+    return cluster_dir / "dispatcher-pids" / f"real-node-{name}.pid"
 
 
 @contextlib.contextmanager

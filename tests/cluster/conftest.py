@@ -127,14 +127,12 @@ def local_cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def fleet_clusters() -> Iterator[FleetClusters]:
     """The multi-cluster tests' manager and workers (tests/cluster/fleet.py): shared by
-    their modules, stopped at the end of the run if it started them."""
+    their modules, each of which brings them up; stopped at the end of the run if it
+    started them."""
     fleet = FleetClusters.named()
-    try:
-        fleet.up()
-        yield fleet
-    finally:
-        if not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
-            fleet.down()
+    yield fleet
+    if not os.environ.get("DISPATCHER_KEEP_CLUSTER"):
+        fleet.down()
 
 
 @pytest.fixture(scope="session")

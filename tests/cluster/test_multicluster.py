@@ -78,7 +78,7 @@ def start_dispatchers(manager: Cluster, workers: dict[str, Cluster], grace: floa
 
 @pytest.fixture(scope="module")
 def fleet(fleet_clusters: FleetClusters) -> Iterator[Fleet]:
-    fleet_clusters.up()  # quick when all are up
+    fleet_clusters.up()  # quick when a module before brought them up
     manager, workers = fleet_clusters.manager, fleet_clusters.workers
     register_workers(manager.kubectl(), {w: c.kubeconfig for w, c in workers.items()},
                      WORKER_CRD)

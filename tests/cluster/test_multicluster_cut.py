@@ -89,7 +89,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(fleet_clusters: FleetClusters, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Fleet]:
-    fleet_clusters.up()  # quick when all are up
+    fleet_clusters.up()  # quick when a module before brought them up
     manager, workers = fleet_clusters.manager, fleet_clusters.workers
     d = tmp_path_factory.mktemp("paths")
     paths = {w: ManagerPath(c, d / f"{w}.yaml") for w, c in workers.items()}

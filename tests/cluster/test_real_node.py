@@ -194,9 +194,10 @@ def test_the_nodes_programs_act_as_a_node_would_not_as_the_admin(real: Real) -> 
     kubelet is a node to the Node authorizer (a tenant's Secret is not its to read unless a
     pod on it mounts it), kube-proxy is Kubernetes' system:kube-proxy, CoreDNS may only list
     and watch what it answers for."""
-    paths = real.cluster.real_node().paths
+    real_node = real.cluster.real_node()
+    paths = real_node.paths
     for program in ("kubelet", "kube-proxy"):
-        pid = (real.cluster.pids / f"real-node-{program}.pid").read_text()
+        pid = real_node.pid_file(program).read_text()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert str(paths.kubeconfig(program)).encode() in argv, (program, argv)
     assert f"kubeconfig {paths.kubeconfig('coredns')}\n" in paths.corefile.read_text()
