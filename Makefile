@@ -1,6 +1,6 @@
 # The two commands a newcomer needs (see README):
 #   make demo   set up, start the local cluster, run the dispatcher on examples/
-#   make test   set up, lint, type-check, unit tests, the installed wheel, then cluster tests
+#   make test   set up, lint, type-check, unit tests, the installed wheel, cluster tests
 #               and MCAD's own kuttl suites on a local control plane
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -29,7 +29,7 @@ node-packages: setup
 	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "the real node and the image need Debian's packages:" $$missing; fi
 
-.PHONY: browser node-packages demo-real setup lint unit packaging packaging-beside-build cluster-build cluster-up cluster-down cluster-test conformance test demo bench release image chart-lint clean
+.PHONY: browser node-packages demo-real setup lint unit packaging cluster-build cluster-up cluster-down cluster-test conformance test demo bench release image chart-lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,22 +78,11 @@ conformance: cluster-build node-packages
 	rc=0; $(PY) -m tests.conformance.mcad_kuttl || rc=1; \
 	$(PY) -m tests.conformance.appwrapper_e2e || rc=1; exit $$rc
 
-# On a fresh machine the control plane's cold Go build takes most of `make test`; the
-# wheel's test (mostly PyPI downloads into fresh venvs) runs beside it instead of before
-# it. The build prints as it goes; the wheel test's output follows once it is done. A
-# failed wheel test stops the build (a half-built binary is never kept). Each runs in a
-# session of its own (setsid, where there is one), so that stopping it stops its children.
-packaging-beside-build: setup node-packages
-	@out=$$(mktemp); sid=$$(command -v setsid || true); \
-	$$sid $(PACKAGING_TEST) >$$out 2>&1 & pkg=$$!; \
-	$$sid $(CLUSTER_BUILD) & build=$$!; \
-	stop() { for p in "$$@"; do kill -- -$$p 2>/dev/null || kill $$p 2>/dev/null; done; }; \
-	trap 'stop $$pkg $$build; rm -f $$out; exit 130' INT TERM; \
-	wait $$pkg; rc=$$?; cat $$out; rm -f $$out; \
-	if [ $$rc -ne 0 ]; then stop $$build; wait $$build; exit $$rc; fi; \
-	wait $$build
-
-test: lint unit packaging-beside-build cluster-test conformance
+# Every suite, each as soon as what it needs is built (tests/pipeline.py): the Go build
+# first, with the apt installs, lint, unit tests and the wheel beside it; the binaries only
+# the peer tests and the conformance suites use are built while the cluster tests run.
+test: setup
+	$(PY) -m tests.pipeline
 
 demo: cluster-up
 	$(PY) -m dispatcher.demo
