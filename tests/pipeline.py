@@ -13,7 +13,10 @@ e2e suite for the conformance suites) are built while the cluster tests run.
 
 Every suite runs whatever another one gave (a failure stops only what needs its output: a
 failed build, the suites that run on it) and the run ends with each phase's minutes and
-the first failure. Usage: python -m tests.pipeline [--dry-run]
+the first failure. The suites print as they go; a build's output is printed when it
+ends (also in .test-logs/), so that it never interleaves with theirs.
+
+Usage: python -m tests.pipeline [--dry-run]
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class Step:
     name: str
     argv: list[str]
     needs: tuple[str, ...] = ()
+    #: Its output kept in its log and printed whole when it ends (the builds, which run
+    #: beside the suites), instead of as it comes.
+    logged: bool = False
     started: float = 0.0
     seconds: float = 0.0
     rc: int | None = None
@@ -63,12 +69,12 @@ def steps() -> dict[str, Step]:
     build = [PY, "-m", "localcluster", "build"]
     ignore_peers = [f"--ignore={t}" for t in PEER_TESTS]
     listed = [
-        Step("build", [*build, *EARLY_BUILDS]),
+        Step("build", [*build, *EARLY_BUILDS], logged=True),
         Step("apt", ["make", "--no-print-directory", "browser", "node-packages"]),
         Step("lint", ["make", "--no-print-directory", "lint"]),
         Step("unit", [*pytest, "tests/unit"], needs=("apt",)),
         Step("packaging", [*pytest, "tests/packaging"], needs=("apt",)),
-        Step("build-late", [*build, *LATE_BUILDS], needs=("build",)),
+        Step("build-late", [*build, *LATE_BUILDS], needs=("build",), logged=True),
         Step("cluster", [*pytest, "tests/cluster", *ignore_peers], needs=("build", "apt")),
         Step("peers", [*pytest, *PEER_TESTS], needs=("build", "build-late", "apt")),
         Step("kuttl", [PY, "-m", "tests.conformance.mcad_kuttl"],
@@ -103,9 +109,7 @@ class Run:
     def start(self, step: Step) -> None:
         step.started = time.monotonic() - self.t0
         self.say(f"{step.name}: {' '.join(step.argv)}")
-        # Each step's output goes to its log, printed whole when it ends, so that two
-        # steps side by side never interleave their lines.
-        log = (self.out / f"{step.name}.log").open("wb")
+        log = (self.out / f"{step.name}.log").open("wb") if step.logged else None
         step.process = subprocess.Popen(step.argv, cwd=REPO, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -113,7 +117,8 @@ class Run:
         assert step.process is not None
         step.rc = step.process.wait()
         step.seconds = time.monotonic() - self.t0 - step.started
-        sys.stdout.write((self.out / f"{step.name}.log").read_text(errors="replace"))
+        if step.logged:
+            sys.stdout.write((self.out / f"{step.name}.log").read_text(errors="replace"))
         verdict = "passed" if step.rc == 0 else f"FAILED (exit {step.rc})"
         self.say(f"{step.name}: {verdict} in {step.seconds / 60:.1f} min")
 
@@ -162,7 +167,7 @@ def summary(run: Run) -> int:
         print(f"  {step.name:11} {start}  {step.seconds / 60:5.1f}  {result}")
     failed = [s.name for s in run.plan.values() if s.failed]
     if failed:
-        run.say(f"FAILED: {', '.join(failed)} (logs above, also in {run.out})")
+        run.say(f"FAILED: {', '.join(failed)} (their output is above)")
         return 1
     run.say("every suite passed")
     return 0

@@ -13,7 +13,7 @@ from tests.pipeline import Step, execute
 
 
 def _step(name: str, code: str, needs: tuple[str, ...] = ()) -> Step:
-    return Step(name, [sys.executable, "-c", code], needs=needs)
+    return Step(name, [sys.executable, "-c", code], needs=needs, logged=True)
 
 
 def _mark(path: Path, name: str) -> str:
