@@ -327,3 +327,40 @@ def test_a_viewer_of_twenty_namespaces_is_served_on_the_first_load() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+async def get_from(address: str, port: int, path: str, token: str) -> int:
+    """The status of a dashboard request sent from `address` (a loopback address)."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            local_addr=(address, 0))) as s, \
+            s.get(f"http://127.0.0.1:{port}/dashboard/{path}",
+                  headers={"Authorization": f"Bearer {token}"}) as r:
+        return r.status
+
+
+def test_a_tenant_flooding_from_its_known_good_address_spends_only_its_own_budget() -> None:
+    """Alice opens the dashboard once with her valid token, which makes her address known
+    good, then sends made-up tokens from it. An administrator whose address is known good
+    too comes back with a new token (a fresh `kubectl create token`): it is checked and
+    served. Alice's own next new token waits for her address's budget."""
+    async def scenario() -> None:
+        clock = Clock()
+        d = await queue_with_a_held_one(FakeKube(clock), clock)
+        tokens = {**TOKENS, "admin-token-2": TOKENS["admin-token"],
+                  "alice-token-2": TOKENS["alice-token"]}
+        server, port = await serving(d, FakeApi(RIGHTS, tokens))
+        tenant, returning = "127.0.0.2", "127.0.0.3"
+        try:
+            assert await get_from(returning, port, "api/queue", "admin-token") == 200
+            assert await get_from(tenant, port, "api/queue?namespaces=team-a",
+                                  "alice-token") == 200
+            flood = [await get_from(tenant, port, "api/queue", f"junk-{i}")
+                     for i in range(50)]
+            assert flood.count(429) > 40
+            assert await get_from(returning, port, "api/queue", "admin-token-2") == 200
+            assert await get_from(tenant, port, "api/queue?namespaces=team-a",
+                                  "alice-token-2") == 429
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -210,3 +210,33 @@ def test_the_server_guards_metrics_but_not_health() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+TENANT = "10.1.0.7"
+LIST_IN_TEAM_A = ("list appwrappers in namespace team-a", {"resourceAttributes": {
+    "group": "workload.codeflare.dev", "resource": "appwrappers", "verb": "list",
+    "namespace": "team-a"}})
+
+
+def test_a_tenant_with_many_valid_tokens_cannot_spend_a_returning_scrapers_renewal() -> None:
+    """A tenant mints 30 tokens of its own (each granted, one a second, within its own
+    address's budget); once their minute is up it shows them all again at once. The
+    scraper, whose token's minute is up too, is checked again and served: renewals are
+    each address's own, not one budget every returning token shares."""
+    async def scenario() -> None:
+        tenants = {f"tenant-{i}": {"username": "tenant", "groups": []} for i in range(30)}
+        api = FakeApi({**RIGHTS, "tenant": {"list appwrappers.workload.codeflare.dev in "
+                                            "team-a"}}, {**TOKENS, **tenants})
+        clock = Clock()
+        a = auth(api, clock)
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+        for i, token in enumerate(tenants, start=1):
+            clock.now = float(i)
+            assert await a.allowed(f"Bearer {token}", *LIST_IN_TEAM_A, TENANT) is None
+        clock.now = 100.0  # every answer above is out of date
+        again = [await a.allowed(f"Bearer {token}", *LIST_IN_TEAM_A, TENANT)
+                 for token in tenants]
+        assert again.count(BUSY) > 0  # the tenant spent its own address's budget
+        assert await a.check("Bearer prom-token", "/metrics", SCRAPER) is None
+
+    asyncio.run(scenario())

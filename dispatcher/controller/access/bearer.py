@@ -12,14 +12,16 @@ or in all of them): :meth:`TokenReviewAuth.allowed`.
 
 Anyone who can reach the port can send tokens, so what they cost the API server is
 bounded: tokens not known good are checked within the budgets of review_budget.py (per
-source address, all strangers together, and the sources known good, whose new tokens —
-a scraper's rotated token — no stranger can lock out); beyond that the answer is 429
-without asking. The tokens known good (a scraper's) are checked again, once their minute
-is up, within a budget of their own that no stranger's tokens use up, and are kept apart
-from the refusals, so a flood of made-up tokens evicts none of them. Each kind of answer
-is kept for at most 1,000 tokens, the least recently used going first. A token granted
-something within its minute asks about other things (the dashboard: one question per
-namespace a viewer picks) within a budget of its own.
+source address, all strangers together, and each source known good its own, so that
+neither strangers nor a tenant with a valid token of its own can lock out another's
+new token — a scraper's rotated token); beyond that the answer is 429 without asking.
+The tokens known good (a scraper's) are checked again, once their minute is up, within
+their source's budget too (a budget shared by every source's renewals would let a tenant
+who minted many valid tokens spend it), and are kept apart from the refusals, so a flood
+of made-up tokens evicts none of them. Each kind of answer is kept for at most 1,000
+tokens, the least recently used going first. A token granted something within its minute
+asks about other things (the dashboard: one question per namespace a viewer picks, and
+whether it may list Events) within a budget of its own.
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "TokenReview", "tokenreview
 CACHE_SECONDS = 60.0
 REFUSAL_SECONDS = 10.0  # short: a grant just given is seen soon
 MAX_CACHED = 1000
-# Reviews (a TokenReview and a SubjectAccessReview) a second, and at once, of known-good
-# tokens whose answer is out of date (new tokens: review_budget.py).
-RENEWALS_PER_SECOND = 1.0
-RENEWALS_BURST = 5
 # Questions a second, and at once, of a token granted something within its minute about
 # something else (the dashboard asks once per namespace a viewer picks, up to 20): its own
 # budget, since a token the API server vouched for is no stranger's.
@@ -92,7 +90,6 @@ class TokenReviewAuth:
         self._granted: Answers = Answers()
         self._refused: Answers = Answers()
         self._new_tokens = ReviewBudget(clock)
-        self._renewals = TokenBucket(RENEWALS_PER_SECOND, RENEWALS_BURST, clock)
         # Per token granted within its minute: until when, and its questions' budget.
         self._vouched: OrderedDict[str, tuple[float, TokenBucket]] = OrderedDict()
 
@@ -122,7 +119,7 @@ class TokenReviewAuth:
         refused = self._refused.get(key)
         if refused is not None and refused[0] > now:
             return refused[1]
-        if not self._within_budget(digest, granted is not None, source, now):
+        if not self._within_budget(digest, source, now):
             return BUSY
         try:
             answer = await self._review(token.strip(), what, attributes)
@@ -138,11 +135,10 @@ class TokenReviewAuth:
             self._granted.drop(key)
         return answer
 
-    def _within_budget(self, digest: str, renewal: bool, source: str, now: float) -> bool:
-        """Whether a review may be asked now: a renewal within the renewals' budget, a
-        question of a token vouched for within its own, any other within the new tokens'."""
-        if renewal:
-            return self._renewals.try_take()
+    def _within_budget(self, digest: str, source: str, now: float) -> bool:
+        """Whether a review may be asked now: a question of a token vouched for within
+        its minute within the token's own budget; any other (a new token, or a known one
+        whose answer is out of date) within its source's (review_budget.py)."""
         vouched = self._vouched.get(digest)
         if vouched is not None and vouched[0] > now:
             return vouched[1].try_take()
