@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.api.labels import HELD_BY_ANNOTATION
-from dispatcher.controller.dashboard import view
-from dispatcher.controller.dashboard.api import DashboardApi
+from dispatcher.controller.dashboard import facts, view
+from dispatcher.controller.dashboard.api import GATHER_SECONDS, DashboardApi
 from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.controller.metrics.prometheus import PrometheusObserver
 from dispatcher.controller.metrics.server import MetricsServer
@@ -24,6 +24,7 @@ from dispatcher.queue import Policy
 from .fake_authz import FakeApi
 from .fake_kube import FakeKube
 from .test_metrics_auth import auth
+from .test_runtime import T0 as START
 from .test_runtime import Clock, appwrapper, job, node
 from .test_runtime_sharing import TREE, team
 from .test_runtime_sharing import started as started_with_quota
@@ -360,6 +361,67 @@ def test_a_tenant_flooding_from_its_known_good_address_spends_only_its_own_budge
             assert await get_from(returning, port, "api/queue", "admin-token-2") == 200
             assert await get_from(tenant, port, "api/queue?namespaces=team-a",
                                   "alice-token-2") == 429
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+async def one_started_in_each_team(kube: FakeKube, clock: Clock) -> Dispatcher:
+    """a-runs (team-a, quota leaf gold) and b-runs (team-b, bronze), each on a node."""
+    for n, (name, ns, leaf) in enumerate((("a-runs", "team-a", "gold"),
+                                          ("b-runs", "team-b", "bronze"))):
+        kube.put(node(f"n{n}"))
+        obj = team(appwrapper(name, job(name, 1, 8)), leaf)
+        obj["metadata"]["namespace"] = ns
+        kube.put(obj)
+    d = await started_with_quota(kube, clock, TREE, Policy("priority", order="priority"))
+    await d.cycle()
+    d.ready = True
+    return d
+
+
+def test_the_history_walks_the_wrappers_once_a_refresh_and_each_viewer_sees_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alice (team-a), Bob (team-b) and an administrator ask for the wait history again
+    and again within a refresh: the controller walks its wrappers once, and each sees
+    only its namespaces' teams, whoever asked first."""
+    walks: list[int] = []
+    walk = facts.started
+
+    def counted(d: Dispatcher) -> dict[str, list[view.Started]]:
+        walks.append(1)
+        return walk(d)
+
+    monkeypatch.setattr(facts, "started", counted)
+
+    async def scenario() -> None:
+        clock = Clock()
+        d = await one_started_in_each_team(FakeKube(clock), clock)
+        rights = {**RIGHTS, "bob": {f"list {APPWRAPPERS} in team-b"}}
+        tokens = {**TOKENS, "bob-token": {"username": "bob", "groups": []}}
+        server = MetricsServer(PrometheusObserver(), 0, "127.0.0.1", dashboard=DashboardApi(
+            lambda: d, auth(FakeApi(rights, tokens)), monotonic=clock))
+        await server.start()
+        port = server.addresses()[0][1]
+
+        async def teams(who: str, namespaces: str = "") -> list[str]:
+            query = f"?namespaces={namespaces}" if namespaces else ""
+            status, body, _ = await get(port, f"api/history{query}", f"{who}-token")
+            assert status == 200, body
+            return [t["team"] for t in body["teams"]]
+
+        try:
+            for _ in range(10):
+                assert await teams("alice", "team-a") == ["quota_gpu/gold"]
+                assert await teams("bob", "team-b") == ["quota_gpu/bronze"]
+                assert await teams("admin") == ["quota_gpu/bronze", "quota_gpu/gold"]
+                clock.now += GATHER_SECONDS / 40
+            assert len(walks) == 1
+            clock.now = START + GATHER_SECONDS  # the next refresh: walked again
+            assert await teams("bob", "team-b") == ["quota_gpu/bronze"]
+            assert await teams("alice", "team-a") == ["quota_gpu/gold"]
+            assert len(walks) == 2
         finally:
             await server.stop()
 

@@ -11,13 +11,18 @@ The page sends the token from script, so it never travels in a URL the server lo
 
 The queue refresh is cheap: the rows are gathered from memory at most every
 :data:`GATHER_SECONDS` and a page asked with ``since=VERSION`` when nothing changed
-is answered ``{"unchanged": true}``.
+is answered ``{"unchanged": true}``. The wait history walks every wrapper the controller
+tracks, finished ones included: it is gathered at most as often, per namespace, and each
+viewer's namespaces' answer shaped once per gathering, so a burst of requests costs the
+event loop one walk.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -35,6 +40,39 @@ FILES = {"": ("index.html", "text/html"), "app.js": ("app.js", "text/javascript"
          "style.css": ("style.css", "text/css")}
 GATHER_SECONDS = 5.0  # the page asks every 5 s: the rows at most once a refresh
 TIMELINE_SECONDS = 10.0
+#: Histories kept shaped, one per set of namespaces viewers asked for, until the next
+#: gathering; the least recently asked dropped first.
+MAX_HISTORIES = 100
+
+
+class Histories:
+    """The wait history each viewer sees: the started wrappers walked at most every
+    :data:`GATHER_SECONDS` (the walk is the cost), grouped by namespace, and each set of
+    namespaces' answer shaped once from its own namespaces' rows only."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self.monotonic = monotonic
+        # (monotonic, the dispatcher walked, its clock then, its started per namespace)
+        self._gathered: tuple[float, object, float, dict[str, list[view.Started]]] | None \
+            = None
+        self._shaped: OrderedDict[viewer.Scope, dict[str, Any]] = OrderedDict()
+
+    def of(self, d: Dispatcher, scope: viewer.Scope) -> dict[str, Any]:
+        now = self.monotonic()
+        if self._gathered is None or self._gathered[1] is not d \
+                or now - self._gathered[0] >= GATHER_SECONDS:
+            self._gathered = (now, d, d.clock(), facts.started(d))
+            self._shaped.clear()
+        shaped = self._shaped.get(scope)
+        if shaped is None:
+            _, _, at, by_namespace = self._gathered
+            rows = chain.from_iterable(by_namespace.get(ns, ()) for ns in (
+                by_namespace if scope is None else sorted(scope)))
+            shaped = self._shaped[scope] = view.history(rows, scope, at)
+            while len(self._shaped) > MAX_HISTORIES:
+                self._shaped.popitem(last=False)
+        self._shaped.move_to_end(scope)
+        return shaped
 
 
 class DashboardApi:
@@ -48,6 +86,7 @@ class DashboardApi:
         self._gathering = facts.Gathering()
         self._gathered: tuple[object, float] | None = None  # (snapshot, monotonic)
         self._bars: tuple[float, list[view.Bar]] | None = None
+        self.histories = Histories(monotonic)
 
     def add_routes(self, app: web.Application) -> None:
         viewer.serve_page(app, FILES)
@@ -124,7 +163,7 @@ class DashboardApi:
         if isinstance(ready, web.Response):
             return ready
         d, scope = ready
-        return viewer.as_json(view.history(facts.started(d), scope, d.clock()))
+        return viewer.as_json(self.histories.of(d, scope))
 
     async def one(self, request: web.Request) -> web.Response:
         ready = await self._ready(request)

@@ -136,13 +136,16 @@ def _lanes(d: Dispatcher, nodes: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted({_lane(d, n) for n in nodes if n})) or (UNPLACED,)
 
 
-def started(d: Dispatcher) -> list[Started]:
+def started(d: Dispatcher) -> dict[str, list[Started]]:
     """The wrappers this controller saw start, with their first-seen time, as it keeps
-    them (a wrapper deleted since is gone from memory, and so from the history)."""
-    out = []
+    them (a wrapper deleted since is gone from memory, and so from the history), per
+    namespace. A walk of every wrapper it tracks, finished ones included: api.py asks at
+    most every few seconds."""
+    out: dict[str, list[Started]] = {}
     for t in d.tracked.values():
         if t.dispatched_at and t.phase in (*ACTIVE, "done"):
-            out.append(Started(t.key[0], _teams_of(t, d), t.first_seen, t.dispatched_at))
+            out.setdefault(t.key[0], []).append(
+                Started(t.key[0], _teams_of(t, d), t.first_seen, t.dispatched_at))
     return out
 
 

@@ -249,8 +249,10 @@ def history(started: Iterable[Started], visible: Collection[str] | None,
         if hour < 0:
             continue
         for team in s.teams or (f"namespace {s.namespace}",):
-            waits.setdefault(team, [[] for _ in range(HISTORY_HOURS)])[hour].append(
-                max(0.0, s.dispatched_at - s.first_seen))
+            hours = waits.get(team)
+            if hours is None:  # not setdefault: its default would be built for every row
+                hours = waits[team] = [[] for _ in range(HISTORY_HOURS)]
+            hours[hour].append(max(0.0, s.dispatched_at - s.first_seen))
     return {"hours": [iso(e) for e in edges[:-1]], "teams": [
         {"team": team, "hours": [{"started": len(h),
                                   "medianSeconds": round(statistics.median(h)) if h else None,
