@@ -196,7 +196,7 @@ async function loadDetail() {
   const events = Array.isArray(a.events)
     ? table("Events", ["When", "Type", "Reason", "Count", "Message"],
             a.events.map((e) => [e.at, e.type, e.reason, e.count, e.message]))
-    : el("p", {}, a.events);
+    : el("p", { id: "detail-events" }, `Events: ${a.events}`);
   document.getElementById("detail-empty").hidden = true;
   document.getElementById("detail-body").replaceChildren(
     el("h2", {}, `${a.namespace}/${a.name}`),

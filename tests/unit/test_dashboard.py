@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from dispatcher.api.labels import HELD_BY_ANNOTATION
 from dispatcher.controller.dashboard import facts, view
 from dispatcher.controller.dashboard.api import GATHER_SECONDS, DashboardApi
+from dispatcher.controller.dashboard.events import BUSY, KEPT_SECONDS, MAX_READING, RecentEvents
+from dispatcher.controller.kube.pacing import EVENT
 from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.controller.metrics.prometheus import PrometheusObserver
 from dispatcher.controller.metrics.server import MetricsServer
@@ -32,7 +34,8 @@ from .test_visibility_api import APPWRAPPERS, waiting
 
 TOKENS = {"alice-token": {"username": "alice", "groups": []},
           "admin-token": {"username": "admin", "groups": []}}
-RIGHTS = {"alice": {f"list {APPWRAPPERS} in team-a"}, "admin": {f"list {APPWRAPPERS}"}}
+RIGHTS = {"alice": {f"list {APPWRAPPERS} in team-a"},
+          "admin": {f"list {APPWRAPPERS}", "list events in team-a"}}
 NOW = 1_000_000.0
 AW = "workload.codeflare.dev/v1beta1"
 
@@ -424,5 +427,77 @@ def test_the_history_walks_the_wrappers_once_a_refresh_and_each_viewer_sees_its_
             assert len(walks) == 2
         finally:
             await server.stop()
+
+    asyncio.run(scenario())
+
+
+class ListingKube(FakeKube):
+    """The stand-in API server, noting each list of Events: its priority and query."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.events_listed: list[tuple[int, dict[str, str]]] = []
+
+    async def request(self, method: str, path: str, body: Any = None,
+                      query: Any = None, content_type: str = "application/json",
+                      retry: bool = True, priority: int = 0, on_send: Any = None) -> Any:
+        if method == "GET" and path.endswith("/events"):
+            self.events_listed.append((priority, dict(query or {})))
+        return await super().request(method, path, body, query, content_type, retry,
+                                     priority, on_send)
+
+
+def test_events_are_shown_to_who_may_list_them_and_listed_once_a_refresh_at_low_priority(
+) -> None:
+    """Alice may list AppWrappers in team-a but not Events: her AppWrapper page says so
+    and the controller lists nothing for her. Ella may list both: ten viewers' requests,
+    at once and in turn, within a refresh cost one list of the AppWrapper's Events,
+    bounded, at the client's lowest priority; the next refresh lists them again."""
+    async def scenario() -> None:
+        clock = Clock()
+        kube = ListingKube(clock)
+        d = await queue_with_a_held_one(kube, clock)
+        rights = {**RIGHTS, "ella": {f"list {APPWRAPPERS} in team-a", "list events in team-a"}}
+        tokens = {**TOKENS, "ella-token": {"username": "ella", "groups": []}}
+        server = MetricsServer(PrometheusObserver(), 0, "127.0.0.1", dashboard=DashboardApi(
+            lambda: d, auth(FakeApi(rights, tokens)), monotonic=clock))
+        await server.start()
+        port = server.addresses()[0][1]
+        page = "api/appwrappers/team-a/a-high?namespaces=team-a"
+        try:
+            status, alices, _ = await get(port, page, "alice-token")
+            assert status == 200 and alices["conditions"]
+            assert alices["events"] == "shown to users who may list Events in namespace team-a"
+            assert kube.events_listed == []
+            at_once = await asyncio.gather(*(get(port, page, "ella-token") for _ in range(5)))
+            in_turn = [await get(port, page, "ella-token") for _ in range(5)]
+            for status, body, _ in at_once + in_turn:
+                assert status == 200 and [e["reason"] for e in body["events"]] == ["Queued"]
+            assert kube.events_listed == [(EVENT, {
+                "fieldSelector": "involvedObject.kind=AppWrapper,involvedObject.name=a-high",
+                "limit": "100"})]
+            clock.now += KEPT_SECONDS
+            assert (await get(port, page, "ella-token"))[1]["events"][0]["reason"] == "Queued"
+            assert len(kube.events_listed) == 2
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_past_a_few_lists_under_way_the_page_is_told_to_wait_for_its_next_refresh() -> None:
+    """A viewer opening the pages of many AppWrappers at once while the API server is
+    slow: a few lists of Events are under way at a time, the others' pages say so."""
+    async def scenario() -> None:
+        clock = Clock()
+        kube = FakeKube(clock)
+        kube.hang.add(("GET", "/api/v1/namespaces/team-a/events"))
+        events = RecentEvents(clock)
+        slow = [asyncio.ensure_future(events.of(kube, ("team-a", f"w{i}")))  # type: ignore[arg-type]
+                for i in range(MAX_READING)]
+        await asyncio.sleep(0)
+        assert await events.of(kube, ("team-a", "another")) == BUSY  # type: ignore[arg-type]
+        for s in slow:
+            s.cancel()
 
     asyncio.run(scenario())

@@ -119,6 +119,8 @@ def test_labels_contrast_and_keyboard(page: str) -> None:
         detail = browser.wait_until("the AppWrapper's page", lambda: driver.find_element(
             "id", "detail-body").text)
         assert "team-b/b-high" in detail and "Conditions, in order" in detail
+        # The administrator may list AppWrappers everywhere but Events in team-a only.
+        assert "Events: shown to users who may list Events in namespace team-b" in detail
 
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'

@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from dispatcher.controller.access.bearer import TokenReviewAuth
-from dispatcher.controller.kube.client import ApiError
-from dispatcher.controller.record.status import EVENTS
 
 from . import facts, view, viewer
+from .events import RecentEvents
 
 if TYPE_CHECKING:
     from dispatcher.controller.loop.runtime import Dispatcher
@@ -87,6 +86,7 @@ class DashboardApi:
         self._gathered: tuple[object, float] | None = None  # (snapshot, monotonic)
         self._bars: tuple[float, list[view.Bar]] | None = None
         self.histories = Histories(monotonic)
+        self.events = RecentEvents(monotonic)
 
     def add_routes(self, app: web.Application) -> None:
         viewer.serve_page(app, FILES)
@@ -176,20 +176,7 @@ class DashboardApi:
         found = facts.one(d, (ns, name))
         if found is None:
             return viewer.text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
-        found["events"] = await _events(d, ns, name)
+        hidden = await viewer.events_shown(self.auth, request, ns)
+        found["events"] = hidden if hidden is not None else \
+            await self.events.of(d.kube, (ns, name))
         return viewer.as_json(found)
-
-
-async def _events(d: Dispatcher, ns: str, name: str) -> list[dict[str, Any]] | str:
-    """The AppWrapper's Events, oldest first; or why they cannot be read now."""
-    try:
-        listed = await d.kube.request("GET", EVENTS.path(ns), query={
-            "fieldSelector": f"involvedObject.kind=AppWrapper,involvedObject.name={name}",
-            "limit": "100"}, retry=False)
-    except ApiError as e:
-        return f"the Events cannot be read now: {e}"
-    events = [{"type": e.get("type", ""), "reason": e.get("reason", ""),
-               "message": e.get("message", ""), "count": e.get("count") or 1,
-               "at": e.get("lastTimestamp") or e.get("eventTime") or ""}
-              for e in listed.get("items") or ()]
-    return sorted(events, key=lambda e: str(e["at"]))

@@ -68,6 +68,22 @@ async def scope(auth: TokenReviewAuth, request: web.Request) -> Scope | web.Resp
     return frozenset(asked) if asked else None
 
 
+async def events_shown(auth: TokenReviewAuth, request: web.Request, namespace: str
+                       ) -> str | None:
+    """None if the request's user may list Events in `namespace` (asked as the user, as
+    every question here: kept a minute per token, a refusal 10 s); else why its AppWrapper
+    pages show none. Listing AppWrappers there does not imply it."""
+    refused = await auth.allowed(
+        request.headers.get("Authorization"), f"list events in namespace {namespace}",
+        {"resourceAttributes": {"group": "", "resource": "events", "verb": "list",
+                                "namespace": namespace}}, request.remote or "")
+    if refused is None:
+        return None
+    if refused[0] == 403:
+        return f"shown to users who may list Events in namespace {namespace}"
+    return f"not shown now: {refused[1].strip()}"
+
+
 def text(status: int, words: str) -> web.Response:
     return web.Response(status=status, text=words.rstrip("\n") + "\n", headers=HEADERS)
 
