@@ -544,6 +544,8 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
     allowed = [("watch", "appwrappers.workload.codeflare.dev"),
                ("patch", "appwrappers.workload.codeflare.dev/status"),
                ("list", "nodes"), ("watch", "pods"), ("create", "events"),
+               # one AppWrapper's Events, for its dashboard page
+               ("list", "events"),
                ("create", "jobs.batch"), ("delete", "jobs.batch"), ("get", "jobs.batch"),
                ("create", "pods"), ("create", "services"), ("create", "configmaps"),
                ("create", "deployments.apps"), ("create", "statefulsets.apps"),
@@ -570,7 +572,9 @@ def test_rbac_grants_what_the_dispatcher_needs_and_no_more(
                ("update", "leases.coordination.k8s.io:dispatcher"), ("*", "*"),
                # no patch on a kind whose size it never changes
                ("patch", "jobs.batch"), ("patch", "rayjobs.ray.io"),
-               ("patch", "tfjobs.kubeflow.org"), ("patch", "services")]
+               ("patch", "tfjobs.kubeflow.org"), ("patch", "services"),
+               # Events: posted and listed, never followed or changed
+               ("watch", "events"), ("delete", "events")]
     assert [a for a in allowed if not _can(kubectl, *a)] == []
     assert [r for r in refused if _can(kubectl, *r)] == []
     # Leader election: its own Lease, in its own namespace, and nothing else.

@@ -53,3 +53,24 @@ def test_patch_is_granted_on_exactly_the_kinds_the_dispatcher_resizes() -> None:
     assert patched == {(g, plural(k)) for g, k in RESIZABLE}
     assert ("kubeflow.org", "pytorchjobs") in patched  # the elastic PyTorchJob's Workers
     assert ("batch", "jobs") not in patched
+
+
+def own_rights(root: Path = RBAC) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the ClusterRole `dispatcher` (what the dispatcher reads and
+    writes itself) grants, as the files under `root` say."""
+    docs = yaml.safe_load_all((root / "dispatcher.yaml").read_text())
+    role = next(d for d in docs if d and d["kind"] == "ClusterRole"
+                and d["metadata"]["name"] == "dispatcher")
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_the_dispatcher_posts_events_and_lists_them_for_the_dashboard_in_deploy_and_chart(
+) -> None:
+    """Its own Events are created; one AppWrapper's are listed for its dashboard page (a
+    403 there otherwise). The chart renders deploy/'s own files: the same rights."""
+    chart = Path(__file__).parents[2] / "charts" / "dispatcher" / "files" / "base" / "rbac"
+    assert chart.resolve() == RBAC.resolve()
+    for root in (RBAC, chart):
+        assert {v for g, r, v in own_rights(root) if (g, r) == ("", "events")} == {
+            "create", "list"}
