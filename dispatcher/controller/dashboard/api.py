@@ -14,7 +14,8 @@ The queue refresh is cheap: the rows are gathered from memory at most every
 is answered ``{"unchanged": true}``. The wait history walks every wrapper the controller
 tracks, finished ones included: it is gathered at most as often, per namespace, and each
 viewer's namespaces' answer shaped once per gathering, so a burst of requests costs the
-event loop one walk.
+event loop one walk. An AppWrapper's page shows its Events only to a viewer who may list
+Events in its namespace (viewer.py), read as events.py says.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ class DashboardApi:
         found = facts.one(d, (ns, name))
         if found is None:
             return viewer.text(404, f"no AppWrapper {ns}/{name} is known to the dispatcher")
-        hidden = await viewer.events_shown(self.auth, request, ns)
+        hidden = await viewer.events_hidden(self.auth, request, ns)
         found["events"] = hidden if hidden is not None else \
             await self.events.of(d.kube, (ns, name))
         return viewer.as_json(found)

@@ -4,7 +4,8 @@ controller's dashboard (api.py) and the manager's Clusters view (clusters_api.py
 A request carries ``Authorization: Bearer TOKEN`` of a user allowed to ``list`` AppWrappers
 — in every namespace, or, with ``?namespaces=a,b``, in each of those — checked with a
 TokenReview and SubjectAccessReviews (access/bearer.py: answers kept a minute, new tokens'
-questions bounded per address).
+questions bounded per address). An AppWrapper's Events are shown to a user allowed to
+``list`` Events in its namespace too, asked the same way.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ async def scope(auth: TokenReviewAuth, request: web.Request) -> Scope | web.Resp
     return frozenset(asked) if asked else None
 
 
-async def events_shown(auth: TokenReviewAuth, request: web.Request, namespace: str
+async def events_hidden(auth: TokenReviewAuth, request: web.Request, namespace: str
                        ) -> str | None:
     """None if the request's user may list Events in `namespace` (asked as the user, as
     every question here: kept a minute per token, a refusal 10 s); else why its AppWrapper
