@@ -142,12 +142,14 @@ def admitted_record(queued: QueuedWrapper, priority: float, holdings: Iterable[P
 
 
 def charged(demand: Mapping[str, int], holdings: Iterable[PlannedPod]) -> dict[str, int]:
-    """What a dispatched gang counts against its quota: what it was admitted with, or of a
-    GPU or another extended resource what its pods and held room really take when that is
-    more (pods of a kind whose pods the dispatcher cannot count may ask more than was
-    declared), so that quota, borrowing and reclaim go by what is really used."""
+    """What a dispatched gang counts against its quota: of each resource, what it was
+    admitted with, or what its pods and held room really take when that is more. cpu and
+    memory too: a v1beta1 declaration may ask less than the pods (MCAD's semantics), and
+    the pods of a kind the dispatcher cannot count may be more than declared, and the
+    difference runs in free room; charged, it makes the gang borrow (or go over a hard
+    limit), so that borrowing and reclaim go by what is really used."""
     out = dict(demand)
-    for r, v in _extended_held(holdings).items():
+    for r, v in _held(holdings).items():
         out[r] = max(out.get(r, 0), v)
     return out
 
@@ -168,12 +170,11 @@ def extended_allowance(admitted: Iterable[tuple[int, Mapping[str, int]]],
     return {r: max(0, total.get(r, 0) - taken.get(r, 0)) for r in sorted(names)}
 
 
-def _extended_held(holdings: Iterable[PlannedPod]) -> dict[str, int]:
+def _held(holdings: Iterable[PlannedPod]) -> dict[str, int]:
     held: dict[str, int] = {}
     for p in holdings:
         for r, v in p.request.items():
-            if is_extended(r):
-                held[r] = held.get(r, 0) + v
+            held[r] = held.get(r, 0) + v
     return held
 
 

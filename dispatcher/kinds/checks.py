@@ -100,8 +100,9 @@ def _declared_pods(where: str, item: GenericItem) -> list[str]:
         f"{where}.custompodresources: declares {counted(declared, 'pod')}, but "
         f"{template.get('kind')} {_item_name(template)} will create {counted(real, 'pod')}"
         f"{detail}; the dispatcher reserves "
-        f"room for the {declared} declared, as MCAD does: correct custompodresources, or "
-        "remove it to let the dispatcher count the pods"
+        f"room for the {declared} declared, as MCAD does, and charges the quota what the pods "
+        "really take: correct custompodresources, or remove it to let the dispatcher count "
+        "the pods"
     ]
 
 
@@ -139,7 +140,8 @@ def _declared_shapes(where: str, item: GenericItem, inferred: Sequence[PodSet]) 
         f"{where}.custompodresources: declares {_shapes(custom)}, but {template.get('kind')} "
         f"{_item_name(template)} will create {_shapes(inferred, named=True)}; the dispatcher "
         "admits and holds what is declared, and a pod takes its gang's held room on a node "
-        "by amount: one that asks more than its gang holds on any node must wait for free room. "
+        "by amount: one that asks more than its gang holds on any node must wait for free room, "
+        "and the quota is charged what the pods really take. "
         "Correct custompodresources, or remove it to let the dispatcher count the pods"
     ]
 

@@ -46,6 +46,38 @@ def appwrapper(name: str, labels: Mapping[str, str] | None = None, *, cpu: str =
                 "custompodresources": [{"replicas": pods, "requests": requests}]}]}}}
 
 
+def declared_short(name: str, labels: Mapping[str, str], template: Mapping[str, Any],
+                   declared: Sequence[tuple[int, Mapping[str, Any]]], priority: int = 0,
+                   namespace: str = "test") -> dict[str, Any]:
+    """An AppWrapper of `template` whose custompodresources declare `declared` (replicas,
+    requests), whatever the object's pods really ask."""
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                         "labels": dict(labels)},
+            "spec": {"priority": priority, "resources": {"GenericItems": [{
+                "generictemplate": dict(template),
+                "custompodresources": [{"replicas": n, "requests": dict(r)}
+                                       for n, r in declared]}]}}}
+
+
+def job_of(name: str, pods: int, requests: Mapping[str, Any]) -> dict[str, Any]:
+    """A Job of `pods` pods at once, each asking `requests`."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "containers": [{"name": "c", "image": "x",
+                                "resources": {"requests": dict(requests)}}]}}}}
+
+
+def leader_workers(name: str, size: int, requests: Mapping[str, Any]) -> dict[str, Any]:
+    """A LeaderWorkerSet of one group of `size` pods (a kind the dispatcher cannot count)."""
+    spec = {"containers": [{"name": "c", "image": "x",
+                            "resources": {"requests": dict(requests)}}]}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name}, "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                "size": size, "leaderTemplate": {"spec": spec},
+                "workerTemplate": {"spec": spec}}}}
+
+
 def subtree(name: str, tree: str, children: Sequence[tuple[str, Mapping[str, Any], bool]],
             parent: str | None = None) -> dict[str, Any]:
     """A QuotaSubtree: children as (node name, requests, hardLimit)."""
@@ -190,6 +222,27 @@ class World:
         for bound in self.state.bound_pods_of((namespace, name)):
             self.state.upsert_pod(bound.key, BoundPod(namespace, bound.name, bound.node,
                                                       dict(request), name))
+
+    def more_pods(self, name: str, count: int, request: Mapping[str, int],
+                  namespace: str = "test") -> int:
+        """`count` more pods of the wrapper, beyond what it declared, each asking `request`,
+        bind in free room, on the first node with enough (the controller gives free room
+        to the pods a Job declared short makes, and to a LeaderWorkerSet's undeclared
+        workers); one that fits nowhere stays unbound. How many bound."""
+        key = (namespace, name)
+        names = self._pods.setdefault(key, [])
+        bound = 0
+        for _ in range(count):
+            where = next((n.name for n in self.nodes
+                          if all(self.state.free(n.name).get(r, 0) >= v
+                                 for r, v in request.items() if v)), None)
+            if where is None:
+                continue
+            pod = (namespace, f"{name}-more-{len(names)}")
+            self.state.upsert_pod(pod, BoundPod(namespace, pod[1], where, dict(request), name))
+            names.append(pod)
+            bound += 1
+        return bound
 
     def is_running(self, name: str, namespace: str = "test") -> bool:
         return (namespace, name) in self.running

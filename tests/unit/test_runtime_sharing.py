@@ -5,6 +5,7 @@ their pods are gone, quota waits said in status, QuotaSubtrees followed as they 
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.policy_files import load_policy
 
 from .fake_kube import FakeKube
+from .test_placement import arrive, gated_pod, pinned_to, seen
 from .test_runtime import (
     Clock,
     appwrapper,
@@ -51,9 +53,10 @@ def team(obj: dict[str, Any], leaf: str) -> dict[str, Any]:
 
 
 async def started(kube: FakeKube, clock: Clock, trees: list[dict[str, Any]] = TREE,
-                  policy: Any = PREEMPTION, require_creator: bool = False) -> Dispatcher:
+                  policy: Any = PREEMPTION, require_creator: bool = False,
+                  **options: Any) -> Dispatcher:
     d = Dispatcher(kube, policy, clock=clock,  # type: ignore[arg-type]
-                   require_creator=require_creator)
+                   require_creator=require_creator, **options)
     for obj in kube.of_kind("Node"):
         d.on_node("ADDED", obj)
     for obj in kube.of_kind("AppWrapper"):
@@ -268,5 +271,95 @@ def test_a_preemption_across_namespaces_names_nobody_the_reader_cannot_read() ->
         assert shown["status"]["message"].startswith(
             "Preempting: dispatch after preempting an AppWrapper in another namespace")
         assert "team/low" not in shown["status"]["message"]
+
+    run(scenario)
+
+
+def cpu_quota(name: str, cpus: int) -> dict[str, Any]:
+    return {"name": name, "quotas": {"requests": {"cpu": str(cpus)}}}
+
+
+# Two teams guaranteed 32 cpu each of a root of 64.
+CPU_TREE = [subtree("root", [cpu_quota("root", 64)], tree="quota_cpu"),
+            subtree("teams", [cpu_quota("team-a", 32), cpu_quota("team-b", 32)],
+                    parent="root", tree="quota_cpu")]
+
+
+def cpu_node(name: str) -> dict[str, Any]:
+    alloc = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+def cpu_job(name: str, pods: int, cpu: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "containers": [{"name": "c", "image": "x",
+                                "resources": {"requests": {"cpu": cpu}}}]}}}}
+
+
+def on_cpu_team(obj: dict[str, Any], leaf: str) -> dict[str, Any]:
+    obj["metadata"].setdefault("labels", {})["quota_cpu"] = leaf
+    return obj
+
+
+def bind_where_let(kube: FakeKube, d: Dispatcher, names: list[str]) -> list[str]:
+    """Each pod binds on the node it was let onto, and runs (kube-scheduler and the
+    kubelet). The nodes, in order."""
+    nodes = []
+    for name in names:
+        obj = seen(kube, d, name)
+        (where,) = pinned_to(obj)
+        obj["spec"]["nodeName"] = where
+        obj["status"]["phase"] = "Running"
+        d.on_pod("MODIFIED", copy.deepcopy(kube.put(obj)))
+        nodes.append(where)
+    return nodes
+
+
+async def team_b_asks_30_of_its_32_cpu(kube: FakeKube, d: Dispatcher, clock: Clock,
+                                       a: str) -> None:
+    """team-b's Job of 10 pods of 3 cpu comes while team-a's `a` runs on 60 of the 64 cpu:
+    `a` is reclaimed, whole, and b is dispatched once a's pods are gone."""
+    clock.now += 10
+    b = on_cpu_team(appwrapper("b", cpu_job("b", 10, "3"), created=30), "team-b")
+    d.on_appwrapper("ADDED", kube.put(b))
+    await d.cycle()
+    preempted = [c for c in aw_status(kube, a).get("conditions", [])
+                 if c["type"] == "PreemptCandidate"]
+    assert preempted, aw_status(kube, "b").get("message")
+    assert "to reclaim the quota it borrows" in preempted[-1]["message"]
+    for obj in kube.of_kind("Pod"):
+        if obj["metadata"]["name"].startswith(f"{a}-"):
+            kube.objects.pop(f"/api/v1/namespaces/team/pods/{obj['metadata']['name']}", None)
+            d.on_pod("DELETED", obj)
+    await d.cycle()
+    assert types(kube, "b")[-1] == "Dispatched"
+
+
+def test_a_job_declared_as_one_small_pod_is_reclaimed_for_a_team_within_its_cpu() -> None:
+    """team-a wraps a Job of 20 pods of 3 cpu, declaring 1 pod of 100m (accepted, with a
+    warning, as MCAD does): its pods take 60 of the 64 cpu. team-b asks 30 of its
+    guaranteed 32: team-a is charged the 60 it really uses, borrows, and is reclaimed."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(cpu_node("n1"))
+        kube.put(cpu_node("n2"))
+        a = on_cpu_team(appwrapper("a", cpu_job("a", 20, "3"), created=1, priority=9),
+                        "team-a")
+        a["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+            {"replicas": 1, "requests": {"cpu": "100m"}}]
+        kube.put(a)
+        d = await started(kube, clock, trees=CPU_TREE)
+        d.items.pin = True
+        await d.cycle()
+        job = created_job(kube, "a")
+        for i in range(20):
+            arrive(kube, d, gated_pod(job, f"a-{i}"))
+        await d.cycle()
+        assert sorted(bind_where_let(kube, d, [f"a-{i}" for i in range(20)])) == \
+            ["n1"] * 10 + ["n2"] * 10
+        await d.cycle()
+        assert types(kube, "a")[-1] == "Running"
+        await team_b_asks_30_of_its_32_cpu(kube, d, clock, "a")
 
     run(scenario)

@@ -18,7 +18,14 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 from . import fake_kube
 from .fake_kube import FakeKube
 from .test_placement import arrive, pinned_to, seen
-from .test_runtime import Clock, node, run, started
+from .test_runtime import Clock, node, run, started, types
+from .test_runtime_sharing import (
+    CPU_TREE,
+    bind_where_let,
+    cpu_node,
+    team_b_asks_30_of_its_32_cpu,
+)
+from .test_runtime_sharing import started as sharing_started
 
 LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 STS = ("apps/v1", "StatefulSet")
@@ -35,22 +42,23 @@ def _served() -> Iterator[None]:
         del fake_kube.SERVED[key]
 
 
-def pod_spec(gpus: int) -> dict[str, Any]:
-    resources = {"requests": {"cpu": "200m"}}
+def pod_spec(gpus: int, cpu: str = "200m") -> dict[str, Any]:
+    resources = {"requests": {"cpu": cpu}}
     if gpus:
         resources["limits"] = {"nvidia.com/gpu": str(gpus)}
     return {"containers": [{"name": "c", "image": "nginx", "resources": resources}]}
 
 
-def sample(gpus: int = 0) -> dict[str, Any]:
-    """codeflare's sample's mistake, smaller: a group of a leader and two workers, one
-    worker declared."""
+def sample(gpus: int = 0, size: int = 3, cpu: str = "200m",
+           labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """codeflare's sample's mistake, smaller: a group of a leader and `size` - 1 workers,
+    one worker declared."""
     lws = {"apiVersion": "/".join(LWS[:1]), "kind": LWS[1], "metadata": {"name": "lws"},
            "spec": {"replicas": 1, "leaderWorkerTemplate": {
-               "size": 3, "leaderTemplate": {"spec": pod_spec(gpus)},
-               "workerTemplate": {"spec": pod_spec(gpus)}}}}
+               "size": size, "leaderTemplate": {"spec": pod_spec(gpus, cpu)},
+               "workerTemplate": {"spec": pod_spec(gpus, cpu)}}}}
     v2 = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-          "metadata": {"name": "lws", "namespace": "team",
+          "metadata": {"name": "lws", "namespace": "team", "labels": dict(labels or {}),
                        "creationTimestamp": "2027-01-15T08:00:00Z"},
           "spec": {"components": [{"template": lws, "podSets": [
               {"path": LEADER, "replicas": 1}, {"path": WORKER, "replicas": 1}]}]}}
@@ -66,7 +74,7 @@ async def pinning(kube: FakeKube, clock: Clock) -> Dispatcher:
 
 
 def lws_pods(kube: FakeKube) -> list[dict[str, Any]]:
-    """The leader and the two workers, as the StatefulSets the LeaderWorkerSet makes make
+    """The leader and the workers, as the StatefulSets the LeaderWorkerSet makes make
     them from its (gated) templates."""
     lws = kube.get(*LWS, "team", "lws")
     assert lws is not None, "the LeaderWorkerSet was not created"
@@ -76,9 +84,9 @@ def lws_pods(kube: FakeKube) -> list[dict[str, Any]]:
                         "uid": lws["metadata"]["uid"], "controller": True}]}})
     templates = lws["spec"]["leaderWorkerTemplate"]
     pods = []
-    for name, template in (("lws-0", templates["leaderTemplate"]),
-                           ("lws-0-1", templates["workerTemplate"]),
-                           ("lws-0-2", templates["workerTemplate"])):
+    members = [("lws-0", templates["leaderTemplate"]), *(
+        (f"lws-0-{i}", templates["workerTemplate"]) for i in range(1, templates["size"]))]
+    for name, template in members:
         meta = copy.deepcopy(template.get("metadata") or {})
         pods.append({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": name, "namespace": "team",
@@ -125,3 +133,30 @@ def test_a_gpu_beyond_an_uncountable_kinds_declaration_stays_gated() -> None:
         assert len(gated) == 1, gated
 
     run(scenario)
+
+
+def test_the_undeclared_workers_of_a_leader_worker_set_are_charged_and_reclaimed() -> None:
+    """team-a wraps a LeaderWorkerSet of a leader and 19 workers of 3 cpu, declaring the
+    leader and one worker: the 18 others take free room, 60 of the 64 cpu. team-b asks
+    30 of its guaranteed 32: team-a is charged the 60 it really uses, borrows, and is
+    reclaimed."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(cpu_node("n1"))
+        kube.put(cpu_node("n2"))
+        kube.put(sample(size=20, cpu="3", labels={"quota_cpu": "team-a"}))
+        d = await sharing_started(kube, clock, trees=CPU_TREE, allowed_kinds=(
+            DEFAULT_ALLOWED_KINDS | {("leaderworkerset.x-k8s.io", "LeaderWorkerSet")}))
+        d.items.pin = True
+        await d.cycle()
+        pods = lws_pods(kube)
+        for p in pods:
+            arrive(kube, d, p)
+        await d.cycle()
+        assert sorted(bind_where_let(kube, d, [p["metadata"]["name"] for p in pods])) == \
+            ["n1"] * 10 + ["n2"] * 10
+        await d.cycle()
+        assert types(kube, "lws")[-1] == "Running"
+        await team_b_asks_30_of_its_32_cpu(kube, d, clock, "lws")
+
+    run(scenario)
+

@@ -50,8 +50,9 @@ def test_custompodresources_fewer_than_the_job_runs_is_admitted_as_declared() ->
     (warning,) = warnings(wrapper)
     assert warning == (
         "spec.resources.GenericItems[0].custompodresources: declares 1 pod, but Job 'train' "
-        "will create 3 pods; the dispatcher reserves room for the 1 declared, as MCAD does: "
-        "correct custompodresources, or remove it to let the dispatcher count the pods")
+        "will create 3 pods; the dispatcher reserves room for the 1 declared, as MCAD does, "
+        "and charges the quota what the pods really take: correct custompodresources, or "
+        "remove it to let the dispatcher count the pods")
     # MCAD's semantics: the declaration is what is admitted.
     assert queued_from_appwrapper(wrapper, 0).invalid is None
     assert sum(g.pod_set.count for g in queued_from_appwrapper(wrapper, 0).gang) == 1
