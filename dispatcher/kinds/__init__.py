@@ -37,6 +37,7 @@ __all__ = [
     "Toleration",
     "TopologyRequest",
     "constraints_of",
+    "found_pod_template_paths",
     "group_kind",
     "infer_pod_sets",
     "item_pod_sets",
@@ -108,6 +109,34 @@ def pod_template_paths(obj: Mapping[str, Any]) -> list[list[str | int]]:
         list(t.path) for t in templates
         if t.path is not None and isinstance(t.template, Mapping)
     ]
+
+
+def found_pod_template_paths(obj: Mapping[str, Any]) -> list[list[str | int]]:
+    """JSON paths of every pod template inside an object of a kind the dispatcher does not
+    know: each mapping below the top whose spec lists containers (what a v1beta2 podSets
+    path must reach), the outermost only, in the object's order.
+
+    Its kind's handler would say where they are; without one, these are labelled and gated
+    as a known kind's are, so that its pods count for their gang, take its room, and are
+    charged to its quota, whatever was declared: unseen, they would run in free room,
+    outside every gang's quota."""
+    found: list[list[str | int]] = []
+    todo: list[tuple[Any, list[str | int]]] = [(obj, [])]
+    while todo:
+        at, path = todo.pop()
+        children: list[tuple[str | int, Any]]
+        if isinstance(at, Mapping):
+            spec = at.get("spec")
+            if path and isinstance(spec, Mapping) and isinstance(spec.get("containers"), list):
+                found.append(path)
+                continue
+            children = [(str(k), v) for k, v in at.items()]
+        elif isinstance(at, list):
+            children = list(enumerate(at))
+        else:
+            continue
+        todo.extend((v, [*path, k]) for k, v in reversed(children))
+    return found
 
 
 def _unknown_kind(obj: Mapping[str, Any], index: int | None) -> InvalidItem:

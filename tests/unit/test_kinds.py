@@ -19,6 +19,7 @@ from dispatcher.kinds import (
     Requirement,
     Toleration,
     constraints_of,
+    found_pod_template_paths,
     group_kind,
     infer_pod_sets,
     item_pod_sets,
@@ -749,3 +750,18 @@ def test_inference_does_not_mutate_the_object() -> None:
     pod_template_paths(obj)
     item_pod_sets(obj, [{"replicas": 4, "requests": {"nvidia.com/gpu": "1"}}])
     assert obj == before
+
+
+def test_the_pod_templates_of_a_kind_the_dispatcher_does_not_know_are_found() -> None:
+    """Every mapping below the top whose spec lists containers, the outermost only, in
+    the object's order: a LeaderWorkerSet's two, a list's items, none at the top."""
+    pod = {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"name": "c"}]}}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "spec": {"leaderWorkerTemplate": {"leaderTemplate": pod, "workerTemplate": pod}}}
+    assert found_pod_template_paths(lws) == [
+        ["spec", "leaderWorkerTemplate", "leaderTemplate"],
+        ["spec", "leaderWorkerTemplate", "workerTemplate"]]
+    nested = {"spec": {"containers": []}, "groups": [
+        {"name": "a", "template": {"spec": {"containers": [], "inner": {"template": pod}}}},
+        {"name": "b", "template": {"spec": {"initContainers": []}}}]}
+    assert found_pod_template_paths(nested) == [["groups", 0, "template"]]

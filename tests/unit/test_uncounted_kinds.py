@@ -18,7 +18,7 @@ from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS
 from . import fake_kube
 from .fake_kube import FakeKube
 from .test_placement import arrive, pinned_to, seen
-from .test_runtime import Clock, node, run, started, types
+from .test_runtime import LABEL, Clock, node, run, started, types
 from .test_runtime_sharing import (
     CPU_TREE,
     bind_where_let,
@@ -160,3 +160,64 @@ def test_the_undeclared_workers_of_a_leader_worker_set_are_charged_and_reclaimed
 
     run(scenario)
 
+
+def v1beta1_sample(size: int, cpu: str, declared_cpu: str,
+                   labels: dict[str, str]) -> dict[str, Any]:
+    """A v1beta1 AppWrapper of a LeaderWorkerSet of `size` pods, whose custompodresources
+    declare one pod of `declared_cpu` (they name no pod template: MCAD's form)."""
+    lws = sample(size=size, cpu=cpu)["spec"]["resources"]["GenericItems"][0]["generictemplate"]
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": "lws", "namespace": "team", "labels": labels,
+                         "creationTimestamp": "2027-01-15T08:00:00Z"},
+            "spec": {"schedulingSpec": {"minAvailable": 0}, "resources": {"GenericItems": [{
+                "generictemplate": lws,
+                "custompodresources": [{"replicas": 1, "requests": {"cpu": declared_cpu}}]}]}}}
+
+
+def test_a_v1beta1_leader_worker_sets_pods_are_the_gangs_and_charged() -> None:
+    """team-a wraps a LeaderWorkerSet of 20 pods of 3 cpu in a v1beta1 AppWrapper declaring
+    one pod of 100m: every pod of it is made behind the gate, labelled for its gang (the
+    declaration names no template), takes free room as the gang's and is charged: 60 cpu.
+    team-b asks 30 of its guaranteed 32, and team-a is reclaimed."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(cpu_node("n1"))
+        kube.put(cpu_node("n2"))
+        kube.put(v1beta1_sample(20, "3", "100m", {"quota_cpu": "team-a"}))
+        d = await sharing_started(kube, clock, trees=CPU_TREE, allowed_kinds=(
+            DEFAULT_ALLOWED_KINDS | {("leaderworkerset.x-k8s.io", "LeaderWorkerSet")}))
+        d.items.pin = True
+        await d.cycle()
+        pods = lws_pods(kube)
+        assert all(p["spec"].get("schedulingGates") == [{"name": PLACEMENT_GATE}]
+                   and p["metadata"]["labels"].get(LABEL) == "lws" for p in pods)
+        for p in pods:
+            arrive(kube, d, p)
+        await d.cycle()
+        assert sorted(bind_where_let(kube, d, [p["metadata"]["name"] for p in pods])) == \
+            ["n1"] * 10 + ["n2"] * 10
+        await d.cycle()
+        await team_b_asks_30_of_its_32_cpu(kube, d, clock, "lws")
+
+    run(scenario)
+
+
+def test_a_v1beta1_leader_worker_set_gets_no_gpu_it_did_not_declare() -> None:
+    """The same, declaring no GPU for pods that ask one each: its pods stay at the gate."""
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1", gpus=8))
+        aw = v1beta1_sample(3, "200m", "200m", {})
+        lws = aw["spec"]["resources"]["GenericItems"][0]["generictemplate"]
+        for t in ("leaderTemplate", "workerTemplate"):
+            lws["spec"]["leaderWorkerTemplate"][t]["spec"] = pod_spec(1)
+        kube.put(aw)
+        d = await pinning(kube, clock)
+        await d.cycle()
+        pods = lws_pods(kube)
+        for p in pods:
+            arrive(kube, d, p)
+        await d.cycle()
+        await d.cycle()
+        assert all(seen(kube, d, p["metadata"]["name"])["spec"].get("schedulingGates")
+                   for p in pods)
+
+    run(scenario)

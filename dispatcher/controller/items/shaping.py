@@ -28,7 +28,12 @@ from dispatcher.api.labels import (
 )
 from dispatcher.api.models import API_GROUP, API_VERSION, AppWrapper
 from dispatcher.api.names import MAX_LABEL_VALUE, is_label_value
-from dispatcher.kinds import InvalidItem, pod_template_paths
+from dispatcher.kinds import (
+    InvalidItem,
+    found_pod_template_paths,
+    infer_pod_sets,
+    pod_template_paths,
+)
 from dispatcher.kinds.declared import template_paths, with_pod_set_infos
 
 __all__ = ["MAX_LABEL_VALUE", "owned_by", "owner_reference", "prepared_items", "stable_name"]
@@ -131,12 +136,19 @@ def _component(aw: AppWrapper, index: int) -> ComponentFields | None:
 
 def pod_paths(aw: AppWrapper, index: int, obj: Mapping[str, Any]) -> list[list[str | int]]:
     """Where the pod templates of item `index` (`obj`) are: declared podSets of a v1beta2
-    component, else those of its kind."""
+    component, else those of its kind; of a kind the dispatcher does not know, every pod
+    template found in it as well (a declaration need not name them all, and custompodresources
+    names none)."""
     component = _component(aw, index)
+    paths: list[list[str | int]] | None = None
     if component is not None:
         with contextlib.suppress(InvalidItem):
-            return [list(p) for p in template_paths(obj, component)]
-    return pod_template_paths(obj)
+            paths = [list(p) for p in template_paths(obj, component)]
+    if paths is None:
+        paths = pod_template_paths(obj)
+    if infer_pod_sets(obj) is None:
+        paths += [p for p in found_pod_template_paths(obj) if p not in paths]
+    return paths
 
 
 def _with_pod_set_infos(aw: AppWrapper, index: int, obj: dict[str, Any]) -> dict[str, Any]:
