@@ -7,6 +7,10 @@ cannot split a gang or overrun their quota by declaring less than their pods ask
 2. alice's team is at its hard quota of 8 GPUs; her v1beta1 AppWrapper declares 1 pod of 1
    cpu (custompodresources) for a Pod that asks 4 GPUs: refused at apply naming both
    counts; bob's team's 4-GPU job, within its guarantee, runs, and alice's team uses 8.
+3. alice's v1beta1 AppWrapper declares 1 pod of 100m for a Job of 40 pods of 6 cpu
+   (accepted with a warning, as MCAD does): they run on 240 of the 256 cpu. bob asks 120
+   of his team's guaranteed 128: alice's wrapper, charged what its pods take, is
+   reclaimed, and bob's runs.
 
 Both versions are served with their webhooks by `dispatcher run` (test_v1beta2's fixture).
 """
@@ -17,14 +21,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from localcluster import Kubectl, users, wait_for
 from localcluster.testing import container
 
-from .test_controller import appwrapper, job, pods_of
+from .test_controller import appwrapper, job, pods_of, running_pods
 from .test_sharing import subtree
 from .test_tenancy import APPWRAPPERS, QUOTA_NODES, grant_use, refused
-from .test_v1beta2 import of_team, v1beta2, v1beta2_served, wait_condition
+from .test_v1beta2 import as_v1, of_team, v1beta2, v1beta2_served, wait_condition
 
 __all__ = ["v1beta2_served"]  # the module's fixture: both versions and their webhooks
 
@@ -110,3 +115,44 @@ def test_a_team_at_its_hard_quota_cannot_overrun_it_by_declaring_less(
     bob.apply(of_team(appwrapper("guaranteed", job("guaranteed", 1, 4)), "team-b"))
     wait_condition(bob, "guaranteed", "Running")
     assert gpus_used(alice, ["full", "sneaky"]) == 8
+
+
+def cpu_job(name: str, pods: int, cpu: str) -> dict[str, Any]:
+    wrapped = job(name, pods, 0)
+    wrapped["spec"]["template"]["spec"]["containers"] = [container(cpu=cpu)]
+    return wrapped
+
+
+@pytest.fixture
+def cpu_teams(kubectl: Kubectl, namespace: str) -> Iterator[None]:
+    """The cluster's 256 cpu: 128 guaranteed to team-a, 128 to team-b."""
+    k = kubectl.in_namespace(namespace)
+    k.apply(subtree("cpus", [{"name": "all", "quotas": {"requests": {"cpu": "256"}}}]))
+    k.apply(subtree("teams", [
+        {"name": "team-a", "quotas": {"requests": {"cpu": "128"}}},
+        {"name": "team-b", "quotas": {"requests": {"cpu": "128"}}},
+        {"name": "default", "quotas": {"requests": {"cpu": "0"}}}], parent="all"))
+    yield
+    k("delete", "quotasubtrees", "--all", "--wait=false")
+
+
+def test_a_job_declared_as_one_small_pod_is_reclaimed_for_a_team_within_its_cpu(
+        v1beta2_served: object, cpu_teams: None, kubectl: Kubectl, namespace: str,
+        as_user: Callable[[str], Kubectl]) -> None:
+    alice = tenant(kubectl, as_user, namespace, "alice", ["jobs.batch"])
+    bob = tenant(kubectl, as_user, namespace, "bob", ["jobs.batch"])
+    grant_use(kubectl, namespace, "alice", QUOTA_NODES, ["quota_gpu:team-a"])
+    grant_use(kubectl, namespace, "bob", QUOTA_NODES, ["quota_gpu:team-b"])
+    short = of_team(appwrapper("short", cpu_job("short", 40, "6")), "team-a")
+    short["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+        {"replicas": 1, "requests": {"cpu": "100m"}}]
+    applied = alice.run("apply", "-f", "-", input=yaml.safe_dump(short))
+    assert "declares 1 pod, but Job 'short' will create 40 pods" in applied.stderr
+    wait_condition(alice, "short", "Running")
+    running_pods(kubectl.in_namespace(namespace), "short", 40, timeout=120)  # as an admin sees
+
+    bob.apply(of_team(appwrapper("guaranteed", cpu_job("guaranteed", 20, "6")), "team-b"))
+    wait_condition(bob, "guaranteed", "Running", timeout=180)
+    taken = [c for c in as_v1(alice, "short")["status"]["conditions"]
+             if c["type"] == "PreemptCandidate"]
+    assert taken and "to reclaim the quota it borrows" in taken[-1]["message"]
