@@ -192,6 +192,41 @@ def fits(request: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(v <= free.get(k, 0) for k, v in request.items() if v > 0)
 
 
+# --- amounts in 64-bit numbers ----------------------------------------------------------
+#
+# Amounts here are Python integers and never overflow, but the fit counts in a matrix of
+# 64-bit integers (fit/capacity.py), and a sum there wraps round silently. A pod may ask
+# up to 2**63-1 per container, so a node's free amount, allocatable less what its pods
+# ask, can be far outside 64 bits: one bound pod asking 8E of a resource in two
+# containers takes a node's free amount below -2**63. So amounts enter the matrix bounded:
+#
+# - a free amount above AMOUNT_BOUND counts as AMOUNT_BOUND: less room than the node has,
+#   never more (no machine has that much of anything: 256 TiB of memory, 281 billion
+#   cpus);
+# - a request above AMOUNT_BOUND counts as AMOUNT_BOUND + 1: more than any node is
+#   counted to have free, so it fits nowhere, as it would not (amounts up to the bound
+#   compare exactly);
+# - a free amount below FREE_FLOOR counts as FREE_FLOOR: still nothing free, and so deep
+#   that giving back what pods there hold (at most AMOUNT_BOUND + 1 each) cannot make it
+#   look free unless 16,384 such pods are given back on that one node.
+#
+# Sums of free amounts over nodes add only what is above zero: 32,767 nodes at the bound
+# still add up within 64 bits.
+AMOUNT_BOUND = 2**48
+FREE_FLOOR = -(2**62)
+
+
+def bounded_free(value: int) -> int:
+    """A node's free amount as the 64-bit fit counts it (see AMOUNT_BOUND)."""
+    return FREE_FLOOR if value < FREE_FLOOR else min(value, AMOUNT_BOUND)
+
+
+def bounded_request(value: int) -> int:
+    """A request (or an amount taken or given back) as the 64-bit fit counts it: beyond
+    AMOUNT_BOUND either way, one more than the bound (see AMOUNT_BOUND)."""
+    return max(-AMOUNT_BOUND - 1, min(value, AMOUNT_BOUND + 1))
+
+
 # --- words for users ------------------------------------------------------------------
 
 _BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})

@@ -26,6 +26,7 @@ from .decision import (
     BEHIND_HEAD,
     DISPATCH,
     INVALID,
+    NOT_DECIDED,
     QUOTA_EXCEEDED,
     UNKNOWN_QUOTA,
     WAITS_FOR_RESERVATION,
@@ -85,7 +86,10 @@ def admit(
                   empty_answers or EmptyClusterAnswers(), quota, admitted, holds or {},
                   topology or NO_TOPOLOGY, reservations)
     for w in ordered:
-        cycle.decide(w)
+        try:
+            cycle.decide(w)
+        except Exception as e:  # one wrapper's error costs that wrapper, not the cycle
+            cycle.undecided(w, e)
     return cycle.finish(scaling)
 
 
@@ -152,6 +156,16 @@ class Cycle:
             else:
                 decision = self._placed(w, prio, own_hold, in_quota)
         self.decisions.append(decision)
+
+    def undecided(self, w: QueuedWrapper, error: Exception) -> None:
+        """`w` could not be decided: it waits, saying why, and holds nobody's line. What
+        the steps took for it before they raised stays taken this cycle (less room for
+        the others, never more)."""
+        self.decisions.append(Decision(
+            *w.key, "wait", NOT_DECIDED,
+            f"the dispatcher could not decide about it ({type(error).__name__}: "
+            f"{str(error)[:300]}); it is tried again at every cycle, and the wrappers "
+            "behind it go on without it: report it with the dispatcher's log"))
 
     def _invalid(self, w: QueuedWrapper, prio: float) -> Decision | None:
         invalid = w.invalid

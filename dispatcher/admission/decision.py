@@ -26,6 +26,9 @@ PREEMPTING = "Preempting"  # the reason of a `preempt` decision
 AWAITING_PREEMPTION = "AwaitingPreemption"  # held room not free yet: victims still terminating
 # It fits now, but only where it would still run when a reserved head is to start there.
 WAITS_FOR_RESERVATION = "WaitingForReservation"
+# The rules raised on it (a defect, or input nothing else refused): it waits, alone, and
+# the wrappers behind it are decided as if it were not there.
+NOT_DECIDED = "NotDecided"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dispatcher.cluster.model import BoundPod, Node
+from dispatcher.resources import FREE_FLOOR, bounded_free
 
 AppWrapperKey = tuple[str, str]  # (namespace, name)
 Shape = tuple[tuple[str, int], ...]  # a request as a hashable key
@@ -110,6 +111,9 @@ class ClusterState:
         # not bound yet: that room is theirs, no other waiting member is pinned to it.
         self._pins: dict[tuple[str, str], tuple[AppWrapperKey, str, Shape]] = {}
         self._pinned: dict[AppWrapperKey, Counter[tuple[str, Shape]]] = {}
+        # Pods bound to a node whose request could not be read, and their node: what is
+        # free there is not known, so nothing there is free until each is read or gone.
+        self._unreadable: dict[tuple[str, str], str] = {}
         # Free amounts per node as rows over every resource seen, rebuilt only for the
         # nodes that changed: a snapshot per admission cycle then costs no arithmetic.
         self._resources: set[str] = set()
@@ -148,6 +152,9 @@ class ClusterState:
     # --- pods ---------------------------------------------------------------
     def upsert_pod(self, key: tuple[str, str], pod: BoundPod | None) -> None:
         """Record a pod's current state; None when it no longer holds capacity."""
+        unread = self._unreadable.pop(key, None)
+        if unread is not None:
+            self._changed(unread)
         old = self._pods.pop(key, None)
         if old is not None:
             _add_into(self._used.setdefault(old.node, {}), old.request, -1)
@@ -168,6 +175,22 @@ class ClusterState:
 
     def remove_pod(self, key: tuple[str, str]) -> None:
         self.upsert_pod(key, None)
+
+    def unreadable_pod(self, key: tuple[str, str], node: str) -> None:
+        """A pod bound to `node` whose request cannot be read: nothing on `node` is free
+        until the pod is read (`upsert_pod`) or gone."""
+        self.upsert_pod(key, None)
+        self._unreadable[key] = node
+        self._changed(node)
+
+    def unreadable(self, key: tuple[str, str]) -> bool:
+        """Whether the pod `key` is bound to a node and could not be read."""
+        return key in self._unreadable
+
+    def unusable(self, node: str) -> bool:
+        """Whether `node` counts as having nothing free: a pod bound there could not be
+        read."""
+        return bool(self._unreadable) and node in self._unreadable.values()
 
     def pod(self, key: tuple[str, str]) -> BoundPod | None:
         return self._pods.get(key)
@@ -484,6 +507,8 @@ class ClusterState:
 
     def free(self, node: str) -> dict[str, int]:
         n = self._nodes[node]
+        if self.unusable(node):
+            return dict.fromkeys({*self._resources, *n.allocatable}, FREE_FLOOR)
         free = dict(n.allocatable)
         _add_into(free, self.used(node), -1)
         _add_into(free, self.reserved(node), -1)
@@ -494,7 +519,8 @@ class ClusterState:
         return free
 
     def free_rows(self) -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
-        """Every resource seen (sorted), and each node's free amounts in that order."""
+        """Every resource seen (sorted), and each node's free amounts in that order, each
+        within the bounds of the 64-bit fit (resources.bounded_free)."""
         if len(self._resources) != len(self._row_resources):
             self._row_resources = tuple(sorted(self._resources))
             self._rows.clear()
@@ -525,7 +551,7 @@ class ClusterState:
         row = self._rows.get(name)
         if row is None:
             free = self.free(name)
-            row = self._rows[name] = tuple(free.get(r, 0) for r in resources)
+            row = self._rows[name] = tuple(bounded_free(free.get(r, 0)) for r in resources)
         return row
 
     def _relayout(self) -> None:

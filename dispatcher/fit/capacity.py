@@ -9,6 +9,10 @@ node — that is what keeps a cycle over a thousand nodes fast.
 The matrix is kept column-major (one contiguous column per resource): a fit check reads a
 few columns of every node and divides each by a single number, which numpy does several
 times faster on contiguous columns than on a gathered block divided row by row.
+
+Every amount enters the matrix bounded (resources.AMOUNT_BOUND): a free amount or a
+request Python holds exactly may be far outside 64 bits (a pod asking 8E twice), and a
+sum in the matrix would wrap round without a word.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dispatcher.cluster.model import Node
 from dispatcher.cluster.state import ClusterState
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds.podset import PodConstraints
+from dispatcher.resources import bounded_free, bounded_request
 
 IntArray = npt.NDArray[np.int64]
 IndexArray = npt.NDArray[np.intp]
@@ -58,7 +63,7 @@ class Capacity:
             resources.update(n.allocatable)
             resources.update(free[n.name])
         names = tuple(sorted(resources))
-        rows = [[free[n.name].get(r, 0) for r in names] for n in ordered]
+        rows = [[bounded_free(free[n.name].get(r, 0)) for r in names] for n in ordered]
         self._setup(ordered, names, np.array(rows, dtype=np.int64).reshape(
             len(ordered), len(names)))
 
@@ -242,7 +247,7 @@ class Capacity:
                 if j is None:
                     known = known and v <= 0
                 else:
-                    vec[j] = v
+                    vec[j] = bounded_request(v)
             cached = self._requests[key] = _Ask(vec, known)
         return cached
 
@@ -388,7 +393,8 @@ class Capacity:
         i = self._row[node]
         schedulable = bool(self._schedulable[i])
         self._max.clear()
-        for r, v in request.items():
+        for r, amount in request.items():
+            v = bounded_request(amount)
             j = self._col.get(r)
             if j is None:
                 if v:

@@ -37,7 +37,7 @@ from dispatcher.fit.gang import (
     total_shortfall,
 )
 from dispatcher.kinds.podset import PodConstraints, TopologyRequest
-from dispatcher.resources import format_amount
+from dispatcher.resources import bounded_free, format_amount
 
 NO_DOMAIN = "NoTopologyDomain"  # enough room, but not inside one domain of the level
 
@@ -186,8 +186,8 @@ class Domains:
     def allocatable(self, resource: str) -> IntArray:
         known = self._allocatable.get(resource)
         if known is None:
-            column = np.array([n.allocatable.get(resource, 0) for n in self._nodes],
-                              dtype=np.int64)
+            column = np.array([bounded_free(n.allocatable.get(resource, 0))
+                               for n in self._nodes], dtype=np.int64)
             known = self._allocatable[resource] = self.per_domain(column)
         return known
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.cluster import BoundPod, ClusterState, Node, PlannedPod, Taint
 from dispatcher.fit import Capacity, Shortfall, place
 from dispatcher.fit.constraints import node_admits
 from dispatcher.kinds.podset import PodConstraints, PodSet, Toleration
+from dispatcher.resources import INT64_MAX
 
 from .builders import GPU, gang
 
@@ -186,3 +187,55 @@ def test_a_snapshot_shows_the_cluster_as_it_is_after_any_changes(
         assert snapshot.max_free(GPU) == fresh.max_free(GPU)
         for rules in (PodConstraints(), tolerant):
             assert snapshot.eligible(rules) == fresh.eligible(rules)
+
+
+# Amounts the API server takes: up to 2**63-1 a container, so a pod of two containers asks
+# twice that; small ones too, so that something fits.
+amount_st = st.one_of(st.integers(0, 8), st.integers(0, INT64_MAX),
+                      st.sampled_from([INT64_MAX, 8 * 10**18, 2**48, 2**48 + 1]))
+ABSURD = (GPU, "example.com/foo", "memory")
+requests_st = st.fixed_dictionaries({r: st.one_of(amount_st, st.integers(0, 2 * INT64_MAX))
+                                     for r in ABSURD})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({r: amount_st for r in ABSURD}), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 2), requests_st), max_size=4),
+       st.lists(st.tuples(st.integers(0, 2), requests_st), max_size=3),
+       st.integers(1, 3), st.fixed_dictionaries({r: amount_st for r in ABSURD}))
+def test_amounts_beyond_64_bits_never_make_room_that_is_not_there(
+        allocatable: list[dict[str, int]], bound: list[tuple[int, dict[str, int]]],
+        held: list[tuple[int, dict[str, int]]], count: int, request: dict[str, int]) -> None:
+    """Pods bound by anyone may ask more than 64 bits hold, on nodes of any size: a
+    snapshot is still taken, it shows no room a node lacks, nor once the room held for
+    a gang is given back (a preemption's trial), and what is placed fits for real."""
+    state = ClusterState()
+    for i, alloc in enumerate(allocatable):
+        state.upsert_node(Node(f"n{i}", {**alloc, "pods": 110}))
+    names = sorted(state.nodes)
+    for i, (n, asked) in enumerate(bound):
+        state.upsert_pod(("ns", f"p{i}"), BoundPod("ns", f"p{i}", names[n % len(names)],
+                                                   {**asked, "pods": 1}))
+    planned = [PlannedPod(names[n % len(names)], {**asked, "pods": 1}) for n, asked in held]
+    state.reserve(("ns", "victim"), planned)
+    real = {n: state.free(n) for n in names}
+    cap = Capacity.of(state)
+    for n in names:
+        for r, v in cap.free_of(n).items():
+            assert v <= 0 or v <= real[n].get(r, 0)
+    trial = cap.copy()
+    trial.give_back(*trial.amounts((p.node, p.request) for p in planned))
+    for p in planned:
+        real[p.node] = {r: real[p.node].get(r, 0) + p.request.get(r, 0)
+                        for r in {*real[p.node], *p.request}}
+    for n in names:
+        for r, v in trial.free_of(n).items():
+            assert v <= 0 or v <= real[n].get(r, 0)
+    result = place(gang(PodSet("s", count, {**request, "pods": 1})), trial)
+    event("placed" if isinstance(result, list) else "not placed")
+    if isinstance(result, Shortfall):
+        return
+    for n in names:
+        on = [p for p in result if p.node == n]
+        for r in ABSURD:
+            assert len(on) * request[r] <= max(real[n].get(r, 0), 0)

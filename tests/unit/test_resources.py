@@ -12,11 +12,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from dispatcher.resources import (
+    AMOUNT_BOUND,
+    FREE_FLOOR,
     INT64_MAX,
     MAX_DIGITS,
     QuantityError,
     ResourceSpecError,
     add,
+    bounded_free,
+    bounded_request,
     canonical,
     fits,
     format_amount,
@@ -255,6 +259,35 @@ def test_add_subtract_scale() -> None:
 def test_subtract_undoes_add(a: dict[str, int], b: dict[str, int]) -> None:
     back = subtract(add(a, b), b)
     assert {k: v for k, v in back.items() if v} == {k: v for k, v in a.items() if v}
+
+
+# Amounts as Python holds them: a node's free amount, allocatable less what its pods ask,
+# goes far outside 64 bits either way (each container may ask 2**63-1).
+ANY_AMOUNT = st.one_of(st.integers(-4 * INT64_MAX, 4 * INT64_MAX),
+                       st.integers(-AMOUNT_BOUND - 3, AMOUNT_BOUND + 3),
+                       st.integers(-1000, 1000))
+
+
+@given(ANY_AMOUNT, ANY_AMOUNT.filter(lambda v: v > 0))
+def test_bounded_amounts_never_show_room_that_is_not_there(free: int, request: int) -> None:
+    bounded = bounded_free(free)
+    asked = bounded_request(request)
+    assert FREE_FLOOR <= bounded <= AMOUNT_BOUND and 0 < asked <= AMOUNT_BOUND + 1
+    if asked <= bounded:
+        assert request <= free  # what fits bounded fits really
+    if abs(free) <= AMOUNT_BOUND and request <= AMOUNT_BOUND:
+        assert (asked <= bounded) == (request <= free)  # and amounts within compare exactly
+    assert (bounded < 0) == (free < 0) and (bounded == 0) == (free == 0)
+
+
+def test_the_bounds_leave_the_headroom_they_promise() -> None:
+    """A floored free amount stays short of zero whatever fewer than 16,384 pods give
+    back there (each at most one more than the bound, as the fit counts it); sums over
+    32,767 nodes at the bound stay within 64 bits."""
+    most = bounded_request(4 * INT64_MAX)
+    assert bounded_free(-4 * INT64_MAX) + 16_383 * most < 0
+    assert bounded_free(-4 * INT64_MAX) + 16_384 * most > 0
+    assert 32_767 * bounded_free(4 * INT64_MAX) <= INT64_MAX < 32_768 * AMOUNT_BOUND
 
 
 def test_fits() -> None:

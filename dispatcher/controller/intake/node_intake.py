@@ -7,6 +7,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,6 +16,8 @@ from dispatcher.cluster.autopilot import Autopilot
 from dispatcher.controller.pods.pod_intake import strand
 from dispatcher.controller.record.memory import Memory
 from dispatcher.controller.record.tracked import ACTIVE
+
+log = logging.getLogger("dispatcher")
 
 
 class NodeIntake:
@@ -28,26 +31,38 @@ class NodeIntake:
         if event == "DELETED":
             if name not in state.nodes:
                 return
-            state.remove_node(name)
-            # Capacity held on a node that is gone holds nothing: those gangs' pods will
-            # be placed elsewhere, so their hold must move there too.
-            for owner, planned in state.reservations().items():
-                t = self.memory.tracked.get(owner)
-                if t is not None and any(p.node == name for p in planned):
-                    self.memory.hold_again(t)
-                    t.room.room_lost = True
-            for claimed, on, _ in self.memory.lifted.values():
-                strand(self.memory, claimed, on)
+            self._gone(name)
         else:
-            node = node_from_object(obj, self.autopilot)
-            if state.nodes.get(name) == node:
-                return  # a heartbeat: nothing the fit looks at has changed
-            state.upsert_node(node)
-            if node.evicting:
-                self._judge_pods_on(name)
+            try:
+                node = node_from_object(obj, self.autopilot)
+            except Exception as e:  # one node's error costs that node, never the watch
+                log.warning("node %s could not be read (%s: %s): nothing is placed on it "
+                            "until it can", name, type(e).__name__, str(e)[:300])
+                if name not in state.nodes:
+                    return
+                self._gone(name)
+            else:
+                if state.nodes.get(name) == node:
+                    return  # a heartbeat: nothing the fit looks at has changed
+                state.upsert_node(node)
+                if node.evicting:
+                    self._judge_pods_on(name)
         self.memory.empty_answers = type(self.memory.empty_answers)()
         self.memory.attention.touch_all()
         self.memory.wake.set()
+
+    def _gone(self, name: str) -> None:
+        """A node left out: capacity held on it holds nothing, so the gangs whose pods
+        will be placed elsewhere must hold their room there."""
+        state = self.memory.state
+        state.remove_node(name)
+        for owner, planned in state.reservations().items():
+            t = self.memory.tracked.get(owner)
+            if t is not None and any(p.node == name for p in planned):
+                self.memory.hold_again(t)
+                t.room.room_lost = True
+        for claimed, on, _ in self.memory.lifted.values():
+            strand(self.memory, claimed, on)
 
     def _judge_pods_on(self, node: str) -> None:
         """The gangs with a pod on `node` are judged at once (Autopilot flagged it)."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dispatcher.cluster import AppWrapperKey, ClusterState
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.controller.record.memory import Memory
-from dispatcher.controller.record.tracked import ACTIVE, Key, Tracked
+from dispatcher.controller.record.tracked import ACTIVE, Key, RoomState, Tracked
 from dispatcher.fit import Capacity
 from dispatcher.fit.gang import GangPodSet, Placer, Shortfall, place
 from dispatcher.resources import PODS as POD_COUNT
@@ -41,21 +41,41 @@ class HeldRoom:
                and (t.room.needs_reservation or t.room.lost)]
         if not due:
             return
-        held = {}
+        held: dict[Key, list[PlannedPod]] = {}
         for t in due:
             if t.room.needs_reservation:
                 # Held again from scratch: what it holds now is not room for its new plan.
-                held[t.key] = [p.request for p in state.reserved_for(t.key)]
+                held[t.key] = state.reserved_for(t.key)
                 state.release(t.key)
         capacity = Capacity.of(state)
         for t in due:
-            lost, t.room.lost = t.room.lost, []
-            if t.room.needs_reservation:
-                self._hold_again(t, held.get(t.key, []), capacity)
-            if lost and t.phase in ACTIVE:
-                planned = self._hold_roomiest(t.key, lost, capacity)
-                log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
-                         "held for their replacements", *t.key, len(planned))
+            before = dataclasses.replace(t.room, lost=list(t.room.lost))
+            try:
+                self._keep(t, [p.request for p in held.get(t.key, [])], capacity)
+            except Exception as e:  # one wrapper's error costs that wrapper, not the cycle
+                self._not_kept(t, before, held.get(t.key), e)
+
+    def _keep(self, t: Tracked, held: Sequence[Mapping[str, int]],
+              capacity: Capacity) -> None:
+        lost, t.room.lost = t.room.lost, []
+        if t.room.needs_reservation:
+            self._hold_again(t, held, capacity)
+        if lost and t.phase in ACTIVE:
+            planned = self._hold_roomiest(t.key, lost, capacity)
+            log.info("%s/%s: %d pod(s) of its gang went away unfinished; capacity is "
+                     "held for their replacements", *t.key, len(planned))
+
+    def _not_kept(self, t: Tracked, before: RoomState, held: Sequence[PlannedPod] | None,
+                  error: Exception) -> None:
+        """`t`'s room could not be held again: it keeps what it held before (`held`;
+        None: its hold was not being made again) and is tried again next cycle."""
+        log.error("%s/%s: its room could not be held again (%s: %s); tried again next "
+                  "cycle", *t.key, type(error).__name__, str(error)[:300])
+        if held is not None:
+            self.memory.state.release(t.key)
+            self.memory.state.reserve_more(t.key, held)
+        t.room = before
+        self.memory.room_owed[t.key] = None
 
     def _hold_again(self, t: Tracked, held: Sequence[Mapping[str, int]],
                     capacity: Capacity) -> None:

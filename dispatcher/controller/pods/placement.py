@@ -32,7 +32,7 @@ from dispatcher.controller.record.memory import GatedPod, Memory
 from dispatcher.controller.record.tracked import ACTIVE, NamespacedName, Tracked
 from dispatcher.fit.constraints import node_takes
 from dispatcher.kinds import PodConstraints
-from dispatcher.resources import format_resources
+from dispatcher.resources import bounded_request, format_resources
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +323,7 @@ class PodPlacer:
         fits = np.ones(len(names), dtype=bool)
         for r, v in request.items():
             if v > 0:
-                fits &= free[:, resources.index(r)] >= v
+                fits &= free[:, resources.index(r)] >= bounded_request(v)
         for i in np.flatnonzero(fits).tolist():
             name = names[i]
             if admits(name):
@@ -349,7 +349,7 @@ class PodPlacer:
             for p in hold.planned:
                 for r, v in p.request.items():
                     if p.node in row and r in column:
-                        free[row[p.node], column[r]] -= v
+                        free[row[p.node], column[r]] -= bounded_request(v)
         return free
 
     async def _lift(self, key: NamespacedName, pod: GatedPod, node: str | None) -> None:

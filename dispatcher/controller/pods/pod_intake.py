@@ -9,6 +9,7 @@ placer (placement.py) and, after a restart, for rebuilding its gang's hold.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
@@ -32,6 +33,8 @@ from dispatcher.resources import pod_request
 
 from .placement import let_onto, token_key, token_of
 
+log = logging.getLogger("dispatcher")
+
 
 class PodIntake:
     def __init__(self, memory: Memory, requeues_due: Set[Key]) -> None:
@@ -44,6 +47,28 @@ class PodIntake:
         self._pending_buckets: dict[tuple[str, str], tuple[Bucket | None, bool]] = {}
 
     def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
+        try:
+            self._on_pod(event, obj)
+        except Exception as e:  # one pod's error costs that pod, never the watch
+            self._unreadable(obj, e)
+
+    def _unreadable(self, obj: Mapping[str, Any], error: Exception) -> None:
+        """A pod that could not be read (its requests, its rules) is left out: nothing is
+        decided from it, its gate is not lifted, and while it is bound its node counts as
+        having nothing free (what it takes there is not known)."""
+        key = key_of(obj)
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName") if not is_terminal(obj) else None
+        log.warning("pod %s/%s could not be read (%s: %s): left out%s", *key,
+                    type(error).__name__, str(error)[:300],
+                    f"; node {node} counts as full while it is there" if node else "")
+        self._on_pod("DELETED", obj)
+        self.memory.pods[key] = None  # known: a listing without it forgets it
+        if node:
+            self.memory.state.unreadable_pod(key, str(node))
+        self.memory.wake.set()
+
+    def _on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
         key = key_of(obj)
         gone = event == "DELETED"
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -130,7 +155,7 @@ class PodIntake:
             # Only a proven member takes a planned pod off its gang's reservation.
             bound = dataclasses.replace(bound, appwrapper=owner[1] if owner else None)
         before = self.memory.state.pod(key)
-        if before == bound:
+        if before == bound and not self.memory.state.unreadable(key):
             return False
         self.memory.state.upsert_pod(key, bound)
         if bound is None and before is not None:
