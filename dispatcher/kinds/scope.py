@@ -12,6 +12,7 @@ Kinds are named as ``Kind.group`` (``Job.batch``, ``PyTorchJob.kubeflow.org``), 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from dispatcher.kinds.registry import KNOWN_KINDS, NO_POD_KINDS
 
@@ -40,6 +41,15 @@ OPT_IN_KINDS: frozenset[GroupKind] = frozenset({
 # The table of docs/guide/appwrappers.md: every kind whose pods are counted, and those
 # that create none.
 DEFAULT_ALLOWED_KINDS: frozenset[GroupKind] = KNOWN_KINDS | (NO_POD_KINDS - OPT_IN_KINDS)
+
+
+def owner_kinds(allowed: Collection[GroupKind]) -> frozenset[GroupKind]:
+    """The kinds that may stand in a pod's owner chain up to an object the dispatcher
+    created: those it knows that make pods (a Job, a ReplicaSet below a Deployment, a
+    RayCluster below a RayJob) and those an installation allows beyond them (a
+    LeaderWorkerSet), never a kind that makes none (a ConfigMap)."""
+    return KNOWN_KINDS | (frozenset(allowed) - NO_POD_KINDS)
+
 
 # Well-known cluster-scoped kinds, for `dispatcher plan` (no API server to ask); the
 # controller adds what discovery says of the kinds it does not know.

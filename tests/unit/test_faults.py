@@ -809,10 +809,10 @@ def test_an_item_adopted_while_its_pods_owner_is_looked_up_proves_its_pods() -> 
     assert asyncio.run(ownership.resolve(fetch)) == {("team", "a-0"): gang}
     assert ownership.owner_of(owned, gang) == gang
     # What is above the item proves nothing: a pod made to point at the AppWrapper
-    # itself does not count.
+    # itself does not count (an AppWrapper makes no pod itself: not even looked up).
     forged = {"metadata": {"name": "x", "namespace": "team", "uid": "x", "ownerReferences": [
         {"apiVersion": AW[0], "kind": AW[1], "name": "a", "uid": "aw", "controller": True}]}}
-    assert ownership.owner_of(forged, gang) is False
+    assert ownership.owner_of(forged, gang) is None
 
 
 def test_the_admission_grace_does_not_run_out_while_the_dispatcher_is_blind() -> None:

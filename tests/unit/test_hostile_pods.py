@@ -7,9 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from dispatcher.cluster.state import PlannedPod
 from dispatcher.controller.items.shaping import PLACEMENT_GATE
 from dispatcher.controller.loop.runtime import Dispatcher
+from dispatcher.controller.pods import placement
 from dispatcher.controller.pods.placement import PIN_TOKEN_ANNOTATION
 from dispatcher.controller.pods.pod_pinning import TOKEN_SECONDS
 from dispatcher.preemption import Hold
@@ -163,5 +166,70 @@ def test_a_pin_whose_pods_watch_event_is_late_is_not_given_to_another_pod() -> N
         patch = await hook.review(creating(second, "r1"))
         assert patch is not None
         assert pinned_to(applied(second, patch)) != pinned_to(made)
+
+    run(scenario)
+
+
+FORGED_OWNERS = {
+    # A big ConfigMap of the tenant's, its uid copied: no kind that makes pods.
+    "a ConfigMap": ("v1", "ConfigMap", "big", "configmaps/big", 0),
+    # A Job of the tenant's own, under no AppWrapper, its uid copied: one GET answers
+    # every pod naming it.
+    "a Job under no AppWrapper": ("batch/v1", "Job", "own", "jobs/own", 1),
+    # A Job named by the tenant with a uid made up per pod: each chain ends at once.
+    "a made-up Job per pod": ("batch/v1", "Job", "forged", "jobs/forged", 100),
+}
+
+
+@pytest.mark.parametrize("forged", FORGED_OWNERS, ids=list(FORGED_OWNERS))
+def test_pods_with_forged_owners_are_looked_up_once_until_they_change(
+        forged: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant's 100 gated pods labelled for its running gang, each naming an owner of
+    the tenant's choice: a minute of the loop, another tenant's dispatch in it, reads
+    that owner at most once per pod (not at all for a kind that makes no pods), and once
+    more only after a pod changed."""
+    api_version, kind, name, path, most = FORGED_OWNERS[forged]
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        monkeypatch.setattr(placement.time, "monotonic", clock)
+        d = await running_small_gang(kube, clock)
+        if kind == "ConfigMap":
+            owner = kube.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": "big", "namespace": "team"}, "data": {"x": "y" * 1024}})
+        else:
+            owner = kube.put(one_pod_job(name) | {"metadata": {"name": name,
+                                                                "namespace": "team"}})
+        pods = []
+        for i in range(100):
+            fake = pod("mine", f"fake-{i}", "", "Pending", 1)
+            uid = f"made-up-{i}" if most == 100 else owner["metadata"]["uid"]
+            fake["metadata"]["ownerReferences"] = [{"apiVersion": api_version, "kind": kind,
+                                                    "name": name, "uid": uid,
+                                                    "controller": True}]
+            fake["spec"].pop("nodeName")
+            fake["spec"]["schedulingGates"] = [{"name": PLACEMENT_GATE}]
+            pods.append(kube.put(fake))
+            d.on_pod("ADDED", copy.deepcopy(pods[-1]))
+
+        def lookups() -> int:
+            return sum(1 for p in kube.reads if p.endswith(f"/namespaces/team/{path}"))
+
+        for second in range(60):
+            if second == 20:  # items learned: what was disproven is forgotten
+                other = kube.put(appwrapper("other", job("other", 1, 8), created=9))
+                d.on_appwrapper("ADDED", copy.deepcopy(other))
+            await d.cycle()
+            clock.now += 1
+        assert types(kube, "other")[-1] == "Dispatched"
+        assert lookups() <= most and (lookups() > 0) == bool(most)
+        before = lookups()
+        changed = copy.deepcopy(pods[0])
+        changed["metadata"]["annotations"] = {"note": "edited"}
+        d.on_pod("MODIFIED", copy.deepcopy(kube.put(changed)))
+        for _ in range(30):
+            await d.cycle()
+            clock.now += 1
+        assert lookups() - before == (1 if most else 0)
+        assert d.state.free("n1")[GPU] == 7  # and they hold nothing, as before
 
     run(scenario)

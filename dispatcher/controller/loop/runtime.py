@@ -48,7 +48,7 @@ from dispatcher.controller.record.status import APPWRAPPERS, StatusWriter
 from dispatcher.controller.record.tasks import Tasks
 from dispatcher.controller.record.tracked import ACTIVE, Key, Tracked
 from dispatcher.fit.topology import Topology
-from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind
+from dispatcher.kinds.scope import DEFAULT_ALLOWED_KINDS, GroupKind, owner_kinds
 from dispatcher.lifecycle import DEFAULT_TIMING, Timing, with_backfill_limit
 from dispatcher.queue import AdmissionQueue, Policy
 
@@ -106,7 +106,7 @@ class Dispatcher:
         self.topology = topology
         self.clock = clock
         self.timing = with_backfill_limit(timing, policy)
-        self.memory = Memory(policy)
+        self.memory = Memory(policy, owner_kinds(allowed_kinds))
         self.intake = Intake(self.memory, clock, on_failed=self.observer.failed,
                              allowed_kinds=allowed_kinds,
                              leave_kueue_labelled=leave_kueue_labelled,

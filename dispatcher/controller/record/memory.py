@@ -7,13 +7,15 @@ It never calls the API.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.admission import EmptyClusterAnswers
 from dispatcher.cluster import ClusterState
 from dispatcher.kinds import PodConstraints
+from dispatcher.kinds.registry import KNOWN_KINDS
+from dispatcher.kinds.scope import GroupKind
 from dispatcher.queue import AdmissionQueue, Policy
 
 from .attention import Attention
@@ -42,11 +44,13 @@ class GatedPod:
 
 
 class Memory:
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, owner_kinds: Collection[GroupKind] = KNOWN_KINDS
+                 ) -> None:
+        """`owner_kinds`: the kinds an owner lookup reads (ownership.py)."""
         self.tracked: dict[Key, Tracked] = {}
         self.state = ClusterState()
         self.queue = AdmissionQueue(policy)
-        self.ownership = Ownership()
+        self.ownership = Ownership(owner_kinds)
         self.sharing = Sharing()
         # Every pod seen and the AppWrapper its label claims (None: no claim), so a
         # relisting can tell which pods vanished while the watch was down.

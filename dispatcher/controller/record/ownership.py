@@ -7,15 +7,25 @@ one of the objects the dispatcher created for that AppWrapper (their uids are kn
 from the create, or recorded in the AppWrapper's status), or when the pod itself is
 such an object. Owners not yet known are looked up by the admission loop (one GET
 each, cached by uid); watch handlers never call the API.
+
+The owner references are the pod's creator's to write, kind, name and uid alike, so a
+lookup reads only a kind that can stand between a pod and what the dispatcher creates
+(`owner_kinds`: a Job, a ReplicaSet, a RayCluster; never a ConfigMap), and a pod refused
+is not looked up again until it changes (another resourceVersion) or an item of the
+AppWrapper it claims is learned: taken in again every few seconds (pods/placement.py), it
+would have the dispatcher read an object of its creator's choice for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from dispatcher.kinds.registry import KNOWN_KINDS
+from dispatcher.kinds.scope import GroupKind
 
 from .tracked import NamespacedName
 
@@ -36,6 +46,19 @@ class OwnerRef:
     name: str
     uid: str
 
+    @property
+    def group_kind(self) -> GroupKind:
+        return self.api_version.rpartition("/")[0], self.kind
+
+
+# A pod as it was seen: its uid and resourceVersion.
+PodVersion = tuple[str, str]
+
+
+def _version(pod: Mapping[str, Any]) -> PodVersion:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+
 
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
     meta = obj.get("metadata") or {}
@@ -52,7 +75,9 @@ Fetch = Callable[[OwnerRef], Awaitable[Mapping[str, Any] | None]]
 
 
 class Ownership:
-    def __init__(self) -> None:
+    def __init__(self, owner_kinds: Collection[GroupKind] = KNOWN_KINDS) -> None:
+        """`owner_kinds`: the kinds a lookup reads (scope.owner_kinds)."""
+        self.owner_kinds = frozenset(owner_kinds)
         # uid of an item or of an object below one -> its AppWrapper; None: proven not
         # below any item (a pod under it never counts).
         self._root: dict[str, NamespacedName | None] = {}
@@ -60,11 +85,13 @@ class Ownership:
         # learning an item does not go through every uid known.
         self._disproven: set[str] = set()
         self._unknown: dict[str, OwnerRef] = {}  # owners to look up
-        # owner uid -> pods claiming an AppWrapper
-        self._waiting: dict[str, dict[NamespacedName, NamespacedName]] = {}
-        # Pods whose chain did not reach their claimed AppWrapper, with their owner: an
-        # item learned later (adopted after a restart) may still prove them.
-        self._rejected: dict[NamespacedName, tuple[NamespacedName, OwnerRef]] = {}
+        # owner uid -> pods claiming an AppWrapper, as they were seen
+        self._waiting: dict[str, dict[NamespacedName, tuple[NamespacedName, PodVersion]]] = {}
+        # Pods whose chain did not reach their claimed AppWrapper, with their owner and
+        # as they were seen: not looked up again as they are, but an item learned later
+        # (adopted after a restart) may still prove them.
+        self._rejected: dict[NamespacedName,
+                             tuple[NamespacedName, OwnerRef, PodVersion]] = {}
 
     def add_item(self, uid: str, owner: NamespacedName) -> None:
         if self._root.get(uid) == owner:
@@ -74,11 +101,11 @@ class Ownership:
             if u in self._root and self._root[u] is None:
                 del self._root[u]
         self._disproven.clear()
-        for pod, (claimed, ref) in list(self._rejected.items()):
+        for pod, (claimed, ref, version) in list(self._rejected.items()):
             if claimed == owner:
                 del self._rejected[pod]
                 self._unknown.setdefault(ref.uid, ref)
-                self._waiting.setdefault(ref.uid, {})[pod] = claimed
+                self._waiting.setdefault(ref.uid, {})[pod] = (claimed, version)
 
     def forget(self, owner: NamespacedName) -> None:
         """The AppWrapper is gone or requeued: its items' uids prove nothing any more."""
@@ -97,13 +124,20 @@ class Ownership:
         ref = controller_ref(pod)
         if ref is None:
             return None
+        version = _version(pod)
         if ref.uid in self._root:
             root = self._root[ref.uid]
             if root != claimed:
-                self._rejected[key] = (claimed, ref)
+                self._rejected[key] = (claimed, ref, version)
             return root
+        rejected = self._rejected.get(key)
+        if rejected is not None and (rejected[0], rejected[2]) == (claimed, version):
+            return None  # refused as it is now
+        if ref.group_kind not in self.owner_kinds:
+            self._rejected[key] = (claimed, ref, version)
+            return None
         self._unknown.setdefault(ref.uid, ref)
-        self._waiting.setdefault(ref.uid, {})[key] = claimed
+        self._waiting.setdefault(ref.uid, {})[key] = (claimed, version)
         return False
 
     def proves(self, pod: Mapping[str, Any], claimed: NamespacedName) -> bool:
@@ -151,12 +185,12 @@ class Ownership:
                               ref.name, e)
                     return
             self._unknown.pop(uid, None)
-            for pod, claimed in self._waiting.pop(uid, {}).items():
+            for pod, (claimed, version) in self._waiting.pop(uid, {}).items():
                 if root == claimed:
                     decided[pod] = root
                 else:
                     decided[pod] = None
-                    self._rejected[pod] = (claimed, ref)
+                    self._rejected[pod] = (claimed, ref, version)
 
         batch = list(self._unknown.items())[:limit]
         await asyncio.gather(*(one(uid, ref) for uid, ref in batch))
@@ -172,6 +206,8 @@ class Ownership:
             if current.uid in self._root:
                 root = self._root[current.uid]
                 break
+            if current.group_kind not in self.owner_kinds:
+                break  # of a kind that makes no pod for what the dispatcher creates
             obj = await fetch(current)
             if obj is None:
                 break  # gone: nothing below it can be proven ours
