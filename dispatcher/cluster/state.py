@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dispatcher.cluster.model import BoundPod, Node
-from dispatcher.resources import FREE_FLOOR, bounded_free
+from dispatcher.resources import AMOUNT_BOUND, FREE_FLOOR, bounded_free
 
 AppWrapperKey = tuple[str, str]  # (namespace, name)
 Shape = tuple[tuple[str, int], ...]  # a request as a hashable key
@@ -551,7 +551,10 @@ class ClusterState:
         row = self._rows.get(name)
         if row is None:
             free = self.free(name)
-            row = self._rows[name] = tuple(bounded_free(free.get(r, 0)) for r in resources)
+            row = tuple(free.get(r, 0) for r in resources)
+            if row and (max(row) > AMOUNT_BOUND or min(row) < FREE_FLOOR):
+                row = tuple(map(bounded_free, row))
+            self._rows[name] = row
         return row
 
     def _relayout(self) -> None:
