@@ -15,6 +15,7 @@ from dispatcher.controller.loop.runtime import Dispatcher
 from dispatcher.controller.pods import placement
 from dispatcher.controller.pods.placement import PIN_TOKEN_ANNOTATION
 from dispatcher.controller.pods.pod_pinning import TOKEN_SECONDS
+from dispatcher.controller.record.ownership import Ownership
 from dispatcher.preemption import Hold
 
 from .fake_kube import FakeKube
@@ -233,3 +234,13 @@ def test_pods_with_forged_owners_are_looked_up_once_until_they_change(
         assert d.state.free("n1")[GPU] == 7  # and they hold nothing, as before
 
     run(scenario)
+
+
+def test_an_owner_of_a_kind_that_makes_no_pods_proves_nothing_without_a_lookup() -> None:
+    ownership = Ownership()
+    forged = {"metadata": {"name": "x", "namespace": "team", "uid": "x", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "big", "uid": "cm",
+         "controller": True}]}}
+    assert ownership.disproves(forged, ("team", "mine"))
+    assert ownership.owner_of(forged, ("team", "mine")) is None
+    assert ownership.unresolved == 0

@@ -148,11 +148,14 @@ class Ownership:
 
     def disproves(self, pod: Mapping[str, Any], claimed: NamespacedName) -> bool:
         """Whether what is known already proves the pod does not belong to `claimed`: it
-        has no controller owner, or one known to be foreign; looks nothing up."""
+        has no controller owner, or one known to be foreign or of a kind never read;
+        looks nothing up."""
         ref = controller_ref(pod)
         if ref is None:
             return str((pod.get("metadata") or {}).get("uid", "")) not in self._root
-        return ref.uid in self._root and self._root[ref.uid] != claimed
+        if ref.uid not in self._root:
+            return ref.group_kind not in self.owner_kinds  # never read: proves nothing
+        return self._root[ref.uid] != claimed
 
     def drop_pod(self, key: NamespacedName) -> None:
         self._rejected.pop(key, None)
