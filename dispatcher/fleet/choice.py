@@ -49,6 +49,9 @@ class Worker:
     reachable: bool = True
     #: Wrappers the manager has sent there and that have not finished.
     sent: int = 0
+    #: Why the manager cannot use what the worker holds now (an error reading it), or "":
+    #: such a worker takes nothing.
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,12 @@ def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
             why.append(f"{w.name}: {refusal}")
             continue
         trial = w.capacity.copy()
-        result = placer(gang, trial)
+        try:
+            result = placer(gang, trial)
+        except Exception as e:  # one worker's room, or this gang, cannot be worked with
+            why.append(f"{w.name}: the gang cannot be placed there ({type(e).__name__}: "
+                       f"{str(e)[:200]})")
+            continue
         if isinstance(result, Shortfall):
             why.append(f"{w.name}: {_best(gang, w.capacity, result)}")
             continue
@@ -131,6 +139,8 @@ def _refusal(w: Worker, wanted: Mapping[str, int], selector: Mapping[str, str],
              labels: Labels) -> str | None:
     if not w.reachable:
         return "unreachable"
+    if w.problem:
+        return "the manager cannot use what it holds (its WorkerCluster's status says why)"
     if not selects(selector, w.labels):
         terms = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         return f"its labels do not match {terms}"

@@ -312,3 +312,29 @@ def test_a_cycle_answers_each_wrapper_as_trying_them_one_by_one_would(
             take(picked, one_by_one)
             charge(picked.quota, w, 100.0)
             workers = [dataclasses.replace(x, sent=x.sent + (x is picked)) for x in workers]
+
+
+def test_a_worker_whose_room_cannot_be_worked_with_costs_that_worker_only() -> None:
+    """Any error placing the gang in one worker is that worker's answer, not the choice's."""
+    def placer(g: Any, cap: Capacity) -> Any:
+        if "w1-n0" in cap.names:
+            raise OverflowError("Python int too large to convert to C long")
+        from dispatcher.fit.gang import place
+        return place(g, cap)
+
+    answer = choose(gang(pod_set(1, gpu=8)), [worker("w1", 8), worker("w2", 8)],
+                    placer=placer)
+    assert isinstance(answer, Chosen) and answer.cluster == "w2"
+    none = choose(gang(pod_set(1, gpu=16)), [worker("w1", 8), worker("w2", 8)],
+                  placer=placer)
+    assert isinstance(none, NoneFits)
+    assert "w1: the gang cannot be placed there (OverflowError: Python int too large" \
+        in none.message and "w2: 8 of 16 nvidia.com/gpu free on one node" in none.message
+
+
+def test_a_worker_the_manager_cannot_read_takes_nothing_and_the_wait_says_so() -> None:
+    broken = dataclasses.replace(worker("w1", 8), problem="counting its free room failed")
+    answer = choose(gang(pod_set(1, gpu=8)), [broken])
+    assert isinstance(answer, NoneFits)
+    assert answer.message == ("no worker cluster can take the whole gang now: w1: the manager "
+                              "cannot use what it holds (its WorkerCluster's status says why)")

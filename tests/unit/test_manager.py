@@ -893,3 +893,146 @@ def test_a_view_lagging_the_managers_own_write_makes_no_copy() -> None:
     assert fleet.process.own.objects[uid]["metadata"]["labels"][CLUSTER_LABEL] == "w1"
     fleet.loop.run_until_complete(fleet.process.cycle())
     assert w1.copy_posts == 1 and fleet.holding("a") == set()
+
+
+# --- nothing a worker holds ends the manager -------------------------------------------
+
+
+def huge_pod(name: str, node_name: str) -> dict[str, Any]:
+    """A pod bound by someone else (spec.nodeName), asking 8E of an extended resource in
+    each of two containers: more than a 64-bit count holds, summed on its node."""
+    def box(c: str) -> dict[str, Any]:
+        return {"name": c, "resources": {"requests": {"example.com/foo": "8E"},
+                                         "limits": {"example.com/foo": "8E"}}}
+
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"nodeName": node_name, "containers": [box("a"), box("b")]},
+            "status": {"phase": "Running"}}
+
+
+def lease_version(worker: Worker) -> str:
+    lease = worker.get("coordination.k8s.io/v1", "Lease", LEASE_NAMESPACE, LEASE_NAME)
+    assert lease is not None
+    return str(lease["metadata"]["resourceVersion"])
+
+
+def worker_status(fleet: Fleet, name: str) -> dict[str, Any]:
+    worker = fleet.manager.get("workload.codeflare.dev/v1beta1", "WorkerCluster", None, name)
+    assert worker is not None
+    return dict(worker.get("status") or {})
+
+
+def break_room(fleet: Fleet) -> None:
+    """w1's free room cannot be counted: any error, not only an overflow."""
+    view = fleet.process.clusters.links["w1"].look
+    assert view is not None
+
+    def broken() -> Any:
+        raise RuntimeError("injected: the free matrix cannot be made")
+
+    view.state.free_matrix = broken  # type: ignore[method-assign]
+
+
+def break_bound(fleet: Fleet) -> None:
+    """What w1 holds of a sent gang cannot be read."""
+    view = fleet.process.clusters.links["w1"].look
+    assert view is not None
+
+    def broken(namespace: str, wrapper: str) -> int:
+        raise KeyError("injected: no such pod")
+
+    view.bound = broken  # type: ignore[method-assign]
+
+
+class Exploding(dict[str, Any]):
+    def get(self, *a: Any, **kw: Any) -> Any:
+        raise ValueError("injected: an Event that cannot be read")
+
+
+def break_events(fleet: Fleet) -> None:
+    """The Events about w1's copies cannot be read (the sent wrapper's step fails)."""
+    view = fleet.process.clusters.links["w1"].look
+    assert view is not None
+    view.events_by_object = Exploding(view.events_by_object)
+    fleet.process.settled.clear()  # the copy step is taken again
+
+
+def put_huge_pod(fleet: Fleet) -> None:
+    fleet.workers["w1"].put(huge_pod("huge", "w1-n0"))
+
+
+@pytest.mark.parametrize("breaking", [put_huge_pod, break_room, break_bound, break_events])
+def test_what_a_worker_holds_costs_that_worker_only_and_says_so(breaking: Any) -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    fleet.submit("a")
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
+    beats = {name: lease_version(w) for name, w in fleet.workers.items()}
+    breaking(fleet)
+    fleet.submit("b")  # 8 GPUs: w2 is free
+    fleet.cycle(2)  # before: the pass raised, and `dispatcher run --manager` exited
+    assert fleet.target("b") == "w2" and fleet.holding("b") == {"w2"}
+    # w1 keeps what it was sent, its heartbeat goes on, as does the other's.
+    assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
+    assert all(lease_version(w) != beats[name] for name, w in fleet.workers.items())
+    status = worker_status(fleet, "w1")
+    assert status["reachable"] == "True"
+    assert status["message"].startswith("the manager cannot use what it holds: ")
+    assert "nothing is sent there until that is fixed" in status["message"]
+    assert worker_status(fleet, "w2").get("message", "") == ""
+    fleet.submit("c", gpus=1)  # w2 is full; w1 has no room, or none the manager can read
+    fleet.cycle()
+    assert fleet.target("c") is None
+    assert "w1: the manager cannot use what it holds" in fleet.wrapper("c")["status"]["message"]
+
+
+def test_the_huge_pod_is_named_in_words_an_administrator_can_act_on() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    fleet.cycle()
+    put_huge_pod(fleet)
+    fleet.submit("b")
+    fleet.cycle(2)
+    message = worker_status(fleet, "w1")["message"]
+    assert "counting its free room" in message, message
+    assert "too large to count" in message, message
+    from dispatcher.controller.manager.clusters_facts import gather
+    shown = {w.name: w for w in gather(fleet.process).workers}
+    assert shown["w1"].problem.startswith("the manager cannot use what it holds: counting")
+    fleet.workers["w1"].objects = {p: o for p, o in fleet.workers["w1"].objects.items()
+                                   if o["metadata"].get("name") != "huge"}
+    fleet.cycle(2)  # gone: the worker is used again, and its status says nothing
+    assert worker_status(fleet, "w1")["message"] == ""
+    fleet.submit("d")
+    fleet.cycle()
+    assert fleet.target("d") == "w1"
+
+
+def test_an_unforeseen_error_in_a_pass_does_not_end_the_manager() -> None:
+    fleet = Fleet(Worker("w1"))
+    fleet.submit("a")
+    stop = asyncio.Event()
+    current = fleet.process.own.current
+    calls = [0]
+
+    async def failing_once() -> list[dict[str, Any]]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("injected: a bug in the pass")
+        return await current()
+
+    fleet.process.own.current = failing_once  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        async def until_sent() -> None:
+            while fleet.target("a") is None:
+                fleet.now += 0.25
+                await asyncio.sleep(0)
+            stop.set()
+
+        watcher = asyncio.create_task(until_sent())
+        assert await fleet.process.run(stop) == 0
+        await watcher
+
+    fleet.loop.run_until_complete(asyncio.wait_for(scenario(), 30))
+    assert calls[0] >= 2 and fleet.holding("a") == {"w1"}

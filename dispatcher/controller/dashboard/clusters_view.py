@@ -32,7 +32,7 @@ class WorkerFacts:
     #: Seconds it has not answered for (None: it answers); counted from the last heartbeat
     #: it acknowledged, as the manager's grace is.
     silent_for: float | None = None
-    problem: str = ""  # why it does not answer, or why its WorkerCluster is refused
+    problem: str = ""  # why it does not answer, its WorkerCluster is refused, or it is unusable
     nodes: int = 0
     cordoned: int = 0
     #: Free now on its schedulable nodes, less what the wrappers sent there still need.

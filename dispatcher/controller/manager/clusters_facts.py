@@ -58,8 +58,11 @@ def _worker(manager: Manager, name: str, now: float) -> WorkerFacts:
     if link is None:  # its WorkerCluster cannot be used, and never could
         return WorkerFacts(name, False, problem=refused or "", listed=False)
     silent = None if link.reachable else now - manager.clusters.down_since.get(name, now)
+    fault = manager.clusters.faults.get(name)
     problem = link.problem if refused is None else \
         f"{refused} (the kubeconfig it had before is used meanwhile)"
+    if fault is not None and link.reachable and refused is None:
+        problem = f"the manager cannot use what it holds: {fault}"
     if link.look is None:
         return WorkerFacts(name, link.reachable, silent, problem, listed=False)
     nodes = link.look.state.nodes.values()

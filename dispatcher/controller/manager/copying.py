@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.api.labels import CLUSTER_LABEL, MANAGER_UID_LABEL
@@ -105,17 +105,16 @@ class Copying:
                  link.name)
         return None
 
-    async def delete_strays(self, links: Iterable[WorkerLink], sent: dict[str, dict[str, Any]],
+    async def delete_strays(self, link: WorkerLink, sent_to: Mapping[str, str],
                             passes: int) -> None:
-        """Every copy in an answering worker whose wrapper is not sent there now."""
-        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
-        for link in links:
-            if not link.reachable or link.look is None:
-                continue
-            for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
-                log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
-                         "is no longer sent there", passes, namespace, name, link.name)
-                with contextlib.suppress(ApiError):
-                    await link.kube.request(
-                        "DELETE", APPWRAPPERS.path(namespace, name),
-                        {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
+        """Every copy in the worker, if it answers, whose wrapper is not sent there now
+        (`sent_to`: the target of each sent wrapper, by its uid)."""
+        if not link.reachable or link.look is None:
+            return
+        for (namespace, name), uid in rules.strays(link.look.copies, link.name, sent_to):
+            log.info("pass %d: deleting copy %s/%s in worker cluster %s: its wrapper "
+                     "is no longer sent there", passes, namespace, name, link.name)
+            with contextlib.suppress(ApiError):
+                await link.kube.request(
+                    "DELETE", APPWRAPPERS.path(namespace, name),
+                    {"preconditions": {"uid": uid}, "propagationPolicy": "Background"})

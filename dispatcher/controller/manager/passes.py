@@ -15,6 +15,12 @@ label when it starts again and makes the copy then; one killed after both adopts
 A worker cut off from the manager stops its copies before the grace runs out: the manager
 renews a heartbeat there each pass, and between passes while one runs long (heartbeats.py),
 and counts the grace from the last renewal the worker acknowledged.
+
+Nothing a worker holds ends a pass, let alone the manager: an error reading or deciding
+about one worker (whatever it is) costs that worker, which is sent nothing in that pass and
+whose WorkerCluster says what failed (worker_clusters.py); the pass, and the heartbeat,
+go on for the others. A process that exited would leave every worker's fence to stop
+every copy.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,6 +70,8 @@ PARALLEL = 16
 #: Waiting wrappers' messages written in one pass, at most (the rest in the next passes).
 WAITING_WRITES_PER_PASS = 50
 T = TypeVar("T")
+#: The step of a pass that reads a worker's room (what its fault says failed).
+ROOM = "counting its free room and quota from its nodes, pods and QuotaSubtrees"
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,10 @@ class Manager:
                     await self.cycle()
                 except ApiError as e:
                     log.warning("manager pass cut short: %s", e)
+                except Exception:
+                    # No worker's (those cost their worker only): the manager's own. Said
+                    # with its traceback, and the next pass tries again.
+                    log.exception("manager pass %d failed", self.passes)
                 self.metrics.passed(self.clock() - started)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.interval)
@@ -134,14 +146,35 @@ class Manager:
 
     async def cycle(self) -> None:
         self.passes += 1
+        self.clusters.begin_pass()
         await self.clusters.sync()
         links = self.clusters.links
         now = self.clock()
-        await asyncio.gather(*(link.refresh(now) for link in links.values()))
-        await asyncio.gather(*(self.heartbeats.renew(link) for link in links.values()
-                               if link.reachable))
+        await self._each_worker("watching it", lambda link: link.refresh(now), links.values())
+        await self._each_worker("renewing its heartbeat", self.heartbeats.renew,
+                                [link for link in links.values() if link.reachable])
         await self.clusters.answered(now, self.heartbeats.renewed_at, self.passes)
         wrappers = await self.own.current()
+        queued, sent = await self._split(wrappers, now)
+        self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
+        await self._keep_copies(sent)
+        self.copying.keep_only(sent)
+        self.settled = {uid: seen for uid, seen in self.settled.items() if uid in sent}
+        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
+        for link in list(links.values()):
+            await self._guarded(link.name, "deleting the copies no longer sent there",
+                                self.copying.delete_strays(link, sent_to, self.passes), None)
+        workers = self._workers(sent)
+        self.last_workers = {w.name: w for w in workers}
+        self.metrics.observe({w.name: WorkerFigures(
+            w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
+        await self._dispatch(queued, workers)
+        self.clusters.end_pass()
+
+    async def _split(self, wrappers: list[dict[str, Any]], now: float
+                     ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+        """The queued wrappers, and the sent ones by uid; those of a lost worker taken back."""
+        links = self.clusters.links
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
         for obj in wrappers:
@@ -156,20 +189,30 @@ class Manager:
                 await self._requeue(obj, rules.lost_message(target, links, self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
-        busy = [uid for uid, obj in sent.items() if self._copy_step(obj) is not None]
-        kept = await _bounded([self._keep_copy(sent[uid]) for uid in busy])
-        for uid, keep in zip(busy, kept, strict=True):
-            if not keep:
-                del sent[uid]
-        self.copying.keep_only(sent)
-        self.settled = {uid: seen for uid, seen in self.settled.items() if uid in sent}
-        await self.copying.delete_strays(links.values(), sent, self.passes)
-        workers = self._workers(sent)
-        self.last_workers = {w.name: w for w in workers}
-        self.metrics.observe({w.name: WorkerFigures(
-            w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
-        await self._dispatch(queued, workers)
+        return queued, sent
+
+    async def _each_worker(self, stage: str, step: Callable[[WorkerLink], Awaitable[None]],
+                           links: Iterable[WorkerLink]) -> None:
+        """`step` for each worker at once; one that fails is that worker's fault."""
+        chosen = list(links)
+        results = await asyncio.gather(*(step(link) for link in chosen),
+                                       return_exceptions=True)
+        for link, result in zip(chosen, results, strict=True):
+            if isinstance(result, Exception):
+                self.clusters.fault(link.name, stage, result)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def _guarded(self, worker: str, stage: str, step: Awaitable[T], instead: T) -> T:
+        """`step`'s result; `instead` when it failed, as the worker's fault. An ApiError of
+        the manager's own cluster still cuts the pass short (tried again in the next)."""
+        try:
+            return await step
+        except ApiError:
+            raise
+        except Exception as e:
+            self.clusters.fault(worker, stage, e)
+            return instead
 
     # ------------------------------------------------------------------ sent wrappers
     async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
@@ -181,6 +224,25 @@ class Manager:
             return False
         await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
         return True
+
+    async def _keep_copies(self, sent: dict[str, dict[str, Any]]) -> None:
+        """Each sent wrapper's copy kept; those taken back to the queue leave `sent`."""
+        busy = [uid for uid, obj in sent.items() if self._looked(obj) is not None]
+        kept = await _bounded([
+            self._guarded(_target(sent[uid]), f"keeping its copy of {_name(sent[uid])}",
+                          self._keep_copy(sent[uid]), True) for uid in busy])
+        for uid, keep in zip(busy, kept, strict=True):
+            if not keep:
+                del sent[uid]
+
+    def _looked(self, obj: dict[str, Any]
+                ) -> tuple[WorkerLink, dict[str, Any] | None, rules.Step] | None:
+        """`_copy_step`, an error in it its worker's fault (nothing done this pass)."""
+        try:
+            return self._copy_step(obj)
+        except Exception as e:
+            self.clusters.fault(_target(obj), f"looking at its copy of {_name(obj)}", e)
+            return None
 
     def _copy_step(self, obj: dict[str, Any]
                    ) -> tuple[WorkerLink, dict[str, Any] | None, rules.Step] | None:
@@ -265,28 +327,41 @@ class Manager:
         await _bounded(writes)
 
     def _workers(self, sent: dict[str, dict[str, Any]]) -> list[Worker]:
-        """Each worker's free room now, less what the wrappers sent there still need."""
+        """Each worker's free room now, less what the wrappers sent there still need; a
+        worker whose room cannot be worked out (or that failed earlier in the pass) takes
+        nothing."""
         out = []
         running: dict[str, list[dict[str, Any]]] = {}
         for obj in sent.values():
             if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
-                running.setdefault(obj["metadata"]["labels"][CLUSTER_LABEL], []).append(obj)
+                running.setdefault(_target(obj), []).append(obj)
         for name, link in sorted(self.clusters.links.items()):
             there = running.get(name, [])
-            if link.look is None:
-                out.append(Worker(name, Capacity([], {}), link.labels, reachable=False,
-                                  sent=len(there)))
-                continue
-            cap = Capacity.of(link.look.state)
-            placer, _ = fit_rules(self.settings.fit, self.settings.topology)
-            for obj in there:
-                read = self.entries.read(obj, self.wall())
-                if not isinstance(read, str):
-                    _hold(cap, read[0], obj, link, placer)
-            quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
-                                 self.wall(), there)
-            out.append(Worker(name, cap, link.labels, quota, link.reachable, len(there)))
+            try:
+                worker = self._worker(link, there)
+            except Exception as e:
+                self.clusters.fault(name, ROOM, e)
+                worker = Worker(name, Capacity([], {}), link.labels, None, link.reachable,
+                                len(there))
+            problem = self.clusters.faults_now.get(name)
+            out.append(worker if problem is None else replace(worker, problem=problem))
         return out
+
+    def _worker(self, link: WorkerLink, there: list[dict[str, Any]]) -> Worker:
+        """The worker as the choice sees it: its free room, less what `there` (the
+        wrappers sent to it, not finished) still needs, and its quota."""
+        if link.look is None:
+            return Worker(link.name, Capacity([], {}), link.labels, reachable=False,
+                          sent=len(there))
+        cap = Capacity.of(link.look.state)
+        placer, _ = fit_rules(self.settings.fit, self.settings.topology)
+        for obj in there:
+            read = self.entries.read(obj, self.wall())
+            if not isinstance(read, str):
+                _hold(cap, read[0], obj, link, placer)
+        quota = worker_quota(link.look.subtrees, link.look.wrappers, link.look.state,
+                             self.wall(), there)
+        return Worker(link.name, cap, link.labels, quota, link.reachable, len(there))
 
     async def _send(self, obj: dict[str, Any], chosen: Chosen) -> None:
         meta = obj["metadata"]
@@ -350,6 +425,14 @@ class Manager:
                 "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
                 {"status": status}, content_type="application/merge-patch+json")
             self.own.written(obj, status, updated)
+
+
+def _target(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["labels"][CLUSTER_LABEL])
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
 def _hold(cap: Capacity, entry: QueuedWrapper, obj: dict[str, Any], link: WorkerLink,

@@ -5,6 +5,11 @@ when it changes.
 
 A WorkerCluster whose kubeconfig is refused keeps the link made from what it said before:
 its copies stay reachable, and its status says what to fix.
+
+An error reading or deciding about one worker (whatever it is: a pod asking more than a
+count holds, an object the manager cannot read) is that worker's fault, never the pass's:
+the pass records it here (`fault`), sends that worker nothing in that pass and goes on
+with the others; the WorkerCluster's status says what failed until a pass goes without.
 """
 
 from __future__ import annotations
@@ -32,6 +37,20 @@ log = logging.getLogger("dispatcher.manager")
 
 #: The most a WorkerCluster's status says of why its kubeconfig is refused.
 MAX_REFUSAL = 1000
+#: The most a fault says of the error itself.
+MAX_ERROR = 200
+#: What a fault's status message adds (the words an administrator acts on).
+NOTHING_SENT = "nothing is sent there until that is fixed; what was sent there stays"
+
+
+def fault_message(stage: str, error: Exception) -> str:
+    """What failed about a worker, in words: the step, the error, and for an amount no
+    count holds, where to look."""
+    text = f"{stage} failed ({type(error).__name__}: {str(error)[:MAX_ERROR]})"
+    if isinstance(error, ArithmeticError):
+        text += ("; an amount there is too large to count: look for a pod asking, or a node "
+                 "offering, an enormous quantity of a resource")
+    return text
 
 
 class WorkerClusters:
@@ -50,6 +69,29 @@ class WorkerClusters:
         self.refused: dict[str, str] = {}
         #: Per worker: the versions of its WorkerCluster and Secret, and what they said.
         self._read: dict[str, tuple[tuple[str | None, str | None], bytes]] = {}
+        #: Per worker: what failed about it in the last whole pass (its status says).
+        self.faults: dict[str, str] = {}
+        #: ... and in the pass under way.
+        self.faults_now: dict[str, str] = {}
+
+    def begin_pass(self) -> None:
+        self.faults_now = {}
+
+    def end_pass(self) -> None:
+        """A whole pass: what failed in it is what the statuses say from now on (a worker
+        that went a pass without a fault is cleared)."""
+        self.faults = self.faults_now
+        for name in self.links.keys() - self.faults.keys():
+            self._logged.pop(f"fault {name}", None)  # told again if it comes back
+
+    def fault(self, name: str, stage: str, error: Exception) -> None:
+        """An error reading or deciding about worker `name`: it costs that worker only.
+        Logged with its traceback when it is news."""
+        what = fault_message(stage, error)
+        self.faults_now.setdefault(name, what)
+        if self._logged.get(f"fault {name}") != what:
+            self._logged[f"fault {name}"] = what
+            log.error("worker cluster %s: %s; %s", name, what, NOTHING_SENT, exc_info=error)
 
     async def sync(self) -> None:
         """A link for each WorkerCluster registered now; those no longer registered closed."""
@@ -121,6 +163,9 @@ class WorkerClusters:
     async def _report(self, link: WorkerLink) -> None:
         """The WorkerCluster's status: reachable or not, and why; written when it changes."""
         message = link.problem[:300]
+        fault = self.faults.get(link.name)
+        if link.reachable and fault is not None:
+            message = f"the manager cannot use what it holds: {fault}; {NOTHING_SENT}"
         if link.name in self.refused:
             message = (f"{self.refused[link.name]} (the kubeconfig it had before is "
                        f"used meanwhile)")
