@@ -1036,3 +1036,75 @@ def test_an_unforeseen_error_in_a_pass_does_not_end_the_manager() -> None:
 
     fleet.loop.run_until_complete(asyncio.wait_for(scenario(), 30))
     assert calls[0] >= 2 and fleet.holding("a") == {"w1"}
+
+
+# --- a pod counts for a sent gang only when its owner chain proves it ------------------
+
+APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
+
+
+def labelled_pod(name: str, gang: str, node_name: str, gpus: int = 0,
+                 owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    refs = [] if owner is None else [{
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+        "controller": True}]
+    limits = {"nvidia.com/gpu": gpus} if gpus else {}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team",
+                         "labels": {APPWRAPPER_LABEL: gang}, "ownerReferences": refs},
+            "spec": {"nodeName": node_name, "containers": [
+                {"name": "c", "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_an_empty_pod_labelled_for_a_sent_gang_does_not_free_its_room() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2", gpus=16))
+    fleet.submit("a")  # 8 GPUs: w1 is the best fit (nothing left there)
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1"  # its pod not made yet: the manager holds its room
+    # A tenant of w1, who may create pods there, makes an empty one labelled for a.
+    fleet.workers["w1"].put(labelled_pod("squat", "a", "w1-n0"))
+    fleet.submit("b")  # 8 GPUs
+    fleet.cycle(3)
+    # Before: a counted as bound, its room free again: b sent to the full w1, stranded.
+    assert fleet.target("b") == "w2"
+    assert sample(fleet, "dispatcher_worker_free_gpus", "w1") == 0
+
+
+def running_copy(worker: Worker, name: str, *items: dict[str, Any]) -> None:
+    """The worker's dispatcher made the copy's items and recorded their uids."""
+    copy = worker.copy(name)
+    assert copy is not None
+    made = []
+    for item in items:
+        item["metadata"]["ownerReferences"] = [{
+            "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "name": name, "uid": copy["metadata"]["uid"], "controller": True}]
+        made.append(worker.put(item))
+    copy["status"] = {"state": "Running", "wrappedItems": [
+        {"apiVersion": i["apiVersion"], "kind": i["kind"], "name": i["metadata"]["name"],
+         "uid": i["metadata"]["uid"]} for i in made]}
+
+
+def test_pods_proven_the_gangs_count_for_it_through_any_owner_chain() -> None:
+    fleet = Fleet(Worker("w1", gpus=16), Worker("w2", gpus=16))
+    fleet.submit("a", pods=2, gpus=4)
+    fleet.cycle(2)
+    first = fleet.target("a")
+    assert first is not None
+    w = fleet.workers[first]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "a", "namespace": "team"}}
+    running_copy(w, "a", deployment)
+    made = w.get("apps/v1", "Deployment", "team", "a")
+    assert made is not None
+    replicas = w.put({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                      "metadata": {"name": "a-1", "namespace": "team", "ownerReferences": [{
+                          "apiVersion": "apps/v1", "kind": "Deployment", "name": "a",
+                          "uid": made["metadata"]["uid"], "controller": True}]}})
+    for i in range(2):  # pod -> ReplicaSet (looked up in the worker) -> the Deployment made
+        w.put(labelled_pod(f"a-{i}", "a", f"{first}-n0", 4, owner=replicas))
+    fleet.cycle(3)
+    # Proven: the 8 GPUs its pods take are not held for it a second time.
+    assert sample(fleet, "dispatcher_worker_free_gpus", first) == 8

@@ -22,7 +22,7 @@ from typing import Any
 
 from dispatcher.api.models import WrappedItem
 from dispatcher.controller.kube.client import ApiError, Kube, Resource
-from dispatcher.controller.record.ownership import OwnerRef, Ownership
+from dispatcher.controller.record.ownership import OwnerRef, Ownership, fetch_owner
 from dispatcher.controller.record.tracked import Tracked
 from dispatcher.kinds.completion import Outcome, item_outcome, wrapper_outcome
 
@@ -252,7 +252,4 @@ class Items:
 
     async def fetch_owner(self, ref: OwnerRef) -> Mapping[str, Any] | None:
         """An object in a pod's owner chain, or None if it does not exist."""
-        resource = await self.kube.resource(ref.api_version, ref.kind)
-        if resource is None:
-            return None
-        return await self._get(resource, ref.namespace, ref.name)
+        return await fetch_owner(self.kube, ref)

@@ -7,23 +7,32 @@ its QuotaSubtrees, and the Events about AppWrappers there, indexed by the object
 are about, so a copy's Events are found without reading the others. A pass reads this
 memory: what the manager asks of a worker each second is bounded by what changed there,
 not by how much it holds.
+
+A pod counts for a gang (as one of its pods bound, whose room the manager no longer holds
+for it) only once its owner chain proves it, by the controller's own rule
+(record/ownership.py): the chain reaches an object the worker's dispatcher created for that
+AppWrapper, whose uid it recorded in the AppWrapper's status. A label is anyone's to write:
+an empty pod labelled for a gang holds none of that gang's room. Owners not known yet are
+looked up in the background, a bounded number at a time (`prove`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from dispatcher.api.labels import MANAGER_UID_LABEL
-from dispatcher.cluster import ClusterState
+from dispatcher.cluster import BoundPod, ClusterState
 from dispatcher.cluster.model import bound_pod_from_object, node_from_object
 from dispatcher.controller.access.grants import QUOTA_SUBTREES
 from dispatcher.controller.kube.client import Kube
 from dispatcher.controller.kube.informer import Informer
 from dispatcher.controller.operator import NODES, PODS
+from dispatcher.controller.record.ownership import OwnerRef, Ownership, fetch_owner
 from dispatcher.controller.record.status import APPWRAPPERS, EVENTS
 
 log = logging.getLogger("dispatcher.manager")
@@ -39,11 +48,25 @@ def _key(obj: Mapping[str, Any]) -> Key:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
+def _item_uids(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The uids of the objects made for the AppWrapper, from its status (written by the
+    worker's dispatcher alone)."""
+    status = obj.get("status")
+    items = status.get("wrappedItems") if isinstance(status, Mapping) else None
+    return frozenset(str(i["uid"]) for i in items or ()
+                     if isinstance(i, Mapping) and i.get("uid"))
+
+
 class WorkerView:
     def __init__(self, name: str, kube: Kube, watch_seconds: int = 240,
                  resync_seconds: float = 600) -> None:
         self.name = name
+        self.kube = kube
         self.state = ClusterState()
+        #: Which pods are proven to be of which AppWrapper there (the controller's rule).
+        self.ownership = Ownership()
+        self._items: dict[Key, frozenset[str]] = {}  # per AppWrapper: its items' uids
+        self._proving: asyncio.Task[None] | None = None
         self.copies: dict[Key, Obj] = {}  # the AppWrappers a manager made there
         self.everyone: dict[Key, Obj] = {}  # every AppWrapper there
         self.trees: dict[Key, Obj] = {}
@@ -110,7 +133,29 @@ class WorkerView:
             if not informer.live:
                 informer.retry_now()
 
+    def prove(self) -> None:
+        """Look up, in the background, the owners of the labelled pods not proven yet (a
+        bounded number at a time, as the controller does); each pod proven then counts
+        for its gang."""
+        if self.ownership.unresolved == 0 or (
+                self._proving is not None and not self._proving.done()):
+            return
+        self._proving = asyncio.create_task(self._prove(), name=f"{self.name}-owners")
+
+    async def _prove(self) -> None:
+        decided = await self.ownership.resolve(self._fetch)
+        for key, owner in decided.items():
+            pod = self.state.pod(key)
+            if owner is not None and pod is not None:
+                self.state.upsert_pod(key, dataclasses.replace(pod, appwrapper=owner[1]))
+
+    async def _fetch(self, ref: OwnerRef) -> Mapping[str, Any] | None:
+        return await fetch_owner(self.kube, ref)
+
     async def close(self) -> None:
+        if self._proving is not None:
+            self._tasks.append(self._proving)
+            self._proving = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -134,13 +179,28 @@ class WorkerView:
             self._on_node("ADDED", n)
 
     def _on_pod(self, kind: str, obj: Mapping[str, Any]) -> None:
-        self.state.upsert_pod(_key(obj), None if kind == "DELETED"
-                              else bound_pod_from_object(obj))
+        key = _key(obj)
+        if kind == "DELETED":
+            self.ownership.drop_pod(key)
+            self.state.upsert_pod(key, None)
+            return
+        self.state.upsert_pod(key, self._proven(obj, bound_pod_from_object(obj)))
+
+    def _proven(self, obj: Mapping[str, Any], pod: BoundPod | None) -> BoundPod | None:
+        """The bound pod as it counts: for the AppWrapper its label claims only once its
+        owner chain proves it (until then, and for good if it never does, for none)."""
+        if pod is None or pod.appwrapper is None:
+            return pod
+        claimed = (pod.namespace, pod.appwrapper)
+        if self.ownership.owner_of(obj, claimed) == claimed:
+            return pod
+        return dataclasses.replace(pod, appwrapper=None)
 
     def _pods_listed(self, items: list[Obj]) -> None:
         listed = {_key(p) for p in items}
         for pod in list(self.state.pods()):
             if (pod.namespace, pod.name) not in listed:
+                self.ownership.drop_pod((pod.namespace, pod.name))
                 self.state.remove_pod((pod.namespace, pod.name))
         for p in items:
             self._on_pod("ADDED", p)
@@ -150,7 +210,9 @@ class WorkerView:
         if kind == "DELETED":
             self.everyone.pop(key, None)
             self.copies.pop(key, None)
+            self._learn_items(key, frozenset())
             return
+        self._learn_items(key, _item_uids(obj))
         self.everyone[key] = dict(obj)
         if MANAGER_UID_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
             self.copies[key] = dict(obj)
@@ -158,10 +220,26 @@ class WorkerView:
             self.copies.pop(key, None)
 
     def _wrappers_listed(self, items: list[Obj]) -> None:
+        listed = {_key(w) for w in items}
+        for key in [k for k in self._items if k not in listed]:
+            self._learn_items(key, frozenset())
         self.everyone.clear()
         self.copies.clear()
         for w in items:
             self._on_wrapper("ADDED", w)
+
+    def _learn_items(self, key: Key, uids: frozenset[str]) -> None:
+        """The objects the worker's dispatcher created for the AppWrapper `key`, as its
+        status records them: what proves a pod to be of its gang."""
+        if self._items.get(key, frozenset()) == uids:
+            return
+        self.ownership.forget(key)
+        for uid in sorted(uids):
+            self.ownership.add_item(uid, key)
+        if uids:
+            self._items[key] = uids
+        else:
+            self._items.pop(key, None)
 
     def _on_tree(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":

@@ -78,6 +78,7 @@ class WorkerLink:
         if blind is None and view.listed:
             self.reachable, self.last_answer, self.problem = True, now, ""
             self.look = view
+            view.prove()
             return
         if self.reachable:
             log.warning("worker cluster %s stopped answering: %s", self.name, blind)

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.controller.kube.client import ApiError, Kube
 from dispatcher.kinds.registry import KNOWN_KINDS
 from dispatcher.kinds.scope import GroupKind
 
@@ -72,6 +73,21 @@ def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
 
 # Fetches an owner object, or None when it does not exist.
 Fetch = Callable[[OwnerRef], Awaitable[Mapping[str, Any] | None]]
+
+
+async def fetch_owner(kube: Kube, ref: OwnerRef) -> Mapping[str, Any] | None:
+    """An object in a pod's owner chain, read from `kube`, or None if it does not exist
+    (or its kind is not served there)."""
+    resource = await kube.resource(ref.api_version, ref.kind)
+    if resource is None:
+        return None
+    try:
+        obj: dict[str, Any] = await kube.request("GET", resource.path(ref.namespace, ref.name))
+        return obj
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 class Ownership:
