@@ -266,6 +266,7 @@ def _run_manager(args: argparse.Namespace) -> int:
     settings = ManagerSettings(kubeconfig=args.kubeconfig, grace=args.worker_grace,
                                metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                                fit=args.fit, topology=config.topology_levels,
+                               leave_kueue_labelled=args.leave_kueue_labelled,
                                leader_election=args.leader_elect,
                                lease_namespace=args.lease_namespace or own_namespace(),
                                lease_name=args.lease_name or "dispatcher-manager-leader")

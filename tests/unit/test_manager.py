@@ -1108,3 +1108,56 @@ def test_pods_proven_the_gangs_count_for_it_through_any_owner_chain() -> None:
     fleet.cycle(3)
     # Proven: the 8 GPUs its pods take are not held for it a second time.
     assert sample(fleet, "dispatcher_worker_free_gpus", first) == 8
+
+
+# --- the manager's queue keeps out what the controller's queue gate keeps out ----------
+
+HELD = "workload.codeflare.dev/held-by"
+
+
+def v1beta2_wrapper(name: str, **spec: Any) -> dict[str, Any]:
+    from .test_runtime_v1beta2 import codeflare
+    return codeflare(name, job(name, 1, 8), **spec)
+
+
+@pytest.mark.parametrize("kind", ["held", "suspended", "managed elsewhere"])
+def test_the_manager_sends_nothing_the_controller_would_keep_out_of_its_queue(kind: str
+                                                                                ) -> None:
+    fleet = Fleet(Worker("w1"))
+    if kind == "held":
+        fleet.submit("kept")
+        fleet.wrapper("kept")["metadata"]["annotations"] = {HELD: "alice"}
+    elif kind == "suspended":
+        fleet.manager.put(v1beta2_wrapper("kept", suspend=True))
+    else:
+        fleet.manager.put(v1beta2_wrapper("kept", managedBy="kueue.x-k8s.io/multikueue"))
+    fleet.submit("other")  # 8 GPUs: the whole worker, after it in the queue
+    fleet.cycle(3)
+    # Before: `kept` was sent, its copy waited (or was ignored) in w1, which it kept full.
+    assert fleet.target("kept") is None and fleet.holding("kept") == set()
+    assert fleet.target("other") == "w1"
+    message = (fleet.wrapper("kept").get("status") or {}).get("message")
+    assert message == {
+        "held": "held by alice: it keeps its place in the queue and is not dispatched until "
+                "released (kubectl appwrapper release kept)",
+        "suspended": "suspended (spec.suspend is true): it keeps its place in the queue and "
+                     "is not dispatched until spec.suspend is false",
+        "managed elsewhere": None}[kind]  # another controller's: not a word written on it
+
+
+def test_a_held_wrapper_released_is_sent_and_a_cancelled_one_fails() -> None:
+    fleet = Fleet(Worker("w1", gpus=16))
+    fleet.submit("held")
+    fleet.wrapper("held")["metadata"]["annotations"] = {HELD: "alice"}
+    fleet.submit("cancelled")
+    fleet.wrapper("cancelled")["metadata"]["annotations"] = {
+        "workload.codeflare.dev/cancelled-by": "bob"}
+    fleet.cycle(2)
+    assert fleet.target("held") is None and fleet.target("cancelled") is None
+    status = fleet.wrapper("cancelled")["status"]
+    assert status["state"] == "Failed"
+    assert status["message"] == "cancelled by bob: it will not be dispatched"
+    del fleet.wrapper("held")["metadata"]["annotations"][HELD]  # released
+    fleet.cycle(2)
+    assert fleet.target("held") == "w1" and fleet.holding("held") == {"w1"}
+    assert fleet.target("cancelled") is None and fleet.holding("cancelled") == set()

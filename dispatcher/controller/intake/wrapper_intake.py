@@ -19,7 +19,6 @@ from typing import Any
 
 from dispatcher.api.conditions import ConditionType, Reason, latest
 from dispatcher.api.labels import MANAGER_UID_LABEL
-from dispatcher.api.management import managed_elsewhere
 from dispatcher.api.models import AppWrapper, InvalidSpec, parse_appwrapper
 from dispatcher.controller.pods.leftovers import watch as watch_leftovers
 from dispatcher.controller.record.holds import asked
@@ -44,7 +43,7 @@ from dispatcher.resources import GPU
 from dispatcher.review import review
 
 from .following import first_seen, follow, set_ended_timers, status_of
-from .queue_gate import QueueGate
+from .queue_gate import QueueGate, left_to_another
 
 log = logging.getLogger("dispatcher")
 
@@ -52,15 +51,6 @@ log = logging.getLogger("dispatcher")
 TEARDOWN_REASONS = frozenset({Reason.ItemCreationFailure, Reason.DispatchDeadlineExceeded,
                               "RequeueLimitReached", RETRY_LIMIT_REACHED,
                               Reason.Cancelled})
-
-
-def _taken_in(obj: Mapping[str, Any]) -> bool:
-    """Whether a dispatcher took this wrapper in: it wrote the MCAD status (its first
-    decision writes the whole chain; another controller's v1beta2 status converts to a
-    state without conditions)."""
-    status = obj.get("status")
-    return isinstance(status, Mapping) and bool(
-        status.get("conditions") or status.get("controllerfirsttimestamp"))
 
 
 class WrapperIntake:
@@ -112,14 +102,8 @@ class WrapperIntake:
             return  # else our own status write coming back, or a label change
         if t is not None:
             self.memory.forget(t)  # replaced by a new object of the same name
-        elsewhere = managed_elsewhere(meta.get("annotations") or {}, meta.get("labels") or {},
-                                      self.leave_kueue_labelled)
-        if elsewhere is not None and _taken_in(obj):
-            # spec.managedBy is immutable (codeflare's): a wrapper this dispatcher already
-            # runs stays its own, whatever its annotation says now.
-            log.warning("%s/%s: %s, but this dispatcher took it in before: kept", *key,
-                        elsewhere)
-        elif elsewhere is not None:
+        elsewhere = left_to_another(obj, self.leave_kueue_labelled)  # the gate's rule
+        if elsewhere is not None:
             log.debug("%s/%s: left to another controller: %s", *key, elsewhere)
             return
         self._intake(key, obj)

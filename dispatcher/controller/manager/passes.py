@@ -6,7 +6,9 @@ wrappers of a worker unreachable for longer than the grace; keep each sent wrapp
 there (its wrapper deleted, requeued or sent elsewhere); then send the queued wrappers, in
 queue order, to the worker where each gang fits whole now (dispatcher.fleet: per node, with
 the topology levels of the manager's configuration, within the worker's quota:
-worker_quota.py), or tell them why none can.
+worker_quota.py), or tell them why none can. The queue holds exactly what the controller's
+queue gate lets into its own (intake/queue_gate.py): a held, suspended or cancelled wrapper,
+or another controller's, is never sent (its copy would only wait, keeping its room).
 
 No wrapper runs in two clusters because the manager's wrapper names its worker (label
 CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 
 from dispatcher.admission import FINISHED_STATES
 from dispatcher.api.labels import CLUSTER_LABEL
+from dispatcher.controller.intake.queue_gate import kept_out_of_queue
 from dispatcher.controller.kube.client import ApiError, Kube
 from dispatcher.controller.record.status import APPWRAPPERS
 from dispatcher.fit import Capacity
@@ -86,6 +89,9 @@ class ManagerSettings:
     #: configuration's topology levels).
     fit: Fit = "per-node"
     topology: Topology = NO_TOPOLOGY
+    #: `--leave-kueue-labelled`: wrappers labelled with a Kueue queue name are Kueue's, in
+    #: the manager's queue as in the controller's.
+    leave_kueue_labelled: bool = False
     #: Two replicas or more: only the holder of this Lease (in the manager cluster) sends.
     leader_election: bool = False
     lease_namespace: str = "dispatcher-system"
@@ -155,7 +161,7 @@ class Manager:
                                 [link for link in links.values() if link.reachable])
         await self.clusters.answered(now, self.heartbeats.renewed_at, self.passes)
         wrappers = await self.own.current()
-        queued, sent = await self._split(wrappers, now)
+        queued, sent, held = await self._split(wrappers, now)
         self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
         await self._keep_copies(sent)
         self.copying.keep_only(sent)
@@ -168,15 +174,18 @@ class Manager:
         self.last_workers = {w.name: w for w in workers}
         self.metrics.observe({w.name: WorkerFigures(
             w.sent, w.reachable, w.capacity.free_total.get(GPU, 0)) for w in workers})
-        await self._dispatch(queued, workers)
+        await self._dispatch(queued, workers, held)
         self.clusters.end_pass()
 
     async def _split(self, wrappers: list[dict[str, Any]], now: float
-                     ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The queued wrappers, and the sent ones by uid; those of a lost worker taken back."""
+                     ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]],
+                                list[tuple[dict[str, Any], str]]]:
+        """The queued wrappers; the sent ones by uid (those of a lost worker taken back);
+        the held ones, with what to tell them."""
         links = self.clusters.links
         queued: list[dict[str, Any]] = []
         sent: dict[str, dict[str, Any]] = {}  # manager uid -> wrapper
+        held: list[tuple[dict[str, Any], str]] = []
         for obj in wrappers:
             meta = obj["metadata"]
             if meta.get("deletionTimestamp"):
@@ -184,12 +193,25 @@ class Manager:
             target = (meta.get("labels") or {}).get(CLUSTER_LABEL)
             if target is None:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
-                    queued.append(obj)
+                    await self._gate(obj, queued, held)
             elif rules.lost(target, links, self.clusters.down_since, now, self.settings.grace):
                 await self._requeue(obj, rules.lost_message(target, links, self.settings.grace))
             else:
                 sent[meta["uid"]] = obj
-        return queued, sent
+        return queued, sent, held
+
+    async def _gate(self, obj: dict[str, Any], queued: list[dict[str, Any]],
+                    held: list[tuple[dict[str, Any], str]]) -> None:
+        """Into the queue (`queued`), or kept out of it by the controller's own queue gate:
+        held (`held`, told why), cancelled (failed), another controller's (left alone).
+        Sent, it would only wait in its worker, keeping that room from everyone."""
+        out = kept_out_of_queue(obj, self.settings.leave_kueue_labelled)
+        if out is None:
+            queued.append(obj)
+        elif out.why == "held":
+            held.append((obj, out.message))
+        elif out.why == "cancelled":
+            await self._write_status(obj, {"state": "Failed", "message": out.message})
 
     async def _each_worker(self, stage: str, step: Callable[[WorkerLink], Awaitable[None]],
                            links: Iterable[WorkerLink]) -> None:
@@ -291,8 +313,9 @@ class Manager:
         return True
 
     # ------------------------------------------------------------------ dispatching
-    async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker]) -> None:
-        if not queued:
+    async def _dispatch(self, queued: list[dict[str, Any]], workers: list[Worker],
+                        held: list[tuple[dict[str, Any], str]]) -> None:
+        if not queued and not held:
             return
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         queue: list[QueuedWrapper] = []
@@ -306,7 +329,7 @@ class Manager:
             entry, selectors[read[0].key] = read
             queue.append(entry)
             entries[entry.key] = obj
-        waits = list(refused)
+        waits = held + refused
         writes = []
         for entry, answer in dispatch(queue, workers, self.wall(), selectors,
                                       self.settings.fit, self.settings.topology):
