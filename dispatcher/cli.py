@@ -250,6 +250,10 @@ def _run_manager(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"dispatcher run: {e}", file=sys.stderr)
         return EXIT_INPUT
+    if args.worker_start_seconds < 0:
+        print(f"dispatcher run: --worker-start-seconds must be 0 (never) or more, got "
+              f"{args.worker_start_seconds:g}", file=sys.stderr)
+        return EXIT_INPUT
     warning = handover_warning(args.worker_grace, LEASE_SECONDS) if args.leader_elect else None
     if warning:
         print(f"dispatcher run: warning: {warning}", file=sys.stderr)
@@ -267,6 +271,7 @@ def _run_manager(args: argparse.Namespace) -> int:
                                metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                                fit=args.fit, topology=config.topology_levels,
                                leave_kueue_labelled=args.leave_kueue_labelled,
+                               start_within=args.worker_start_seconds,
                                leader_election=args.leader_elect,
                                lease_namespace=args.lease_namespace or own_namespace(),
                                lease_name=args.lease_name or "dispatcher-manager-leader")
@@ -512,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --manager: how long a worker may not answer before its "
                    "AppWrappers are requeued (default 60, at least 45); a worker cut off "
                    "from the manager stops them after half of it")
+    r.add_argument("--worker-start-seconds", type=float, default=300.0, metavar="SECONDS",
+                   help="with --manager: how long a copy may wait in its worker without "
+                   "starting before it is taken back and tried in another worker first "
+                   "(default 300; 0: never)")
     r.add_argument("--policy", default="fifo",
                    help="fifo, priority, backfill, or a policy YAML file (default fifo)")
     r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")

@@ -4,7 +4,8 @@ A worker can take a gang when the gang fits there whole, now, per node (the same
 as a single cluster's admission, topology levels included: a pod set that requires a rack
 goes only to a worker with such a rack free), within the worker's quota trees (its
 QuotaSubtrees, with the usage its own dispatcher counts, borrowing as they allow), and the
-worker is reachable and carries the labels the wrapper asks for. Of those, best fit: the one
+worker is reachable and carries the labels the wrapper asks for (and is not one where a
+copy of it waited without starting, while others are tried first). Of those, best fit: the one
 left with the least free of the resources the gang asks beyond cpu and memory (its GPUs),
 so big free clusters stay whole for big gangs; ties go to the least free cpu, then to the
 worker with the fewest wrappers sent (gangs that ask for no room spread out), then name.
@@ -13,7 +14,7 @@ When none can, the answer names every worker and the best it has.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.fit.capacity import Capacity
@@ -30,6 +31,8 @@ from dispatcher.resources import format_amount
 CLUSTER_SELECTOR_ANNOTATION = "workload.codeflare.dev/cluster-selector"
 
 _COMMON = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+#: Why a worker is passed over for a wrapper whose copy never started there.
+NOT_STARTED_THERE = "a copy of it did not start there in time: the others are tried first"
 
 
 class SelectorError(ValueError):
@@ -87,9 +90,10 @@ def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 
 def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
            selector: Mapping[str, str] | None = None, labels: Labels = (),
-           placer: Placer = place) -> Chosen | NoneFits:
+           placer: Placer = place, avoid: Collection[str] = ()) -> Chosen | NoneFits:
     """The worker that takes the whole gang now (best fit), or why none can. `labels`:
-    the wrapper's, naming its quota leaves; `placer`: how pods are placed (``fit_rules``).
+    the wrapper's, naming its quota leaves; `placer`: how pods are placed (``fit_rules``);
+    `avoid`: workers where a copy of it waited without starting, passed over for now.
 
     Nothing is taken from any worker's capacity or quota: the caller takes the placements
     from the chosen worker's (``take``) and counts the wrapper in its quota (``charge``)."""
@@ -97,7 +101,8 @@ def choose(gang: Sequence[GangPodSet], workers: Iterable[Worker],
     why: list[str] = []
     wanted = demand(gang)
     for w in sorted(workers, key=lambda w: w.name):
-        refusal = _refusal(w, wanted, selector or {}, labels)
+        refusal = NOT_STARTED_THERE if w.name in avoid else \
+            _refusal(w, wanted, selector or {}, labels)
         if refusal is not None:
             why.append(f"{w.name}: {refusal}")
             continue
@@ -200,11 +205,13 @@ def order(queue: Iterable[QueuedWrapper], now: float) -> list[QueuedWrapper]:
 
 def dispatch(queue: Iterable[QueuedWrapper], workers: Sequence[Worker], now: float,
              selectors: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
-             fit: Fit = "per-node", topology: Topology = NO_TOPOLOGY
+             fit: Fit = "per-node", topology: Topology = NO_TOPOLOGY,
+             avoid: Mapping[tuple[str, str], Collection[str]] | None = None
              ) -> list[tuple[QueuedWrapper, Chosen | NoneFits]]:
     """One cycle: each valid wrapper in queue order goes to a worker or is told why not;
     the room and quota a chosen one takes are gone for the wrappers after it (taken from
-    its worker's capacity and ledger)."""
+    its worker's capacity and ledger). `avoid`: per wrapper, the workers it is not sent to
+    now (``choose``)."""
     placer, _ = fit_rules(fit, topology)
     sent = {w.name: w.sent for w in workers}
     out: list[tuple[QueuedWrapper, Chosen | NoneFits]] = []
@@ -218,11 +225,12 @@ def dispatch(queue: Iterable[QueuedWrapper], workers: Sequence[Worker], now: flo
             out.append((w, NoneFits(invalid)))
             continue
         selector = (selectors or {}).get(w.key)
-        ask = _ask(w, selector)
+        passed_over = (avoid or {}).get(w.key, ())
+        ask = (*_ask(w, selector), tuple(sorted(passed_over)))
         answer: Chosen | NoneFits | None = refused.get(ask)
         if answer is None:
             current = [replace(x, sent=sent[x.name]) for x in workers]
-            answer = choose(w.gang, current, selector, w.labels, placer)
+            answer = choose(w.gang, current, selector, w.labels, placer, passed_over)
             if isinstance(answer, Chosen):
                 picked = next(x for x in current if x.name == answer.cluster)
                 take(picked, answer)

@@ -10,6 +10,12 @@ pass, from the worker's last look:
   take the wrapper back to the manager's queue, so it may go to another worker (its copy
   is then no longer sent there and is deleted), unless the wrapper's requeue limit is
   reached: then it fails in the manager too;
+- a copy that has waited in its worker, never started, for longer than the bound
+  (`START_WITHIN`, the manager's `--worker-start-seconds`): take it back too, to be tried
+  in another worker first (`TakeBack.elsewhere`). The manager sent it where its gang fitted
+  whole; a copy that does not start there (held by the worker's own users, outranked by
+  its own queue, left to another controller, its dispatcher down) would keep that room from
+  everyone for good. It never ran: no requeue is counted, and no limit applies;
 - otherwise: mirror the copy's status to the manager's wrapper when it differs (all of it
   but the requeue count, which is the manager's: copies start from none).
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dispatcher.api.labels import MANAGER_UID_LABEL
@@ -35,6 +42,12 @@ REQUEUES = "numberOfRequeueings"
 COPY_OF = "managerUid"
 #: At most this many Events of one copy are mirrored in one pass (the newest).
 EVENTS_PER_PASS = 10
+#: Seconds a copy may wait in its worker, never started, before it is taken back: a
+#: worker's dispatcher starts a gang that fits within seconds; minutes leave room for its
+#: own queue and a slow start (the manager's `--worker-start-seconds`; 0: never).
+START_WITHIN = 300.0
+#: A copy's states while it waits in its worker's queue (after it, it has started).
+WAITING_STATES = frozenset({"", "Pending"})
 
 Status = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -58,6 +71,8 @@ class Mirror:
 @dataclass(frozen=True)
 class TakeBack:
     status: dict[str, Any]  # the manager's wrapper, queued again
+    #: Tried in the other workers first: the copy never started in this one.
+    elsewhere: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,12 @@ def requeued(mine: Status, message: str) -> dict[str, Any]:
 
 
 def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | None,
-         max_requeues: int) -> Step:
+         max_requeues: int, now: float = 0.0, start_within: float = 0.0) -> Step:
     """What to do with a sent wrapper whose worker answers, given its copy there.
 
     `max_requeues` is the wrapper's spec.schedulingSpec.requeuing.maxNumRequeuings
-    (0: no limit)."""
+    (0: no limit); `now` the manager's wall clock (seconds) and `start_within` the bound on
+    a copy's wait (0: none)."""
     if copy is None:
         return Make()
     meta = copy.get("metadata") or {}
@@ -101,8 +117,35 @@ def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | 
                 "(spec.schedulingSpec.requeuing.maxNumRequeuings)")}
             return GiveUp(final) if _differs(mine, final) else None
         return TakeBack(requeued(mine, f"requeued: {why}"))
+    due = start_due(copy, start_within)
+    if due is not None and now > due:
+        return TakeBack(not_started(worker, start_within, theirs), elsewhere=True)
     mirrored = {k: v for k, v in theirs.items() if k not in (REQUEUES, COPY_OF)}
     return Mirror(mirrored) if _differs(mine, mirrored) else None
+
+
+def start_due(copy: Mapping[str, Any] | None, start_within: float) -> float | None:
+    """By when (wall seconds) the copy must have started, while it waits in its worker;
+    None when it started, or no bound is set. Counted from its creation, as its worker
+    stamped it (clocks seconds apart change nothing at this scale)."""
+    if copy is None or start_within <= 0:
+        return None
+    if str((copy.get("status") or {}).get("state") or "") not in WAITING_STATES:
+        return None
+    stamp = (copy.get("metadata") or {}).get("creationTimestamp")
+    try:
+        made = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return made + start_within
+
+
+def not_started(worker: str, start_within: float, theirs: Status) -> dict[str, Any]:
+    """The manager's wrapper back in its queue: its copy never started in `worker`."""
+    why = f"requeued: worker cluster {worker} did not start it within {start_within:.0f}s"
+    if theirs.get("message"):
+        why += f" (there: {theirs['message']})"
+    return {"state": "Pending", "message": why[:1024], "running": 0, "pending": 0}
 
 
 def refused(worker: str, reason: str) -> dict[str, Any]:

@@ -338,3 +338,43 @@ def test_a_worker_the_manager_cannot_read_takes_nothing_and_the_wait_says_so() -
     assert isinstance(answer, NoneFits)
     assert answer.message == ("no worker cluster can take the whole gang now: w1: the manager "
                               "cannot use what it holds (its WorkerCluster's status says why)")
+
+
+def waiting_copy(state: str = "Pending", made: str = "2027-01-15T08:00:00Z"
+                 ) -> dict[str, Any]:
+    return {"metadata": {"labels": {"workload.codeflare.dev/manager-uid": "m1"},
+                         "creationTimestamp": made},
+            "status": {"state": state, "message": "waiting"}}
+
+
+@pytest.mark.parametrize("state, taken_back", [
+    ("", True), ("Pending", True), ("Running", False), ("Completed", False)])
+def test_a_copy_that_waited_past_the_bound_is_taken_back_to_be_tried_elsewhere(
+        state: str, taken_back: bool) -> None:
+    from datetime import datetime
+
+    from dispatcher.fleet import copies
+
+    made = datetime.fromisoformat("2027-01-15T08:00:00+00:00").timestamp()
+    copy = waiting_copy(state)
+    assert not isinstance(copies.step("w1", "m1", {}, copy, 0, made + 300, 300),
+                          copies.TakeBack)  # at the bound: not yet
+    step = copies.step("w1", "m1", {}, copy, 1, made + 301, 300)
+    assert isinstance(step, copies.TakeBack) == taken_back
+    if isinstance(step, copies.TakeBack):
+        assert step.elsewhere and step.status == {
+            "state": "Pending", "running": 0, "pending": 0,
+            "message": "requeued: worker cluster w1 did not start it within 300s (there: "
+                       "waiting)"}
+    assert not isinstance(copies.step("w1", "m1", {}, copy, 0, made + 10**6, 0),
+                          copies.TakeBack)  # no bound: never
+
+
+def test_a_worker_passed_over_for_a_wrapper_is_said_and_the_others_take_it() -> None:
+    w = wrapper("a", pod_set(1, gpu=8))
+    out = dispatch([w], [worker("w1", 8), worker("w2", 8)], 0.0, avoid={w.key: {"w1"}})
+    assert isinstance(out[0][1], Chosen) and out[0][1].cluster == "w2"
+    out = dispatch([w], [worker("w1", 8)], 0.0, avoid={w.key: {"w1"}})
+    assert isinstance(out[0][1], NoneFits) and out[0][1].message == (
+        "no worker cluster can take the whole gang now: w1: a copy of it did not start "
+        "there in time: the others are tried first")

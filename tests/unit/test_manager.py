@@ -1161,3 +1161,67 @@ def test_a_held_wrapper_released_is_sent_and_a_cancelled_one_fails() -> None:
     fleet.cycle(2)
     assert fleet.target("held") == "w1" and fleet.holding("held") == {"w1"}
     assert fleet.target("cancelled") is None and fleet.holding("cancelled") == set()
+
+
+def on_fleet_clock(fleet: Fleet) -> None:
+    """The workers' API servers stamp what they create with the fleet's clock."""
+    for w in fleet.workers.values():
+        w.clock = lambda: fleet.now
+
+
+def test_a_copy_that_never_starts_in_its_worker_is_taken_back_and_tried_elsewhere() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"),
+                  settings=ManagerSettings(grace=GRACE, start_within=300.0))
+    on_fleet_clock(fleet)
+    fleet.submit("a")
+    fleet.cycle()
+    assert fleet.target("a") == "w1"
+    copy = fleet.workers["w1"].copy("a")
+    assert copy is not None  # it waits there: held by the worker's own admin, say
+    copy["status"] = {"state": "Pending", "message": "held by admin: it keeps its place"}
+    fleet.now += 299
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1"  # within the bound: left there
+    fleet.now += 2
+    fleet.cycle()
+    status = fleet.wrapper("a")["status"]
+    assert fleet.target("a") is None and status["state"] == "Pending"
+    assert status["message"] == ("requeued: worker cluster w1 did not start it within 300s "
+                                 "(there: held by admin: it keeps its place)")
+    assert not status.get("numberOfRequeueings")  # it never ran: no requeue counted
+    fleet.cycle(2)
+    # Tried elsewhere first, although w1 looks as free.
+    assert fleet.target("a") == "w2" and fleet.holding("a") == {"w2"}
+
+
+def test_a_copy_that_waits_is_not_taken_back_where_no_bound_is_set_and_started_ones_stay(
+        ) -> None:
+    fleet = Fleet(Worker("w1"), settings=ManagerSettings(grace=GRACE, start_within=0))
+    on_fleet_clock(fleet)
+    fleet.submit("a")
+    fleet.cycle()
+    fleet.now += 10_000
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1"
+    started = Fleet(Worker("w1"))  # the default bound
+    on_fleet_clock(started)
+    started.submit("a")
+    started.cycle()
+    copy = started.workers["w1"].copy("a")
+    assert copy is not None
+    copy["status"] = {"state": "Running", "running": 1}
+    started.now += 10_000
+    started.cycle(2)
+    assert started.target("a") == "w1"
+
+
+def test_the_start_bound_is_the_documented_default_and_a_negative_one_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.cli import EXIT_INPUT, build_parser, main
+    from dispatcher.fleet.copies import START_WITHIN
+
+    given = build_parser().parse_args(["run", "--manager"]).worker_start_seconds
+    assert given == ManagerSettings().start_within == START_WITHIN == 300.0
+    assert main(["run", "--manager", "--worker-start-seconds", "-1"]) == EXIT_INPUT
+    assert "--worker-start-seconds must be 0 (never) or more, got -1" in \
+        capsys.readouterr().err

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -89,6 +90,9 @@ class ManagerSettings:
     #: configuration's topology levels).
     fit: Fit = "per-node"
     topology: Topology = NO_TOPOLOGY
+    #: Seconds a copy may wait in its worker, never started, before it is taken back and
+    #: tried in another worker first (`--worker-start-seconds`; 0: never).
+    start_within: float = rules.START_WITHIN
     #: `--leave-kueue-labelled`: wrappers labelled with a Kueue queue name are Kueue's, in
     #: the manager's queue as in the controller's.
     leave_kueue_labelled: bool = False
@@ -116,8 +120,12 @@ class Manager:
         self.heartbeats = Heartbeats(settings.grace, clock, wall)
         #: Per worker: its room as the last pass saw it (read by the Clusters view).
         self.last_workers: dict[str, Worker] = {}
-        #: Per sent wrapper (uid) the last pass found nothing to do for: what it saw then.
-        self.settled: dict[str, tuple[str | None, str | None, int]] = {}
+        #: Per sent wrapper (uid) the last pass found nothing to do for: what it saw then,
+        #: and until when that holds (a copy that waits must have started by then).
+        self.settled: dict[str, tuple[tuple[str | None, str | None, int], float]] = {}
+        #: Per wrapper (uid) whose copy did not start in a worker: that worker, and until
+        #: when the others are tried first.
+        self.avoid: dict[str, tuple[str, float]] = {}
 
     async def run(self, stop: asyncio.Event) -> int:
         log.info("%s (grace %.0fs; workers stop the copies of a manager unheard for %ds)",
@@ -163,6 +171,9 @@ class Manager:
         wrappers = await self.own.current()
         queued, sent, held = await self._split(wrappers, now)
         self.entries.keep_only(obj["metadata"]["uid"] for obj in wrappers)
+        wall = self.wall()
+        self.avoid = {uid: (worker, until) for uid, (worker, until) in self.avoid.items()
+                      if until > wall and uid in self.own.objects}
         await self._keep_copies(sent)
         self.copying.keep_only(sent)
         self.settled = {uid: seen for uid, seen in self.settled.items() if uid in sent}
@@ -195,7 +206,8 @@ class Manager:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
                     await self._gate(obj, queued, held)
             elif rules.lost(target, links, self.clusters.down_since, now, self.settings.grace):
-                await self._requeue(obj, rules.lost_message(target, links, self.settings.grace))
+                why = rules.lost_message(target, links, self.settings.grace)
+                await self._requeue(obj, rules.requeued(obj.get("status") or {}, why))
             else:
                 sent[meta["uid"]] = obj
         return queued, sent, held
@@ -237,14 +249,15 @@ class Manager:
             return instead
 
     # ------------------------------------------------------------------ sent wrappers
-    async def _requeue(self, obj: dict[str, Any], why: str) -> bool:
-        """Back to the manager's queue: its target cleared (fenced), so it may go to another
-        worker; the copy is then a stray, deleted where its worker answers."""
+    async def _requeue(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+        """Back to the manager's queue, with `status`: its target cleared (fenced), so it
+        may go to another worker; the copy is then a stray, deleted where its worker
+        answers."""
         meta = obj["metadata"]
-        log.warning("%s/%s %s", meta["namespace"], meta["name"], why)
+        log.warning("%s/%s %s", meta["namespace"], meta["name"], status.get("message"))
         if not await self._fenced_label(obj, None):
             return False
-        await self._write_status(obj, rules.requeued(obj.get("status") or {}, why))
+        await self._write_status(obj, status)
         return True
 
     async def _keep_copies(self, sent: dict[str, dict[str, Any]]) -> None:
@@ -281,13 +294,17 @@ class Manager:
         seen = (meta.get("resourceVersion"), None, 0) if copy is None else (
             meta.get("resourceVersion"), copy["metadata"].get("resourceVersion"),
             len(link.look.events_by_object.get(copy["metadata"].get("uid"), {})))
-        if self.settled.get(meta["uid"]) == seen:
+        wall = self.wall()
+        known = self.settled.get(meta["uid"])
+        if known is not None and known[0] == seen and wall <= known[1]:
             return None
         limit = ((obj.get("spec") or {}).get("schedulingSpec") or {}).get("requeuing") or {}
         step = rules.step(link.name, meta["uid"], obj.get("status") or {}, copy,
-                          int(limit.get("maxNumRequeuings") or 0))
+                          int(limit.get("maxNumRequeuings") or 0), wall,
+                          self.settings.start_within)
         if step is None and (copy is None or not self.copying.pending(link, obj, copy)):
-            self.settled[meta["uid"]] = seen
+            due = rules.start_due(copy, self.settings.start_within)
+            self.settled[meta["uid"]] = (seen, math.inf if due is None else due)
             return None
         self.settled.pop(meta["uid"], None)
         return link, copy, step
@@ -305,8 +322,11 @@ class Manager:
                     return False
             case rules.Mirror(status) | rules.GiveUp(status):
                 await self._write_status(obj, status)
-            case rules.TakeBack(status):
-                if await self._requeue(obj, str(status["message"])):
+            case rules.TakeBack(status, elsewhere):
+                if await self._requeue(obj, status):
+                    if elsewhere:
+                        self.avoid[obj["metadata"]["uid"]] = (link.name,
+                                                   self.wall() + self.settings.start_within)
                     return False
         if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
             await self.copying.mirror_events(link, obj, copy)
@@ -331,8 +351,10 @@ class Manager:
             entries[entry.key] = obj
         waits = held + refused
         writes = []
+        avoid = {entry.key: {self.avoid[entry.uid][0]} for entry in queue
+                 if entry.uid in self.avoid}
         for entry, answer in dispatch(queue, workers, self.wall(), selectors,
-                                      self.settings.fit, self.settings.topology):
+                                      self.settings.fit, self.settings.topology, avoid):
             obj = entries[entry.key]
             if isinstance(answer, NoneFits):
                 waits.append((obj, answer.message))
