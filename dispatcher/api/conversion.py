@@ -22,6 +22,13 @@ The status a reader of the other version sees is worked out from the stored one 
 v1beta1 ``state: Running`` is a v1beta2 ``phase: Running`` with QuotaReserved,
 ResourcesDeployed and PodsReady true), unless the annotation holds a status written in
 that version for exactly the stored status, which is then shown as it was written.
+
+What a dispatcher records in status to decide what runs where (:data:`RECORDED_FIELDS`: the
+worker a manager sent the wrapper to, a worker's record of a manager's copy) is in both
+versions' statuses as it is, and is always taken from the status being converted, never
+from the annotation: a client that writes the wrapper as v1beta2 sends the annotation back
+as it likes, while the API server keeps the stored status (a status is written through
+``/status`` only, by whoever may).
 """
 
 from __future__ import annotations
@@ -127,6 +134,7 @@ def to_v1beta2(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash,
                  lambda status: v1beta2_status(status, metadata, new_spec), v1beta1_status)
+    _recorded_from(source, result)
     if stash and stashed is not None:
         stash[_WRITTEN_AS_V1BETA2] = True
     _put_stash(result, V1BETA1_FIELDS_ANNOTATION, stash, stashed)
@@ -175,6 +183,7 @@ def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
     result["spec"] = new_spec
     _move_status(source, result, back, stash, v1beta1_status,
                  lambda status: v1beta2_status(status, metadata, spec))
+    _recorded_from(source, result)
     written_as_v1beta2 = stashed is None or back.get(_WRITTEN_AS_V1BETA2) is True
     _put_stash(result, V1BETA2_FIELDS_ANNOTATION, stash,
                None if written_as_v1beta2 else stashed)
@@ -377,10 +386,31 @@ def v1beta1_status(status: Any) -> dict[str, Any]:
 
 #: The dispatcher's status fields both versions carry unchanged (the printer columns').
 QUEUE_FIELDS = ("requestedGPUs", "queuePosition", "estimatedStart", "message")
+#: What a dispatcher records in status to decide what runs where: both versions carry it
+#: unchanged, taken from the status converted alone (`_recorded_from`).
+RECORDED_FIELDS = ("workerCluster", "managerUid")
 
 
 def _queue_fields(status: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: status[k] for k in QUEUE_FIELDS if status.get(k) not in (None, "")}
+    return {**{k: status[k] for k in QUEUE_FIELDS if status.get(k) not in (None, "")},
+            **_recorded(status)}
+
+
+def _recorded(status: Any) -> dict[str, Any]:
+    if not isinstance(status, Mapping):
+        return {}
+    return {k: status[k] for k in RECORDED_FIELDS if status.get(k) is not None}
+
+
+def _recorded_from(source: Mapping[str, Any], result: dict[str, Any]) -> None:
+    """`result`'s recorded fields as `source`'s status has them, whatever status the
+    annotation kept (a client's to write)."""
+    shown = result.get("status")
+    if not isinstance(shown, dict):
+        return
+    for key in RECORDED_FIELDS:
+        shown.pop(key, None)
+    shown.update(_recorded(source.get("status")))
 
 
 def _condition(kind: V1beta2Condition, true: bool, reason: str, message: str,

@@ -372,6 +372,10 @@ class AppWrapperStatus(_Model):
     # when the worker's dispatcher first took it in. Recorded where only the dispatcher
     # writes, so that the fence against a lost manager outlives the label's removal.
     managerUid: str | None = None
+    # In a manager cluster: the worker cluster the manager sent it to, recorded before the
+    # copy is made there. Where tenants may write labels (no webhook), only what the manager
+    # recorded where they cannot says a wrapper is sent.
+    workerCluster: str | None = None
 
 
 class AppWrapper(_Model):

@@ -148,6 +148,9 @@ class AppWrapperStatusV2(_Model):
     queuePosition: int | None = Field(default=None, ge=1)
     estimatedStart: Time | None = None
     message: str | None = None
+    # What a dispatcher records to decide what runs where, as v1beta1 has it.
+    workerCluster: str | None = None
+    managerUid: str | None = None
 
 
 class AppWrapperV2(_Model):

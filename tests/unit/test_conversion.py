@@ -76,6 +76,7 @@ v1_statuses = st.fixed_dictionaries({}, optional={
         {"kind": st.just("Job"), "name": names},
         optional={"apiVersion": st.just("batch/v1"), "uid": st.text("abc", max_size=3)}),
         max_size=2),
+    "workerCluster": st.sampled_from(["w1", "w2"]), "managerUid": st.text("abc", max_size=3),
 })
 
 v1_wrappers = st.fixed_dictionaries({
@@ -112,7 +113,8 @@ v2_statuses = st.fixed_dictionaries({}, optional={
     "resettingCount": st.integers(0, 4), "conditions": meta_conditions,
     "componentStatus": st.lists(st.fixed_dictionaries({
         "name": names, "kind": st.just("Job"), "apiVersion": st.just("batch/v1"),
-        "podSets": st.lists(pod_sets, max_size=1)}), max_size=2)})
+        "podSets": st.lists(pod_sets, max_size=1)}), max_size=2),
+    "workerCluster": st.sampled_from(["w1", "w2"]), "managerUid": st.text("abc", max_size=3)})
 
 v2_wrappers = st.fixed_dictionaries({
     "apiVersion": st.just(V2), "kind": st.just("AppWrapper"), "metadata": metadata(),
@@ -388,3 +390,33 @@ def test_the_v1beta2_fields_of_one_annotation_are_parsed_once() -> None:
     edited = {**annotations, V1BETA2_FIELDS_ANNOTATION: " " + annotations[
         V1BETA2_FIELDS_ANNOTATION]}
     assert v1beta2_fields(edited) == first and v1beta2_fields(edited) is not first
+
+
+def _forged(shown: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """`shown` (a v1beta2 reader's form of a stored wrapper) written back as a tenant may:
+    its status as the API server keeps it, its annotation holding a v1beta1 status of the
+    tenant's own for exactly that status."""
+    from dispatcher.api.conversion import _digest
+
+    out = json.loads(json.dumps(shown))
+    stash = json.loads(out["metadata"]["annotations"][V1BETA1_FIELDS_ANNOTATION])
+    stash.update(status=status, statusOf=_digest(out["status"]))
+    out["metadata"]["annotations"][V1BETA1_FIELDS_ANNOTATION] = json.dumps(stash)
+    return out
+
+
+@pytest.mark.parametrize("recorded", [{}, {"workerCluster": "w2", "managerUid": "m-1"}])
+def test_a_v1beta2_write_cannot_forge_what_a_dispatcher_recorded_in_status(
+        recorded: dict[str, str]) -> None:
+    """workerCluster (the worker a manager sent the wrapper to) and managerUid (a worker's
+    record of a manager's copy) are written in status by a dispatcher alone. A tenant who
+    writes the wrapper as v1beta2 sends the annotation the conversion reads back; the API
+    server keeps the stored status, and the recorded fields come from that, never from the
+    annotation."""
+    stored = mcad_wrapper(state="Pending", message="waiting", **recorded)
+    shown = to_v1beta2(stored)
+    forged = {**stored["status"], "workerCluster": "w1", "managerUid": "someone-else"}
+    back = to_v1beta1(_forged(shown, forged))
+    assert {k: back["status"].get(k) for k in ("workerCluster", "managerUid")} == {
+        "workerCluster": recorded.get("workerCluster"), "managerUid": recorded.get("managerUid")}
+    assert to_v1beta1(shown)["status"] == stored["status"]  # an honest edit keeps it all
