@@ -265,7 +265,9 @@ class Simulation:
         """For each AppWrapper newly sent: the oldest room freed in its worker and not
         used yet, and how many passes it waited."""
         for aw in manager.of_kind("AppWrapper"):
-            target = (aw["metadata"].get("labels") or {}).get("workload.codeflare.dev/cluster")
+            # The manager's record (status); an earlier manager's label (--before main).
+            target = (aw.get("status") or {}).get("workerCluster") or (
+                aw["metadata"].get("labels") or {}).get("workload.codeflare.dev/cluster")
             key = (str(target), aw["metadata"]["name"])
             if target is None or key in self.seen:
                 continue

@@ -23,7 +23,6 @@ from typing import Any
 
 from dispatcher.admission import first_seen_of, queued_from_appwrapper
 from dispatcher.api.conditions import latest
-from dispatcher.api.labels import CLUSTER_LABEL
 from dispatcher.api.models import (
     API_GROUP,
     API_VERSION,
@@ -139,7 +138,7 @@ def pending_queue(objects: Iterable[Mapping[str, Any]], now: float) -> list[Pend
             estimate.timestamp() - now if estimate is not None else None,
             status.queuePolicy, tuple((q.tree, q.node, q.position)
                                       for q in status.quotaPositions or ()),
-            (meta.get("labels") or {}).get(CLUSTER_LABEL)))
+            status.workerCluster))
     return sorted(rows, key=lambda r: (r.reason == "InvalidSpec", r.position is None,
                                        r.position or 0, r.first_seen, r.namespace, r.name))
 

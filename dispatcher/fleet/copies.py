@@ -1,7 +1,8 @@
 """What the manager does with a wrapper it sent, from the copy its worker holds.
 
-A sent wrapper names its worker (the target, recorded before the copy is made). In each
-pass, from the worker's last look:
+A sent wrapper names its worker (the target, recorded in its status by the manager before
+the copy is made: `target`; a label is anyone's to write where no webhook guards it, a
+status only the manager's). In each pass, from the worker's last look:
 
 - no copy: make it (the second step of the fence; a manager that died between the two
   steps makes it now, one that died after both finds it here and adopts it);
@@ -40,6 +41,8 @@ from .fence import stopped
 REQUEUES = "numberOfRequeueings"
 #: The worker's record that it holds a copy: not mirrored (the manager's wrapper is none).
 COPY_OF = "managerUid"
+#: The manager's record of the worker it sent a wrapper to (never mirrored from a copy).
+SENT_TO = "workerCluster"
 #: At most this many Events of one copy are mirrored in one pass (the newest).
 EVENTS_PER_PASS = 10
 #: Seconds a copy may wait in its worker, never started, before it is taken back: a
@@ -83,6 +86,33 @@ class GiveUp:
 Step = Make | Wait | Mirror | TakeBack | GiveUp | None
 
 
+def target(wrapper: Mapping[str, Any]) -> str | None:
+    """The worker the manager sent the wrapper to, as the manager recorded it; None: not
+    sent (queued, finished, or taken back)."""
+    status = wrapper.get("status")
+    sent = status.get(SENT_TO) if isinstance(status, Mapping) else None
+    return str(sent) if sent else None
+
+
+def adoptable(wrapper: Mapping[str, Any], copies_by_worker: Mapping[str, Mapping[Key, Any]],
+              labelled: str | None) -> str | None:
+    """The worker a manager of an earlier version sent the wrapper to, naming it in the
+    label `labelled` only: taken for sent there only where that worker holds its copy as
+    the manager made it (the wrapper's spec, labelled with its uid) and that worker's
+    dispatcher recorded it as the wrapper's copy (in the copy's status, its alone). A label
+    a tenant wrote meets none of that."""
+    if not labelled or labelled not in copies_by_worker:
+        return None
+    meta = wrapper.get("metadata") or {}
+    copy = copies_by_worker[labelled].get((str(meta.get("namespace")), str(meta.get("name"))))
+    if copy is None:
+        return None
+    uid = meta.get("uid")
+    mine = ((copy.get("metadata") or {}).get("labels") or {}).get(MANAGER_UID_LABEL) == uid \
+        and (copy.get("status") or {}).get(COPY_OF) == uid
+    return labelled if mine and copy.get("spec") == wrapper.get("spec") else None
+
+
 def requeued(mine: Status, message: str) -> dict[str, Any]:
     """The manager's wrapper back in its queue: Pending, nothing running, one more requeue."""
     return {"state": "Pending", "message": message, "running": 0, "pending": 0,
@@ -120,7 +150,7 @@ def step(worker: str, manager_uid: str, mine: Status, copy: Mapping[str, Any] | 
     due = start_due(copy, start_within)
     if due is not None and now > due:
         return TakeBack(not_started(worker, start_within, theirs), elsewhere=True)
-    mirrored = {k: v for k, v in theirs.items() if k not in (REQUEUES, COPY_OF)}
+    mirrored = {k: v for k, v in theirs.items() if k not in (REQUEUES, COPY_OF, SENT_TO)}
     return Mirror(mirrored) if _differs(mine, mirrored) else None
 
 

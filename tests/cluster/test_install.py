@@ -423,7 +423,9 @@ def test_a_manager_comes_up_from_the_chart_with_only_the_rights_it_needs(
     assert not can("list", "secrets", "-n", SYSTEM_NAMESPACE)
     assert can("patch", "workerclusters.workload.codeflare.dev", "--subresource=status")
     assert not can("create", "workerclusters.workload.codeflare.dev")
-    assert can("patch", "appwrappers.workload.codeflare.dev", "-A")
+    assert can("patch", "appwrappers.workload.codeflare.dev", "--subresource=status", "-A")
+    assert can("watch", "appwrappers.workload.codeflare.dev", "-A")
+    assert not can("patch", "appwrappers.workload.codeflare.dev", "-A")  # status is its record
     assert not can("create", "pods", "-n", "default")
     # Run as its service account, with the rendered args: it reads a worker's kubeconfig
     # from its namespace and reports the worker on the WorkerCluster's status; one whose

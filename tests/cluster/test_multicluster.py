@@ -31,7 +31,6 @@ from .test_controller import appwrapper, job
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER_CRD = REPO / "crds" / "workerclusters.workload.codeflare.dev.yaml"
-CLUSTER_LABEL = "workload.codeflare.dev/cluster"
 AW_LABEL = "workload.codeflare.dev/appwrapper"
 GRACE = 45  # --worker-grace of the manager, seconds (the least it takes)
 HANDOVER_GRACE = 240  # the leader-kill test's: workers fence its copies after 120 s unheard
@@ -109,8 +108,9 @@ def gpus_gang(name: str, pods: int, gpus: int) -> dict[str, Any]:
 
 
 def sent_to(k: Kubectl, name: str) -> str | None:
-    labels: dict[str, str] = k.json("aw", name)["metadata"].get("labels") or {}
-    return labels.get(CLUSTER_LABEL)
+    """The worker the manager recorded it sent the wrapper to."""
+    target = (k.json("aw", name).get("status") or {}).get("workerCluster")
+    return str(target) if target else None
 
 
 def test_two_gangs_go_to_different_workers_and_status_comes_back(fleet: Fleet, ns: str

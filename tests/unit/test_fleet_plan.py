@@ -91,8 +91,7 @@ def test_plan_over_worker_snapshots_says_what_to_fix(
 
 def test_queue_in_a_manager_shows_each_wrappers_cluster_and_the_managers_reason() -> None:
     sent = aw("sent", 1, 8)
-    sent["metadata"]["labels"] = {"workload.codeflare.dev/cluster": "w1"}
-    sent["status"] = {"state": "Pending"}
+    sent["status"] = {"state": "Pending", "workerCluster": "w1"}
     waiting = aw("waiting", 1, 16)
     message = ("no worker cluster can take the whole gang now: w1: 8 of 16 nvidia.com/gpu "
                "free on one node; w2: 8 of 16 nvidia.com/gpu free on one node")

@@ -193,7 +193,8 @@ class Fleet:
         return aw
 
     def target(self, name: str) -> str | None:
-        return (self.wrapper(name)["metadata"].get("labels") or {}).get(CLUSTER_LABEL)
+        """The worker the manager recorded it sent the wrapper to (in its status)."""
+        return (self.wrapper(name).get("status") or {}).get("workerCluster")
 
     def holding(self, name: str) -> set[str]:
         return {w.name for w in self.workers.values() if w.copy(name) is not None}
@@ -885,12 +886,12 @@ def test_a_view_lagging_the_managers_own_write_makes_no_copy() -> None:
     assert fleet.holding("a") == {"w1"} and w1.copy_posts == 1
     uid = fleet.wrapper("a")["metadata"]["uid"]
     path = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/a"
-    del fleet.manager.objects[path]["metadata"]["labels"][CLUSTER_LABEL]  # requeued there
-    fleet.manager.objects[path]["status"] = {"state": "Failed"}  # (not sent again)
+    fleet.manager.objects[path]["status"] = {"state": "Failed"}  # requeued, failed there
+    assert fleet.target("a") is None
     w1.objects = {p: o for p, o in w1.objects.items() if o.get("kind") != "AppWrapper"}
     w1.publish()  # the worker's watch is current; the manager's own is behind
     fleet.loop.run_until_complete(idle(fleet))
-    assert fleet.process.own.objects[uid]["metadata"]["labels"][CLUSTER_LABEL] == "w1"
+    assert fleet.process.own.objects[uid]["status"]["workerCluster"] == "w1"
     fleet.loop.run_until_complete(fleet.process.cycle())
     assert w1.copy_posts == 1 and fleet.holding("a") == set()
 
@@ -1225,3 +1226,38 @@ def test_the_start_bound_is_the_documented_default_and_a_negative_one_is_refused
     assert main(["run", "--manager", "--worker-start-seconds", "-1"]) == EXIT_INPUT
     assert "--worker-start-seconds must be 0 (never) or more, got -1" in \
         capsys.readouterr().err
+
+
+
+# --- the manager goes by what it recorded, never by a tenant's label -------------------
+
+
+def test_a_tenants_own_cluster_label_is_not_taken_for_sent() -> None:
+    """No webhook in the manager cluster: a tenant labels its wrapper with a worker."""
+    fleet = Fleet(Worker("w1", gpus=4), Worker("w2"))
+    fleet.submit("a", labels={CLUSTER_LABEL: "w1"})  # 8 GPUs: only w2 has them
+    fleet.cycle(3)
+    # Before: taken for sent to w1, a copy made there with no fit, queue or quota check.
+    assert fleet.holding("a") == {"w2"} and fleet.target("a") == "w2"
+    assert fleet.workers["w1"].copy_posts == 0
+
+
+def test_a_wrapper_an_earlier_manager_sent_by_its_label_is_adopted_not_sent_again() -> None:
+    fleet = Fleet(Worker("w1"), Worker("w2"))
+    fleet.submit("a")
+    fleet.cycle(2)
+    assert fleet.target("a") == "w1"
+    # As an earlier manager left it: the label names the worker, the status does not, and
+    # the worker's dispatcher took the copy in (its status records whose copy it is).
+    path = "/apis/workload.codeflare.dev/v1beta1/namespaces/team/appwrappers/a"
+    stored = fleet.manager.objects[path]
+    uid = stored["metadata"]["uid"]
+    stored["metadata"]["labels"] = {CLUSTER_LABEL: "w1"}
+    del stored["status"]["workerCluster"]
+    copy = fleet.workers["w1"].copy("a")
+    assert copy is not None
+    copy["status"] = {"state": "Running", "managerUid": uid}
+    fleet.process = fleet.start()
+    fleet.cycle(3)
+    assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
+    assert fleet.workers["w1"].copies_made() == 1 and fleet.workers["w2"].copy_posts == 0

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dispatcher.admission import FINISHED_STATES
-from dispatcher.api.labels import CLUSTER_LABEL
 from dispatcher.controller.dashboard.clusters_api import Facts
 from dispatcher.controller.dashboard.clusters_view import (
     Fleet,
@@ -20,6 +19,7 @@ from dispatcher.controller.dashboard.clusters_view import (
     WorkerFacts,
 )
 from dispatcher.fleet import order
+from dispatcher.fleet.copies import target as sent_to
 from dispatcher.queue.queue import QueuedWrapper
 from dispatcher.resources import GPU
 
@@ -94,7 +94,7 @@ def _split(wrappers: Iterable[Obj]) -> tuple[list[SentFacts], list[Obj]]:
         meta, status = obj["metadata"], obj.get("status") or {}
         if meta.get("deletionTimestamp"):
             continue
-        target = (meta.get("labels") or {}).get(CLUSTER_LABEL)
+        target = sent_to(obj)
         if target is not None:
             sent.append(SentFacts(str(meta.get("namespace") or ""), str(meta["name"]),
                                   str(target), str(status.get("state") or "")))

@@ -10,10 +10,14 @@ worker_quota.py), or tell them why none can. The queue holds exactly what the co
 queue gate lets into its own (intake/queue_gate.py): a held, suspended or cancelled wrapper,
 or another controller's, is never sent (its copy would only wait, keeping its room).
 
-No wrapper runs in two clusters because the manager's wrapper names its worker (label
-CLUSTER_LABEL) before the copy is made, by a write fenced on its resourceVersion; a copy is
-kept only in the worker its wrapper names. A manager killed between the two writes finds the
-label when it starts again and makes the copy then; one killed after both adopts the copy.
+No wrapper runs in two clusters because the manager's wrapper names its worker (in its
+status, status.workerCluster: what the manager recorded, where tenants cannot write; never a
+label, which they can where no webhook guards it) before the copy is made, by a write fenced
+on its resourceVersion; a copy is kept only in the worker its wrapper names. A manager killed
+between the two writes finds the record when it starts again and makes the copy then; one
+killed after both adopts the copy. A wrapper sent by a manager of an earlier version, which
+named the worker in the label workload.codeflare.dev/cluster only, is taken for sent there
+only where that worker holds its copy as the manager made it (fleet.copies.adoptable).
 A worker cut off from the manager stops its copies before the grace runs out: the manager
 renews a heartbeat there each pass, and between passes while one runs long (heartbeats.py),
 and counts the grace from the last renewal the worker acknowledged.
@@ -177,7 +181,7 @@ class Manager:
         await self._keep_copies(sent)
         self.copying.keep_only(sent)
         self.settled = {uid: seen for uid, seen in self.settled.items() if uid in sent}
-        sent_to = {uid: obj["metadata"]["labels"][CLUSTER_LABEL] for uid, obj in sent.items()}
+        sent_to = {uid: _target(obj) for uid, obj in sent.items()}
         for link in list(links.values()):
             await self._guarded(link.name, "deleting the copies no longer sent there",
                                 self.copying.delete_strays(link, sent_to, self.passes), None)
@@ -201,7 +205,7 @@ class Manager:
             meta = obj["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
-            target = (meta.get("labels") or {}).get(CLUSTER_LABEL)
+            target = rules.target(obj) or await self._adopted(obj)
             if target is None:
                 if (obj.get("status") or {}).get("state") not in FINISHED_STATES:
                     await self._gate(obj, queued, held)
@@ -211,6 +215,21 @@ class Manager:
             else:
                 sent[meta["uid"]] = obj
         return queued, sent, held
+
+    async def _adopted(self, obj: dict[str, Any]) -> str | None:
+        """The worker a manager of an earlier version sent `obj` to (its label only), now
+        recorded in its status; None: not sent (whatever its label says)."""
+        labelled = ((obj["metadata"].get("labels") or {}).get(CLUSTER_LABEL))
+        if not labelled:
+            return None
+        copies = {name: link.look.copies for name, link in self.clusters.links.items()
+                  if link.reachable and link.look is not None}
+        worker = rules.adoptable(obj, copies, labelled)
+        if worker is None or not await self._fenced_target(obj, worker):
+            return None
+        log.info("%s sent to worker cluster %s by an earlier manager: adopted", _name(obj),
+                 worker)
+        return worker
 
     async def _gate(self, obj: dict[str, Any], queued: list[dict[str, Any]],
                     held: list[tuple[dict[str, Any], str]]) -> None:
@@ -253,12 +272,8 @@ class Manager:
         """Back to the manager's queue, with `status`: its target cleared (fenced), so it
         may go to another worker; the copy is then a stray, deleted where its worker
         answers."""
-        meta = obj["metadata"]
-        log.warning("%s/%s %s", meta["namespace"], meta["name"], status.get("message"))
-        if not await self._fenced_label(obj, None):
-            return False
-        await self._write_status(obj, status)
-        return True
+        log.warning("%s %s", _name(obj), status.get("message"))
+        return await self._fenced_target(obj, None, status)
 
     async def _keep_copies(self, sent: dict[str, dict[str, Any]]) -> None:
         """Each sent wrapper's copy kept; those taken back to the queue leave `sent`."""
@@ -285,7 +300,7 @@ class Manager:
         to do (its worker not answering, or the copy as the wrapper already says, with no
         Event left to mirror): most sent wrappers in most passes."""
         meta = obj["metadata"]
-        link = self.clusters.links[meta["labels"][CLUSTER_LABEL]]
+        link = self.clusters.links[_target(obj)]
         if not link.reachable or link.look is None:
             return None
         copy = link.look.copies.get((meta["namespace"], meta["name"]))
@@ -412,16 +427,16 @@ class Manager:
         meta = obj["metadata"]
         # The target first, fenced: a manager that dies now makes the copy when it starts
         # again; two managers (or a stale view) cannot both send it.
-        if not await self._fenced_label(obj, chosen.cluster):
+        if not await self._fenced_target(obj, chosen.cluster):
             return
         log.info("%s/%s goes to worker cluster %s", meta["namespace"], meta["name"],
                  chosen.cluster)
-        obj["metadata"].setdefault("labels", {})[CLUSTER_LABEL] = chosen.cluster
         await self._make(self.clusters.links[chosen.cluster], obj)
 
     async def _still_sent(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
         """Whether the API server's wrapper, not the watched view of it (which may lag a
-        write of this manager's), still names this worker: a copy is made only then."""
+        write of this manager's), still names this worker (its record): a copy is made only
+        then."""
         meta = obj["metadata"]
         try:
             fresh = await self.kube.request("GET", APPWRAPPERS.path(meta["namespace"],
@@ -429,8 +444,7 @@ class Manager:
         except ApiError:
             return False  # gone, or no answer: the next pass sees
         fmeta = fresh.get("metadata") or {}
-        return fmeta.get("uid") == meta["uid"] and \
-            (fmeta.get("labels") or {}).get(CLUSTER_LABEL) == link.name
+        return fmeta.get("uid") == meta["uid"] and rules.target(fresh) == link.name
 
     async def _make(self, link: WorkerLink, obj: dict[str, Any]) -> bool:
         """Make the copy; False when its worker refused it: the wrapper then fails with
@@ -438,29 +452,31 @@ class Manager:
         reason = await self.copying.make(link, obj)
         if reason is None:
             return True
-        if await self._fenced_label(obj, None):
-            await self._write_status(obj, rules.refused(link.name, reason))
+        await self._fenced_target(obj, None, rules.refused(link.name, reason))
         return False
 
     async def _waiting(self, obj: dict[str, Any], message: str) -> None:
         if (obj.get("status") or {}).get("message") != message:
             await self._write_status(obj, {"message": message})
 
-    async def _fenced_label(self, obj: dict[str, Any], cluster: str | None) -> bool:
+    async def _fenced_target(self, obj: dict[str, Any], cluster: str | None,
+                             status: dict[str, Any] | None = None) -> bool:
+        """Record in the wrapper's status the worker it is sent to (None: none), with
+        `status` if given, in one write fenced on the resourceVersion the pass saw; False
+        when the wrapper changed or went since (the next pass sees it)."""
         meta = obj["metadata"]
+        written = {**(status or {}), rules.SENT_TO: cluster}
         try:
             updated = await self.kube.request(
-                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"]),
-                {"metadata": {"labels": {CLUSTER_LABEL: cluster},
-                              "resourceVersion": meta["resourceVersion"]}},
-                content_type="application/merge-patch+json")
+                "PATCH", APPWRAPPERS.path(meta["namespace"], meta["name"], "status"),
+                {"metadata": {"resourceVersion": meta["resourceVersion"]},
+                 "status": written}, content_type="application/merge-patch+json")
         except ApiError as e:
             if e.status in (404, 409):
-                return False  # changed or gone since the listing: the next pass sees it
+                return False
             raise
         # The view says what was written until the watch brings it.
-        meta["resourceVersion"] = updated["metadata"]["resourceVersion"]
-        meta["labels"] = dict(updated["metadata"].get("labels") or {})
+        self.own.written(obj, written, updated)
         return True
 
     async def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
@@ -473,7 +489,10 @@ class Manager:
 
 
 def _target(obj: dict[str, Any]) -> str:
-    return str(obj["metadata"]["labels"][CLUSTER_LABEL])
+    """The worker a wrapper known to be sent was sent to."""
+    target = rules.target(obj)
+    assert target is not None
+    return target
 
 
 def _name(obj: dict[str, Any]) -> str:
