@@ -227,13 +227,16 @@ class Simulation:
             return
         n = self.free[name].pop()
         aw = c["metadata"]["name"]
-        c["status"] = {"state": "Running", "running": 1}
-        w.put({"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"{aw}-0", "namespace": "team",
-                            "labels": {"workload.codeflare.dev/appwrapper": aw}},
-               "spec": {"nodeName": n, "containers": [{"name": "c", "resources": {
-                   "limits": {"nvidia.com/gpu": 8}}}]},
-               "status": {"phase": "Running"}})
+        made = w.put({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": f"{aw}-0", "namespace": "team",
+                                   "labels": {"workload.codeflare.dev/appwrapper": aw}},
+                      "spec": {"nodeName": n, "containers": [{"name": "c", "resources": {
+                          "limits": {"nvidia.com/gpu": 8}}}]},
+                      "status": {"phase": "Running"}})
+        # As a worker's dispatcher records what it made: the pod is proven the gang's.
+        c["status"] = {"state": "Running", "running": 1, "wrappedItems": [
+            {"apiVersion": "v1", "kind": "Pod", "name": f"{aw}-0",
+             "uid": made["metadata"]["uid"]}]}
         self.running[(name, aw)] = at
         self._emit(w, c, "Running")
 
