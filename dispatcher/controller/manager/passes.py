@@ -339,9 +339,9 @@ class Manager:
                 await self._write_status(obj, status)
             case rules.TakeBack(status, elsewhere):
                 if await self._requeue(obj, status):
-                    if elsewhere:
-                        self.avoid[obj["metadata"]["uid"]] = (link.name,
-                                                   self.wall() + self.settings.start_within)
+                    if elsewhere:  # the others first, for as long again
+                        until = self.wall() + self.settings.start_within
+                        self.avoid[obj["metadata"]["uid"]] = (link.name, until)
                     return False
         if copy is not None and not (copy["metadata"].get("deletionTimestamp")):
             await self.copying.mirror_events(link, obj, copy)
