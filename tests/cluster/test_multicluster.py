@@ -3,7 +3,9 @@ local control planes side by side (`<cluster>-manager`, `-w1`, `-w2`; 2 nodes x 
 
 Each worker runs `dispatcher run` as today; the manager sends each AppWrapper to a worker
 where its whole gang fits, mirrors its status back, and deletes copies it no longer sends.
-Invariants are checked by sampling all three clusters while the tests run.
+Invariants are checked by sampling all three clusters while the tests run. Tenants act
+with their own credentials: in the manager cluster, one who may create AppWrappers; in a
+worker, one who may create pods there.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from localcluster import Cluster, Kubectl, wait_for
-from localcluster.testing import register_workers
+from localcluster import Cluster, Kubectl, users, wait_for
+from localcluster.testing import container, register_workers
 
 from .dispatcher_process import DispatcherProcess
 from .fleet import WORKERS, FleetClusters
@@ -319,3 +321,117 @@ def test_the_managers_clusters_view_lists_the_workers_and_where_a_wrapper_went(
         assert workers[target]["sent"] >= 1
     finally:
         fleet.process.start("fifo", extra_args=manager_args())
+
+
+# --- tenants -------------------------------------------------------------------------
+
+HELD = "workload.codeflare.dev/held-by"
+
+
+def tenant_in(cluster: Cluster, user: str, namespace: str, resources: list[str]) -> Kubectl:
+    """`user` (their own client certificate) with `resources` in `namespace` of `cluster`."""
+    admin = cluster.kubectl()
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    users.grant(admin, user, namespace, resources)
+    k = Kubectl(admin.binary, users.kubeconfig(cluster.dir, user), namespace)
+    wait_for(lambda: all(k.run("auth", "can-i", "create", r).stdout.strip() == "yes"
+                         for r in resources), 30, f"{user}'s rights in {cluster.name}")
+    return k
+
+
+def bound_pod(name: str, node: str, labels: dict[str, str] | None = None,
+              asks: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod its tenant binds to `node` themselves (spec.nodeName), asking `asks` in each of
+    two containers, or nothing."""
+    boxes = []
+    for i in (0, 1) if asks else (0,):
+        c = container(name=f"c{i}", cpu="0", memory="0")
+        if asks:
+            c["resources"] = {"requests": dict(asks), "limits": dict(asks)}
+        boxes.append(c)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}},
+            "spec": {"nodeName": node, "containers": boxes}}
+
+
+def a_node(cluster: Cluster) -> str:
+    return str(cluster.kubectl().items("nodes")[0]["metadata"]["name"])
+
+
+def test_a_tenants_held_wrapper_stays_in_the_managers_queue_and_idles_no_worker(
+        fleet: Fleet, ns: str) -> None:
+    """Alice, a tenant of the manager cluster, holds her wrapper that asks a whole worker:
+    it is not sent (its copy would only wait there), so two more such gangs run, one in
+    each worker."""
+    alice = tenant_in(fleet.manager, "alice", ns, [users.APPWRAPPERS])
+    held = gpus_gang("held", 2, 8)
+    held["metadata"]["annotations"] = {HELD: "alice"}
+    alice.apply(held)
+    # Decided about first (sent, or told why not): it heads the queue.
+    wait_for(lambda: sent_to(alice, "held") or
+             (alice.json("aw", "held").get("status") or {}).get("message"), 60,
+             "the manager to decide about held")
+    for name in ("g1", "g2"):
+        alice.apply(gpus_gang(name, 2, 8))
+    for name in ("g1", "g2"):
+        wait_for(lambda name=name: fleet.running_in(ns, name), 90, f"{name} to run")
+    assert fleet.running_in(ns, "g1") != fleet.running_in(ns, "g2")
+    message = (alice.json("aw", "held").get("status") or {}).get("message", "")
+    assert message.startswith("held by alice: it keeps its place in the queue"), message
+    assert sent_to(alice, "held") is None and fleet.copies(ns, "held") == set()
+
+
+def test_an_empty_pod_a_workers_tenant_labels_for_a_sent_gang_frees_none_of_its_room(
+        fleet: Fleet, ns: str) -> None:
+    """Bob, a tenant of the worker a gang was sent to, binds an empty pod labelled for that
+    gang while its copy waits there: the manager still holds the gang's room, and the next
+    gang goes to the other worker, not to the full one."""
+    mk = fleet.kubectl("manager", ns)
+    for p in fleet.worker_processes.values():
+        p.stop()  # the copies wait there, their pods not made: the manager holds their room
+    first = None
+    try:
+        mk.apply(gpus_gang("a", 2, 8))  # a whole worker
+        first = wait_for(lambda: sent_to(mk, "a"), 60, "a to be sent")
+        other = next(w for w in WORKERS if w != first)
+        bob = tenant_in(fleet.workers[first], "bob", ns, ["pods"])
+        bob.apply(bound_pod("squat", a_node(fleet.workers[first]), {AW_LABEL: "a"}))
+        wait_for(lambda: bob.json("pod", "squat").get("status", {}).get("phase") == "Running",
+                 60, "bob's pod to run")
+        mk.apply(gpus_gang("b", 1, 8))
+        # Before: a counted one pod bound, 8 GPUs of first looked free, and b went there.
+        assert wait_for(lambda: sent_to(mk, "b"), 60, "b to be sent") == other
+    finally:
+        if first is not None:
+            fleet.kubectl(first, ns)("delete", "pod", "squat", "--ignore-not-found",
+                                     "--wait=false")
+        for p in fleet.worker_processes.values():
+            p.start("fifo")
+
+
+def heartbeat(cluster: Cluster) -> str:
+    lease = cluster.kubectl("dispatcher-system").json("lease", "dispatcher-manager")
+    return str(lease["spec"]["renewTime"])
+
+
+def test_a_pod_asking_more_than_a_count_holds_ends_nothing_of_the_manager(fleet: Fleet,
+                                                                         ns: str) -> None:
+    """Bob, a tenant of w1, binds a pod asking 8E of a resource in each of two containers:
+    its node's free amount is below what a 64-bit count holds. The manager goes on: a gang
+    is sent and runs, and every worker's heartbeat is renewed."""
+    mk = fleet.kubectl("manager", ns)
+    bob = tenant_in(fleet.workers["w1"], "bob", ns, ["pods"])
+    try:
+        bob.apply(bound_pod("huge", a_node(fleet.workers["w1"]),
+                            asks={"example.com/foo": "8E"}))
+        beats = {w: heartbeat(c) for w, c in fleet.workers.items()}
+        mk.apply(gpus_gang("g", 2, 8))
+        wait_for(lambda: fleet.running_in(ns, "g"), 90,
+                 f"g to run (the manager's log: {fleet.process.tail()})")
+        wait_for(lambda: all(heartbeat(c) != beats[w] for w, c in fleet.workers.items()),
+                 30, "the heartbeat renewed in every worker")
+        for _ in range(5):  # sampled: the manager runs on, pass after pass
+            assert fleet.process.alive(), fleet.process.tail()
+            time.sleep(1)
+    finally:
+        fleet.kubectl("w1", ns)("delete", "pod", "huge", "--ignore-not-found", "--wait=false")
