@@ -963,7 +963,7 @@ def put_huge_pod(fleet: Fleet) -> None:
     fleet.workers["w1"].put(huge_pod("huge", "w1-n0"))
 
 
-@pytest.mark.parametrize("breaking", [put_huge_pod, break_room, break_bound, break_events])
+@pytest.mark.parametrize("breaking", [break_room, break_bound, break_events])
 def test_what_a_worker_holds_costs_that_worker_only_and_says_so(breaking: Any) -> None:
     fleet = Fleet(Worker("w1"), Worker("w2"))
     fleet.submit("a")
@@ -988,25 +988,17 @@ def test_what_a_worker_holds_costs_that_worker_only_and_says_so(breaking: Any) -
     assert "w1: the manager cannot use what it holds" in fleet.wrapper("c")["status"]["message"]
 
 
-def test_the_huge_pod_is_named_in_words_an_administrator_can_act_on() -> None:
-    fleet = Fleet(Worker("w1"), Worker("w2"))
-    fleet.cycle()
+def test_a_pod_asking_beyond_64_bits_in_a_worker_costs_nothing() -> None:
+    # A worker's tenant binds a pod asking 8E of a resource in two containers: its node's
+    # free amount is below the 64-bit range. The manager's pass raised on it and
+    # `dispatcher run --manager` exited; now the amount is counted bounded (none of that
+    # resource free there) and the worker is used as before.
+    fleet = Fleet(Worker("w1"))
     put_huge_pod(fleet)
     fleet.submit("b")
     fleet.cycle(2)
-    message = worker_status(fleet, "w1")["message"]
-    assert "counting its free room" in message, message
-    assert "too large to count" in message, message
-    from dispatcher.controller.manager.clusters_facts import gather
-    shown = {w.name: w for w in gather(fleet.process).workers}
-    assert shown["w1"].problem.startswith("the manager cannot use what it holds: counting")
-    fleet.workers["w1"].objects = {p: o for p, o in fleet.workers["w1"].objects.items()
-                                   if o["metadata"].get("name") != "huge"}
-    fleet.cycle(2)  # gone: the worker is used again, and its status says nothing
-    assert worker_status(fleet, "w1")["message"] == ""
-    fleet.submit("d")
-    fleet.cycle()
-    assert fleet.target("d") == "w1"
+    assert fleet.target("b") == "w1" and fleet.holding("b") == {"w1"}
+    assert worker_status(fleet, "w1").get("message", "") == ""
 
 
 def test_an_unforeseen_error_in_a_pass_does_not_end_the_manager() -> None:
@@ -1261,3 +1253,11 @@ def test_a_wrapper_an_earlier_manager_sent_by_its_label_is_adopted_not_sent_agai
     fleet.cycle(3)
     assert fleet.target("a") == "w1" and fleet.holding("a") == {"w1"}
     assert fleet.workers["w1"].copies_made() == 1 and fleet.workers["w2"].copy_posts == 0
+
+
+def test_an_arithmetic_fault_says_where_to_look() -> None:
+    from dispatcher.controller.manager.worker_clusters import fault_message
+    said = fault_message("counting its free room", OverflowError("Python int too large"))
+    assert said.startswith("counting its free room failed (OverflowError: Python int too large)")
+    assert "look for a pod asking, or a node offering, an enormous quantity" in said
+    assert "enormous" not in fault_message("reading its pods", KeyError("spec"))
