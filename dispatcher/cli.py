@@ -29,6 +29,17 @@ def _now(text: str | None) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _plan_time(text: str | None) -> float | None:
+    """`--now` as a time, or None once said why it is not one (parsed on its own, so that
+    no other error is taken for a bad --now)."""
+    try:
+        return _now(text)
+    except ValueError as e:
+        print(f"dispatcher plan: --now: {e} (expected ISO 8601, e.g. 2024-05-01T12:00:00Z)",
+              file=sys.stderr)
+        return None
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from dispatcher import plan
     from dispatcher.config import ConfigError, load_config
@@ -54,19 +65,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print("dispatcher plan: --worker-labels goes with --cluster NAME=FILE (worker "
               "clusters)", file=sys.stderr)
         return EXIT_INPUT
+    now = _plan_time(args.now)
+    if now is None:
+        return EXIT_INPUT
     try:
         policy = load_policy(args.policy)
         config = load_config(args.config)
-        now = _now(args.now)
         subtrees: list[Mapping[str, Any]] = []
         state = plan.load_cluster([Path(p) for p in args.cluster or ()], subtrees)
         loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
                                        config.allowed_kinds)
     except (plan.InputError, PolicyError, ConfigError) as e:
         print(f"dispatcher plan: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    except ValueError as e:  # a --now that is not a date
-        print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
     if live:
         from dispatcher import whatif
@@ -98,18 +108,17 @@ def _plan_fleet(args: argparse.Namespace, named: list[tuple[str, Path] | None]) 
         print("dispatcher plan: name every --cluster (NAME=FILE, one worker cluster each) "
               "or none (one cluster)", file=sys.stderr)
         return EXIT_INPUT
+    now = _plan_time(args.now)
+    if now is None:
+        return EXIT_INPUT
     try:
         config = load_config(args.config)
-        now = _now(args.now)
         workers = fleet_plan.load_workers(snapshots,
                                           fleet_plan.worker_labels(args.worker_labels), now)
         loaded = plan.load_appwrappers([Path(p) for p in args.appwrappers], now,
                                        config.allowed_kinds)
     except (plan.InputError, ConfigError) as e:
         print(f"dispatcher plan: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    except ValueError as e:  # a --now that is not a date
-        print(f"dispatcher plan: --now: {e}", file=sys.stderr)
         return EXIT_INPUT
     sent = fleet_plan.plan_fleet(workers, loaded, now, args.fit, config.topology_levels)
     print(fleet_plan.to_json(sent) if args.output == "json"

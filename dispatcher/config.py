@@ -237,7 +237,7 @@ def load_config(path: str | Path | None) -> DispatcherConfig:
     if path is None:
         return DispatcherConfig()
     try:
-        text = Path(path).read_text()
+        text = yaml_text.read(Path(path))
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the configuration: {e.strerror or e}") from e
     try:

@@ -73,7 +73,7 @@ class Document:
 
 def read_documents(path: Path) -> Iterator[Document]:
     try:
-        text = path.read_text()
+        text = yaml_text.read(path)
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from e
     try:

@@ -54,7 +54,7 @@ def load_policy(name_or_path: str) -> Policy:
                 f"unknown policy {name_or_path!r}: use {known} or the path of a policy YAML file"
             )
     try:
-        data = yaml_text.load(path.read_text(), str(path))
+        data = yaml_text.load(yaml_text.read(path), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise PolicyError(f"{path}: cannot read policy: {e}") from e
     if not isinstance(data, dict):

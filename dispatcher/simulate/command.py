@@ -194,7 +194,7 @@ def _layout(args: argparse.Namespace) -> Layout | None:
 def load_forest(path: Path) -> QuotaForest:
     """The quota trees of a YAML file of QuotaSubtrees (or Lists of them)."""
     try:
-        docs = yaml_text.load_all(path.read_text(), str(path))
+        docs = yaml_text.load_all(yaml_text.read(path), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise TraceError(f"{path}: cannot read QuotaSubtrees: {e}") from e
     objs: list[Mapping[str, Any]] = []

@@ -52,7 +52,7 @@ class _File(BaseModel):
 def read_layout(path: Path, gpus_per_node: int) -> Layout:
     """The nodes and levels of a topology file; a TraceError says what to fix."""
     try:
-        data = yaml_text.load(path.read_text(), str(path))
+        data = yaml_text.load(yaml_text.read(path), str(path))
     except (OSError, yaml.YAMLError) as e:
         raise TraceError(f"{path}: cannot read the topology: {e}") from e
     try:

@@ -101,7 +101,7 @@ class Trace:
 def read_trace(path: Path, gpus_per_node: int = 8, limit: int | None = None) -> Trace:
     """The jobs of a CSV or YAML trace, in file order (the first `limit` if given)."""
     try:
-        text = path.read_text()
+        text = yaml_text.read(path)
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from e
     if path.suffix.lower() == ".csv":
