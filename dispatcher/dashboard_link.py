@@ -5,6 +5,7 @@ server or proxy logs it)."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,19 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], prog: 
 
 
 def _kubectl(args: argparse.Namespace) -> list[str]:
+    from dispatcher.controller.kube.kubeconfig import (
+        KubeconfigError,
+        in_cluster,
+        kubeconfig_files,
+    )
+
+    # As the other verbs say it: kubectl's own words for a missing kubeconfig would be
+    # taken below for a missing Service.
+    if not in_cluster(args.kubeconfig, args.context, os.environ):
+        try:
+            kubeconfig_files(args.kubeconfig, os.environ)
+        except KubeconfigError as e:
+            raise LinkError(str(e)) from None
     found = shutil.which("kubectl")
     if found is None:
         raise LinkError("kubectl is not on the PATH: install it "

@@ -30,7 +30,13 @@ from dispatcher.fleet import (
     parse_selector,
     worker_ledger,
 )
-from dispatcher.plan import InputError, Loaded, cluster_from_documents, read_documents
+from dispatcher.plan import (
+    CLUSTER_FILE,
+    InputError,
+    Loaded,
+    cluster_from_documents,
+    read_some_documents,
+)
 from dispatcher.wording import printable
 
 #: A worker cluster's name (a DNS label, as a WorkerCluster's).
@@ -88,7 +94,7 @@ def load_worker(name: str, path: Path, labels: Mapping[str, str], now: float) ->
     subtrees: list[Mapping[str, Any]] = []
     wrappers: list[AppWrapper] = []
     rest = []
-    for doc in read_documents(path):
+    for doc in read_some_documents(path, CLUSTER_FILE):
         if doc.obj.get("kind") != "AppWrapper":
             rest.append(doc)
             continue

@@ -61,6 +61,10 @@ from dispatcher.wording import printable
 LIST_KINDS = frozenset({"List", "NodeList", "PodList", "AppWrapperList"})
 
 
+#: What a --cluster file should be, said when it is empty.
+CLUSTER_FILE = "a cluster snapshot (kubectl get nodes,pods -A -o yaml > FILE)"
+
+
 class InputError(Exception):
     """A file that cannot be used at all; the message names the file and document."""
 
@@ -98,8 +102,8 @@ def read_documents(path: Path) -> Iterator[Document]:
 def load_cluster(paths: Sequence[Path],
                  subtrees: list[Mapping[str, Any]] | None = None) -> ClusterState:
     """Nodes and Pods; QuotaSubtrees go to `subtrees` (an error without it)."""
-    return cluster_from_documents((d for path in paths for d in read_documents(path)),
-                                  subtrees)
+    return cluster_from_documents(
+        (d for path in paths for d in read_some_documents(path, CLUSTER_FILE)), subtrees)
 
 
 def cluster_from_documents(docs: Iterable[Document],
@@ -154,13 +158,14 @@ def load_appwrappers(paths: Sequence[Path], now: float,
         (d for path in paths for d in read_some_documents(path)), now, allowed)
 
 
-def read_some_documents(path: Path) -> list[Document]:
-    """`read_documents`; a file with none (empty, or only comments) is an InputError: a
-    plan of nothing would look like a plan that found nothing to say."""
+def read_some_documents(path: Path, what: str = "the file of the AppWrappers to plan"
+                        ) -> list[Document]:
+    """`read_documents`; a file with none (empty, or only comments) is an InputError naming
+    `what` it should be: a plan of nothing (or on a cluster of nothing) would look like a
+    plan that found nothing to say (or that nothing fits)."""
     docs = list(read_documents(path))
     if not docs:
-        raise InputError(f"{path}: no document in it (the file is empty): give the file "
-                         "of the AppWrappers to plan")
+        raise InputError(f"{path}: no document in it (the file is empty): give {what}")
     return docs
 
 

@@ -45,7 +45,11 @@ def kubectl(tmp_path: Path) -> Path:
 def plugin(path: str, log: Path, *argv: str,
            **env: str) -> subprocess.CompletedProcess[str]:
     code = "import sys; from dispatcher.cli import kubectl_plugin; sys.exit(kubectl_plugin())"
-    environment = {**os.environ, "PATH": path, "KUBECTL_LOG": str(log), **env}
+    # The stand-in kubectl reads no kubeconfig, but the plugin wants one to exist.
+    kubeconfig = log.parent / "kubeconfig"
+    kubeconfig.touch()
+    environment = {**os.environ, "PATH": path, "KUBECTL_LOG": str(log),
+                   "KUBECONFIG": str(kubeconfig), **env}
     return subprocess.run([sys.executable, "-c", code, "dashboard", *argv], env=environment,
                           capture_output=True, text=True, timeout=60, check=False)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,26 @@ def test_simulate_names_a_file_that_is_not_text_and_where(tmp_path: Path, flag: 
     extra = [] if flag.startswith("--trace") else [flag, bad]
     done = run("dispatcher", "simulate", "--nodes", "2", "--trace", trace, *extra)
     _said_plainly(done, bad, data)
+
+
+def test_dashboard_without_a_kubeconfig_says_so_as_the_other_verbs_do(tmp_path: Path) -> None:
+    """Not "no Service dispatcher-metrics ... is the dispatcher installed there?"."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)
+    missing = tmp_path / ".kube" / "config"
+    said = {}
+    for verb in ("dashboard", "why"):
+        done = subprocess.run([str(BIN / "kubectl-appwrapper"), verb,
+                               *(["x"] if verb == "why" else [])], capture_output=True,
+                              text=True, timeout=120, check=False, env=env)
+        assert done.returncode == 1, done.stderr
+        said[verb] = done.stderr.removeprefix(f"kubectl appwrapper {verb}: ")
+    assert said["dashboard"] == said["why"]
+    assert said["dashboard"].startswith(f"no kubeconfig: {missing} does not exist; pass "
+                                        "--kubeconfig FILE")
+    done = run("kubectl-appwrapper", "dashboard", "--kubeconfig", tmp_path / "nope")
+    assert done.returncode == 1
+    assert done.stderr == (f"kubectl appwrapper dashboard: kubeconfig {tmp_path / 'nope'} does "
+                           "not exist: pass the path of a kubeconfig file (kubectl config "
+                           "view --raw > FILE)\n")

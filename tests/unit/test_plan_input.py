@@ -46,3 +46,19 @@ def test_an_empty_file_is_said_to_be_empty_and_fails(tmp_path: Path, text: str) 
         assert done.stdout == ""
         assert done.stderr == (f"dispatcher plan: {empty}: no document in it (the file is "
                                "empty): give the file of the AppWrappers to plan\n")
+
+
+@pytest.mark.parametrize("text", ["", "# nodes later\n", "---\n"])
+@pytest.mark.parametrize("named", [False, True], ids=["one", "worker"])
+def test_an_empty_cluster_file_is_said_to_be_empty_and_fails(tmp_path: Path, text: str,
+                                                              named: bool) -> None:
+    """Not a cluster of no nodes, where every AppWrapper would never fit."""
+    empty = tmp_path / "cluster.yaml"
+    empty.write_text(text)
+    cluster = f"w1={empty}" if named else str(empty)
+    done = plan("--cluster", cluster, EXAMPLES / "plan" / "appwrappers.yaml")
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert done.stderr == (f"dispatcher plan: {empty}: no document in it (the file is "
+                           "empty): give a cluster snapshot (kubectl get nodes,pods -A -o "
+                           "yaml > FILE)\n")
