@@ -35,6 +35,7 @@ from .decision import (
     Decision,
     DecisionKind,
     EmptyClusterAnswers,
+    behind_head,
 )
 from .entry import (
     ADMITTED_STATES,
@@ -72,6 +73,7 @@ __all__ = [
     "admitted_from_appwrapper",
     "admitted_record",
     "admitted_records",
+    "behind_head",
     "blocks",
     "charged",
     "extended_allowance",

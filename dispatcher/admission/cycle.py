@@ -33,6 +33,7 @@ from .decision import (
     CycleStats,
     Decision,
     EmptyClusterAnswers,
+    behind_head,
     placed_message,
     with_notes,
 )
@@ -186,8 +187,7 @@ class Cycle:
             # every queued wrapper's status whenever the head's reason changes. The same
             # words for everyone behind it: written once.
             if self.said is None or self.said[0] is not blocking:
-                self.said = (blocking, f"waiting behind {blocking.namespace}/{blocking.name} "
-                                       f"at the head of the line ({self.policy.name} policy)")
+                self.said = (blocking, behind_head(blocking.key, self.policy.name))
             return Decision(w.namespace, w.name, "wait", BEHIND_HEAD, self.said[1],
                             effective_priority=prio)
         if self.ledger is None or not self.quota_blocks:

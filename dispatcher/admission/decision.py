@@ -31,6 +31,11 @@ WAITS_FOR_RESERVATION = "WaitingForReservation"
 NOT_DECIDED = "NotDecided"
 
 
+def behind_head(head: WrapperKey, policy: str) -> str:
+    """The words of a wrapper waiting behind the head of the line `head`."""
+    return f"waiting behind {head[0]}/{head[1]} at the head of the line ({policy} policy)"
+
+
 @dataclass(frozen=True)
 class Decision:
     namespace: str

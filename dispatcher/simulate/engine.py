@@ -63,6 +63,7 @@ from dispatcher.admission import (
     EmptyClusterAnswers,
     Fit,
     admit,
+    behind_head,
     fit_rules,
 )
 from dispatcher.cluster.model import DEFAULT_MAX_PODS, Node
@@ -198,6 +199,10 @@ class JobRun:
     scale_ins: int = 0
     bound_pods_before: int = 0  # its pods during the segment that ends at the next change
     racks: int = 0  # racks its pods got at its first dispatch (with a topology; else 0)
+    # The core's reason and words for its last wait (what `plan` would say), and the
+    # cycle that said them.
+    waiting: tuple[str, str] | None = None
+    waited_in: int = 0
     # The policy's backfill limit: runs it stopped, the GPU-seconds they had run (lost),
     # and whether it ended the job (backfillLimitAction fail) rather than requeued it.
     limit_stops: int = 0
@@ -277,6 +282,8 @@ class Simulation:
         # Stop feeding the cycle once a head blocks: every wrapper behind it would only
         # get a BEHIND_HEAD wait. Same decisions, and long queues cost nothing per cycle.
         self.skip_behind_head = skip_behind_head
+        self._cycles = 0
+        self._blocked_by: WrapperKey | None = None  # the last cycle's blocking head
         self.fit: Fit = fit
         self.nodes = list(nodes)
         self.cycle_interval = cycle_interval
@@ -399,8 +406,19 @@ class Simulation:
             self.runs[i].fragmented_seconds += t - since
         for i, since in self._held_since.items():
             self.runs[i].held_gpu_seconds += self._held_gpus(i) * (t - since)
+        self._explain_skipped()
         result.wall_seconds = time.perf_counter() - wall
         return result
+
+    def _explain_skipped(self) -> None:
+        """Jobs still waiting that the last cycle left out behind its blocking head
+        (skip_behind_head) wait behind it, in the core's words."""
+        head = self._blocked_by
+        if head is None:
+            return
+        for r in self.runs:
+            if r.started is None and r.dispatched is None and r.waited_in != self._cycles:
+                r.waiting = (BEHIND_HEAD, behind_head(head, self.policy.name))
 
     # --- events -----------------------------------------------------------------------
 
@@ -450,10 +468,15 @@ class Simulation:
                     for p in d.placements:
                         assert p.node is not None  # preemption is per-node fit only
                         self.view.take(p.node, p.request)
+        self._cycles += 1
+        self._blocked_by = stats.blocked_by
         free = dict(self._free_total)
         fragmented: set[int] = set()
         for d in decisions:
             i = self._index[(d.namespace, d.name)]
+            if d.decision in ("wait", "invalid"):
+                self.runs[i].waiting = (d.reason, d.message)
+                self.runs[i].waited_in = self._cycles
             if d.decision == "dispatch":
                 self._dispatch(i, d, t)
                 for r, v in self._demand[i].items():

@@ -253,6 +253,20 @@ def _names(runs: Sequence[JobRun]) -> str:
     return shown + (f" and {len(runs) - SHOWN} more" if len(runs) > SHOWN else "")
 
 
+# A job dispatched whose pods never all found a node, or one no cycle decided on.
+_DISPATCHED = ("Dispatched", "dispatched, but its pods never all found a node")
+_NO_DECISION = ("NotDecided", "no admission cycle decided on it")
+
+
+def why_waiting(runs: Sequence[JobRun]) -> list[tuple[str, list[JobRun]]]:
+    """The jobs that never started by the core's reason for their last wait (the
+    reasons `plan` gives), the most common first."""
+    by_reason: dict[str, list[JobRun]] = {}
+    for r in runs:
+        by_reason.setdefault(_waiting(r)["waitReason"], []).append(r)
+    return sorted(by_reason.items(), key=lambda item: -len(item[1]))
+
+
 def model_notes(run: Run) -> list[str]:
     return [
         f"{_count(run.nodes, 'node')} x {run.gpus_per_node} GPUs ({run.total_gpus} GPUs); "
@@ -288,6 +302,9 @@ def to_table(s: Summary, without: Summary | None = None) -> str:
             f"in {_pods(first.job.pods)}: {first.never_fits})")
     if s.never_started:
         row("  never started", f"{_names(s.never_started)}")
+        for k, (reason, runs) in enumerate(why_waiting(s.never_started)):
+            row("    why" if k == 0 else "", f"{len(runs):,} {reason} (e.g. "
+                f"{runs[0].job.name}: {_waiting(runs[0])['waitMessage']})")
     row("makespan", f"{span(s.makespan)} ({s.makespan:,.0f}s), peak queue "
         f"{_count(s.peak_queue, 'job')}")
     util = f"{s.utilisation:.1%} of {run.total_gpus:,} GPUs over the makespan"
@@ -399,6 +416,13 @@ def _aligned(rows: Sequence[Sequence[str]], left: int = 0) -> list[str]:
             for r in rows]
 
 
+def _waiting(r: JobRun) -> dict[str, str]:
+    """Why a job that never started waits: the core's reason and words."""
+    reason, message = (_DISPATCHED if r.dispatched is not None
+                       else r.waiting or _NO_DECISION)
+    return {"waitReason": reason, "waitMessage": message}
+
+
 def _job(r: JobRun, end: float) -> dict[str, Any]:
     out: dict[str, Any] = {"job": r.job.name, "gpus": r.gpus, "pods": r.job.pods,
                            "where": r.job.where, "submitted": r.job.submit}
@@ -453,7 +477,8 @@ def to_dict(s: Summary, without: Summary | None = None) -> dict[str, Any]:
             "overtakenBy": st.overtaken_by,
         },
         "neverFit": [_job(r, run.end) for r in s.never_fit],
-        "neverStarted": [_job(r, run.end) for r in s.never_started],
+        "neverStarted": [{**_job(r, run.end), **_waiting(r)} for r in s.never_started],
+        "neverStartedBy": {reason: len(runs) for reason, runs in why_waiting(s.never_started)},
         "queueingDelayByPriority": [{"priority": p, **d.as_dict()} for p, d in s.by_priority],
         "preemption": None if run.policy.preemption == "never" else {
             "preemptions": s.preemptions, "jobsPreempted": s.preempted_jobs,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .test_plan import aw, node, write
 
@@ -112,3 +113,50 @@ def test_dashboard_without_a_kubeconfig_says_so_as_the_other_verbs_do(tmp_path: 
     assert done.stderr == (f"kubectl appwrapper dashboard: kubeconfig {tmp_path / 'nope'} does "
                            "not exist: pass the path of a kubeconfig file (kubectl config "
                            "view --raw > FILE)\n")
+
+
+def test_simulate_says_why_jobs_never_started_counted_in_the_cores_words() -> None:
+    """The example's quota file labels no job of the example's trace: plan says "no label
+    quota_gpu", and so does simulate now, counted, instead of a bare "3 never started"."""
+    done = run("dispatcher", "simulate", "--trace", EXAMPLES / "simulate" / "trace.yaml",
+               "--quota", EXAMPLES / "simulate" / "quota.yaml", "--nodes", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    jobs = next(i for i, line in enumerate(lines) if line.startswith("jobs "))
+    assert lines[jobs].endswith("3 never started")
+    assert lines[jobs + 2] == (
+        "    why          3 UnknownQuotaNode (e.g. team-a/ray-small: no label quota_gpu: "
+        "quota tree quota_gpu has no leaf named default for wrappers without one; label "
+        "the AppWrapper quota_gpu: <one of team-a, team-b, team-c>)")
+    planned = run("dispatcher", "plan", "--cluster", EXAMPLES / "plan" / "cluster.yaml",
+                  EXAMPLES / "simulate" / "quota.yaml", EXAMPLES / "plan" / "appwrappers.yaml")
+    assert "UnknownQuotaNode  -      no label quota_gpu: quota tree quota_gpu has no leaf " \
+        "named default" in planned.stdout
+
+
+def test_simulate_counts_the_jobs_left_behind_a_head_that_never_starts(
+        tmp_path: Path) -> None:
+    """A head over its whole tree's quota holds the line: the jobs behind it (which the
+    simulator stops feeding to the cycle) are said to wait behind it."""
+    from .quota_world import appwrapper, subtree
+
+    labels = {"gpu": "team-a"}
+    trace = tmp_path / "trace.yaml"
+    trace.write_text(yaml.safe_dump([
+        {"submitTime": t, "duration": 60, "appwrapper": appwrapper(
+            name, labels, gpu=gpu, pods=pods, namespace="team-a")}
+        for name, t, gpu, pods in (("big", 0, 8, 2), ("small-1", 10, 1, 1),
+                                   ("small-2", 20, 1, 1))]))
+    quota = tmp_path / "quota.yaml"
+    quota.write_text(yaml.safe_dump_all([
+        subtree("root", "gpu", [("root", {"nvidia.com/gpu": 8}, False)]),
+        subtree("teams", "gpu", [("team-a", {"nvidia.com/gpu": 8}, False)],
+                parent="root")]))
+    done = run("dispatcher", "simulate", "--trace", trace, "--quota", quota, "--nodes", "4")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    why = next(i for i, line in enumerate(lines) if line.startswith("    why "))
+    assert lines[why].startswith("    why          2 BehindHeadOfLine (e.g. team-a/small-1: "
+                                 "waiting behind team-a/big at the head of the line (fifo "
+                                 "policy))"), done.stdout
+    assert lines[why + 1].startswith(" " * 17 + "1 QuotaExceeded (e.g. team-a/big: ")
