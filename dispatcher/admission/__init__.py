@@ -36,6 +36,7 @@ from .decision import (
     DecisionKind,
     EmptyClusterAnswers,
     behind_head,
+    past_guard,
 )
 from .entry import (
     ADMITTED_STATES,
@@ -80,5 +81,6 @@ __all__ = [
     "first_seen_of",
     "fit_rules",
     "is_admitted",
+    "past_guard",
     "queued_from_appwrapper",
 ]

@@ -34,6 +34,7 @@ from .decision import (
     Decision,
     EmptyClusterAnswers,
     behind_head,
+    past_guard,
     placed_message,
     with_notes,
 )
@@ -187,7 +188,7 @@ class Cycle:
             # every queued wrapper's status whenever the head's reason changes. The same
             # words for everyone behind it: written once.
             if self.said is None or self.said[0] is not blocking:
-                self.said = (blocking, behind_head(blocking.key, self.policy.name))
+                self.said = (blocking, behind_head(blocking.key, self.policy))
             return Decision(w.namespace, w.name, "wait", BEHIND_HEAD, self.said[1],
                             effective_priority=prio)
         if self.ledger is None or not self.quota_blocks:
@@ -198,7 +199,8 @@ class Cycle:
         (tree, node), first = behind
         return Decision(w.namespace, w.name, "wait", BEHIND_HEAD,
                         f"waiting behind {first.namespace}/{first.name}, which waits for room "
-                        f"in quota {node} (tree {tree}) ({self.policy.name} policy)",
+                        f"in quota {node} (tree {tree}) ({self.policy.name} policy)"
+                        f"{past_guard(self.policy)}",
                         effective_priority=prio)
 
     def _in_quota(self, w: QueuedWrapper, prio: float, own_hold: Taken | None

@@ -10,9 +10,10 @@ from dispatcher.elastic import Scale
 from dispatcher.fit.capacity import Capacity
 from dispatcher.fit.gang import Placement, Shortfall
 from dispatcher.fit.rules import Fit
+from dispatcher.queue.policy import Policy
 from dispatcher.queue.queue import WrapperKey
 from dispatcher.quota import QuotaCheck, QuotaPlacement
-from dispatcher.wording import all_of, plural
+from dispatcher.wording import all_of, plural, span
 
 # preempt: dispatch once the wrappers in `preempts` are torn down (its room is then held).
 DecisionKind = Literal["dispatch", "wait", "invalid", "preempt"]
@@ -31,9 +32,21 @@ WAITS_FOR_RESERVATION = "WaitingForReservation"
 NOT_DECIDED = "NotDecided"
 
 
-def behind_head(head: WrapperKey, policy: str) -> str:
+def past_guard(policy: Policy) -> str:
+    """Why a head holds the line under backfill (only past the starvation guard), to end
+    the words of those behind it; "" under other policies. The guard, not the head's
+    wait, which grows every cycle and would rewrite every status behind it."""
+    guard = policy.max_head_wait_seconds
+    if not policy.backfill or guard is None:
+        return ""
+    return (f": the head has waited over {span(guard)}, past the starvation guard: nothing "
+            "passes it until it starts")
+
+
+def behind_head(head: WrapperKey, policy: Policy) -> str:
     """The words of a wrapper waiting behind the head of the line `head`."""
-    return f"waiting behind {head[0]}/{head[1]} at the head of the line ({policy} policy)"
+    return (f"waiting behind {head[0]}/{head[1]} at the head of the line ({policy.name} "
+            f"policy){past_guard(policy)}")
 
 
 @dataclass(frozen=True)

@@ -418,7 +418,7 @@ class Simulation:
             return
         for r in self.runs:
             if r.started is None and r.dispatched is None and r.waited_in != self._cycles:
-                r.waiting = (BEHIND_HEAD, behind_head(head, self.policy.name))
+                r.waiting = (BEHIND_HEAD, behind_head(head, self.policy))
 
     # --- events -----------------------------------------------------------------------
 

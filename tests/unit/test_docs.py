@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,31 @@ PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # What the docs must not point at: files beside the repository, and how it was built.
 OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|\bissues? \d+")
+
+
+# A transcript: a fenced block whose first line is `$ dispatcher ...` (or .venv/bin/dispatcher),
+# continued by lines ending in a backslash, then what the command prints.
+TRANSCRIPT = re.compile(r"^```\n\$ ((?:\.venv/bin/)?dispatcher (?:[^\n]*\\\n)*[^\n]*)\n(.*?)^```$",
+                        re.M | re.S)
+
+
+def _transcripts() -> list[tuple[str, str, str]]:
+    return [(f"{page.relative_to(REPO)}:{page.read_text()[:m.start()].count(chr(10)) + 2}",
+             m[1], m[2])
+            for page in PAGES for m in TRANSCRIPT.finditer(page.read_text())]
+
+
+@pytest.mark.parametrize(("where", "command", "printed"), _transcripts(),
+                         ids=[t[0] for t in _transcripts()])
+def test_every_transcript_is_what_the_command_prints(where: str, command: str,
+                                                     printed: str) -> None:
+    """Run from the repository as written (the installed `dispatcher`), it prints exactly
+    what the page shows."""
+    argv = shlex.split(command.replace("\\\n", " "))
+    argv[0] = str(Path(sys.executable).parent / "dispatcher")
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.stdout == printed, f"{where}: {command}\n{done.stderr}"
 
 
 def test_the_site_builds_with_every_link_and_page_checked(tmp_path: Path) -> None:

@@ -160,3 +160,41 @@ def test_simulate_counts_the_jobs_left_behind_a_head_that_never_starts(
                                  "waiting behind team-a/big at the head of the line (fifo "
                                  "policy))"), done.stdout
     assert lines[why + 1].startswith(" " * 17 + "1 QuotaExceeded (e.g. team-a/big: ")
+
+
+def _suggested(example: Path) -> list[list[str]]:
+    """The commands an example's opening comment suggests, continuation lines joined."""
+    text, command = [], ""
+    for line in example.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        words = line.lstrip("# ").rstrip()
+        if words.startswith("dispatcher ") or command:
+            command += " " + words.removesuffix("\\")
+            if not words.endswith("\\"):
+                text.append(command.split())
+                command = ""
+    return text
+
+
+def test_the_examples_backfill_command_shows_backfill_passing_the_head() -> None:
+    example = EXAMPLES / "plan" / "appwrappers.yaml"
+    backfill = [c for c in _suggested(example) if "backfill" in c]
+    assert backfill, "the example suggests a backfill command"
+    done = subprocess.run([str(BIN / "dispatcher"), *backfill[0][1:]], cwd=example.parent,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "policy backfill, per-node fit: 2 dispatch, 1 wait, 0 invalid"
+    assert "team-b/pytorch-16  wait (head)" in lines[2]
+    assert [line.split()[2] for line in lines[3:5]] == ["dispatch", "dispatch"]
+
+
+def test_past_the_starvation_guard_the_wait_says_so() -> None:
+    done = run("dispatcher", "plan", "--cluster", EXAMPLES / "plan" / "cluster.yaml",
+               "--policy", "backfill", EXAMPLES / "plan" / "appwrappers.yaml")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count(
+        "BehindHeadOfLine       waiting behind team-b/pytorch-16 at the head of the line "
+        "(backfill policy): the head has waited over 30m, past the starvation guard: "
+        "nothing passes it until it starts\n") == 2

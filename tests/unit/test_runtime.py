@@ -638,3 +638,28 @@ def test_a_deadline_added_to_a_running_wrapper_counts_at_once() -> None:
         assert status["conditions"][-1]["reason"] == "DispatchDeadlineExceeded"
 
     run(scenario)
+
+
+def test_under_backfill_a_head_past_the_starvation_guard_is_said_to_hold_the_line() -> None:
+    """What `kubectl describe` and `why` show of a wrapper that backfill no longer lets
+    pass the head: that the head has waited past the guard, as plan says."""
+    from dispatcher.policy_files import load_policy
+
+    async def scenario(kube: FakeKube, clock: Clock) -> None:
+        kube.put(node("n1"))
+        kube.put(appwrapper("hog", job("hog", 1, 6), created=1))
+        kube.put(appwrapper("head", job("head", 1, 8), created=2))
+        d = await started(kube, clock, load_policy("backfill"))
+        await d.cycle()
+        assert aw_status(kube, "head")["message"].startswith("InsufficientResources:")
+        clock.now += 1900  # the head, created 2 s after T0, has waited past 30m
+        small = appwrapper("small", job("small", 1, 1), created=3)
+        kube.put(small)
+        d.on_appwrapper("ADDED", kube.get("workload.codeflare.dev/v1beta1", "AppWrapper",
+                                          "team", "small"))
+        await d.cycle()
+        assert aw_status(kube, "small")["conditions"][-1]["message"].startswith(
+            "waiting for the AppWrappers ahead of it (backfill policy): the head has waited "
+            "over 30m, past the starvation guard: nothing passes it until it starts")
+
+    run(scenario)

@@ -8,7 +8,7 @@ import asyncio
 import functools
 from collections.abc import Collection, Mapping, Sequence
 
-from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit
+from dispatcher.admission import AWAITING_PREEMPTION, BEHIND_HEAD, Decision, Fit, admit, past_guard
 from dispatcher.api.conditions import ConditionType, Reason
 from dispatcher.api.messages import cap_problems, problems_message
 from dispatcher.api.models import WrappedItem
@@ -169,7 +169,8 @@ class Admitting:
             # Not the head's name: it changes whenever the head does, and would rewrite
             # every queued wrapper's status (`dispatcher queue` shows the order).
             said = (ConditionType.Queueing, Reason.AwaitingHeadOfLine, self.estimates.message(
-                t, f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)"))
+                t, f"waiting for the AppWrappers ahead of it ({self.policy.name} policy)"
+                f"{past_guard(self.policy)}"))
         else:
             said = (ConditionType.Backoff, Reason.AppWrapperNotRunnable,
                     self.estimates.message(t, f"{d.reason}: {d.message}"))
