@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 EXIT_CLUSTER = 1
 EXIT_INPUT = 2
+#: --policy's help: the built-in policies (dispatcher/policies), or a file.
+POLICY_HELP = ("fifo, priority, backfill, priority-preemption, reserve, or a policy YAML "
+               "file (default fifo)")
 
 
 def _now(text: str | None) -> float:
@@ -86,7 +89,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                               config.topology_levels)
     result = plan.plan(state, loaded.queued, policy, args.fit, now, loaded.admitted,
                        [*subtrees, *loaded.subtrees], config.topology_levels,
-                       specs=loaded.specs)
+                       specs=loaded.specs, name_all=True)
     render = plan.to_json if args.output == "json" else plan.to_table
     print(render(result, policy, args.fit, loaded.warnings))
     if result.decisions and all(d.decision == "invalid" for d in result.decisions):
@@ -477,8 +480,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, live: str) -> None:
                    "in-cluster")
     p.add_argument("--context", help=f"{live}the kubeconfig context (default: current)")
     p.add_argument("--policy", default="fifo",
-                   help="fifo, priority, backfill, reserve, or a policy YAML file (default "
-                   "fifo)")
+                   help=POLICY_HELP)
     p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--now", help="the time to plan at (ISO 8601; default: now)")
@@ -531,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "starting before it is taken back and tried in another worker first "
                    "(default 300; 0: never)")
     r.add_argument("--policy", default="fifo",
-                   help="fifo, priority, backfill, or a policy YAML file (default fifo)")
+                   help=POLICY_HELP)
     r.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
     r.add_argument("--metrics-port", type=int, default=8080, metavar="PORT",
                    help="serve Prometheus metrics on /metrics and health on /healthz "

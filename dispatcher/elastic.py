@@ -101,12 +101,13 @@ class Shrink:
     scales: tuple[Scale, ...]
     placements: tuple[Placement, ...]
 
-    def message(self, placed: str, reader: str) -> str:
+    def message(self, placed: str, reader: str | None) -> str:
         """Those scaled in outside `reader`, the preemptor's namespace, are counted, not
-        named."""
-        others = [(s.namespace, s.name) for s in self.scales if s.namespace != reader]
+        named; None names them all."""
+        others = [(s.namespace, s.name) for s in self.scales
+                  if reader is not None and s.namespace != reader]
         names = "; ".join([f"{s.namespace}/{s.name} to {describe(s.sets, s.after)}"
-                           for s in self.scales if s.namespace == reader]
+                           for s in self.scales if reader is None or s.namespace == reader]
                           + named_in(reader, others))
         return f"dispatch after scaling in {names}; then {placed}"
 

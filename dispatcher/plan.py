@@ -245,10 +245,12 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
          subtrees: Sequence[Mapping[str, Any]] = (),
          topology: Topology = NO_TOPOLOGY,
          reservations: Reservations | None = None,
-         specs: Mapping[WrapperKey, AppWrapper] | None = None) -> PlanResult:
+         specs: Mapping[WrapperKey, AppWrapper] | None = None,
+         name_all: bool = False) -> PlanResult:
     """One admission cycle. Under a policy that reserves, the head's reservation is
     planned (unless given) with the durations the wrappers declare (`specs`), else the
-    default."""
+    default. `name_all`: messages name the wrappers of every namespace (offline, where
+    the user gave the whole snapshot), not only of the wrapper's own."""
     queue = AdmissionQueue(policy)
     duplicates: list[QueuedWrapper] = []
     for w in wrappers:
@@ -269,7 +271,7 @@ def plan(state: ClusterState, wrappers: Sequence[QueuedWrapper], policy: Policy,
             fit=fit, topology=topology)
     decisions = admit([*queue.ordered(now), *duplicates], Capacity.of(state), policy, now, fit,
                       quota=ledger, admitted=records, scaling=scaling, topology=topology,
-                      reservations=reservations)
+                      reservations=reservations, name_all=name_all)
     return PlanResult(decisions, records, ledger, list(forest.problems), before, scaling)
 
 

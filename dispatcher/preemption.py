@@ -245,9 +245,10 @@ class Preemption:
     def keys(self) -> tuple[WrapperKey, ...]:
         return tuple(v.key for v in self.victims)
 
-    def message(self, placed: str, reader: str) -> str:
+    def message(self, placed: str, reader: str | None) -> str:
         """What the preemptor's status says; victims outside `reader`, the preemptor's
-        namespace, are counted, not named (its readers may not read theirs)."""
+        namespace, are counted, not named (its readers may not read theirs); None names
+        them all."""
         names = ", ".join(named_in(reader, self.keys))
         why = []
         if self.reclaimed:
@@ -258,11 +259,11 @@ class Preemption:
         return f"dispatch after preempting {names} ({'; '.join(why)}); then {placed}"
 
 
-def named_in(reader: str, keys: Sequence[WrapperKey]) -> list[str]:
+def named_in(reader: str | None, keys: Sequence[WrapperKey]) -> list[str]:
     """`keys` as the readers of namespace `reader` may see them: those in it by name, the
-    others counted."""
-    names = [f"{ns}/{n}" for ns, n in keys if ns == reader]
-    others = sum(1 for ns, _ in keys if ns != reader)
+    others counted; all by name for None (a reader of every namespace)."""
+    names = [f"{ns}/{n}" for ns, n in keys if reader is None or ns == reader]
+    others = sum(1 for ns, _ in keys if reader is not None and ns != reader)
     if others:
         names.append("an AppWrapper in another namespace" if others == 1
                      else f"{others} AppWrappers in other namespaces")

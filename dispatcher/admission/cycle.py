@@ -60,6 +60,7 @@ def admit(
     scaling: list[Scale] | None = None,
     topology: Topology | None = None,
     reservations: Reservations | None = None,
+    name_all: bool = False,
 ) -> list[Decision]:
     """Decide every wrapper of `ordered`; dispatches take capacity from `capacity`.
 
@@ -83,10 +84,13 @@ def admit(
     `reservations` (under a policy that reserves, see dispatcher.queue.reservation): once
     a reserved head waits, a wrapper behind it dispatches only where it does not delay
     that reservation; else it waits with WAITS_FOR_RESERVATION.
+    `name_all`: a preemption's message names its victims in other namespaces too (for
+    `dispatcher plan` over files the user gave); else they are counted, as a status is
+    read by the preemptor's namespace.
     """
     cycle = Cycle(capacity, policy, now, fit, stats or CycleStats(),
                   empty_answers or EmptyClusterAnswers(), quota, admitted, holds or {},
-                  topology or NO_TOPOLOGY, reservations)
+                  topology or NO_TOPOLOGY, reservations, name_all)
     for w in ordered:
         try:
             cycle.decide(w)
@@ -101,7 +105,8 @@ class Cycle:
     def __init__(self, capacity: Capacity, policy: Policy, now: float, fit: Fit,
                  stats: CycleStats, answers: EmptyClusterAnswers, quota: QuotaLedger | None,
                  admitted: Sequence[AdmittedWrapper], holds: Mapping[WrapperKey, Hold],
-                 topology: Topology, reservations: Reservations | None) -> None:
+                 topology: Topology, reservations: Reservations | None,
+                 name_all: bool = False) -> None:
         self.capacity = capacity
         self.policy = policy
         self.now = now
@@ -116,7 +121,8 @@ class Cycle:
         self.ledger = quota if quota is not None and quota.active else None
         self.room = MakingRoom(capacity, policy, now, fit, self.ledger, admitted,
                                self.fit_gang, stats,
-                               topology if fit == "per-node" and topology.levels else None)
+                               topology if fit == "per-node" and topology.levels else None,
+                               name_all)
         # Capacity only shrinks during a cycle, so a gang shape that did not fit once will
         # not fit later in the same cycle: remember the answer. Quota may free up when room
         # is made, so its answers are remembered only until then.

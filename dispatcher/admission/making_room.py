@@ -24,9 +24,12 @@ from .decision import PREEMPTING, CycleStats, Decision, placed_message
 class MakingRoom:
     def __init__(self, capacity: Capacity, policy: Policy, now: float, fit: Fit,
                  ledger: QuotaLedger | None, admitted: Sequence[AdmittedWrapper],
-                 placer: Placer, stats: CycleStats, topology: Topology | None = None) -> None:
+                 placer: Placer, stats: CycleStats, topology: Topology | None = None,
+                 name_all: bool = False) -> None:
         """`topology`: victims of a gang that requires a domain are found in one domain
-        (per-node fit with topology levels only)."""
+        (per-node fit with topology levels only). `name_all`: name the victims in other
+        namespaces too (for a reader of the whole snapshot, as offline plan's)."""
+        self.name_all = name_all
         self.capacity = capacity
         self.policy = policy
         self.now = now
@@ -39,6 +42,10 @@ class MakingRoom:
         self.shrinking = ShrinkRound()  # the cycle's scale-ins (bounded work, who shrank)
         self.search = (PreemptionSearch(policy, now, admitted, ledger, placer, topology)
                        if policy.preemption != "never" and admitted else None)
+
+    def _reader(self, w: QueuedWrapper) -> str | None:
+        """Who reads `w`'s message: its namespace's readers, or (None) everyone's."""
+        return None if self.name_all else w.namespace
 
     @property
     def gone(self) -> set[WrapperKey]:
@@ -83,7 +90,8 @@ class MakingRoom:
                         old, demand=demand_at(e.gang, e.sets, s.after)), force=True)
             placed = self.ledger.add(consumer(w, prio, self.now), force=True)
         self.stats.preemptions += 1
-        message = found.message(placed_message(found.placements, "per-node"), w.namespace)
+        message = found.message(placed_message(found.placements, "per-node"),
+                                self._reader(w))
         if placed.placements:
             message += "; " + placed.describe()
         return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, found.placements,
@@ -110,7 +118,7 @@ class MakingRoom:
             placed = self.ledger.add(consumer(w, prio, self.search.now), force=True)
         self.stats.preemptions += 1
         self.stats.victims += len(found.victims)
-        message = found.message(placed_message(placements, self.fit), w.namespace)
+        message = found.message(placed_message(placements, self.fit), self._reader(w))
         if placed.placements:
             message += "; " + placed.describe()
         return Decision(w.namespace, w.name, "preempt", PREEMPTING, message, placements,

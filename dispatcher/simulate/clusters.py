@@ -25,6 +25,7 @@ from dispatcher.fleet import Chosen, Worker, choose
 from dispatcher.resources import GPU
 from dispatcher.simulate.engine import gpu_nodes
 from dispatcher.simulate.traces import TraceJob
+from dispatcher.wording import counted
 
 Mode = Literal["manager", "round-robin", "independent"]
 MODES: tuple[Mode, ...] = ("manager", "round-robin", "independent")
@@ -112,7 +113,8 @@ def _ever_fits(job: TraceJob, empty: Capacity) -> bool:
 
 
 def table(results: Sequence[FleetResult], clusters: int, left_out: int) -> str:
-    lines = [f"{clusters} clusters; {left_out} jobs larger than one cluster left out",
+    lines = [f"{counted(clusters, 'cluster')}; {counted(left_out, 'job')} larger than one "
+             "cluster left out",
              f"{'dispatch':<12} {'jobs':>7} {'mean wait':>12} {'p90 wait':>12} "
              f"{'GPU util':>9}"]
     for r in results:

@@ -87,7 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
                    help="GPUs per node (default 8)")
     p.add_argument("--policy", default="fifo",
-                   help="fifo, priority, backfill, or a policy YAML file (default fifo)")
+                   help="fifo, priority, backfill, priority-preemption, reserve, or a "
+                   "policy YAML file (default fifo)")
     p.add_argument("--fit", choices=("per-node", "aggregate"), default="per-node")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", metavar="FILE.png",

@@ -98,7 +98,7 @@ def _figures(s: Summary) -> dict[str, Any]:
 def table(c: Comparison, title: str) -> str:
     lines = [title, ASSUMPTION,
              f"{c.elastic_jobs} of {counted(len(c.rigid.run.jobs), 'job')} elastic; "
-             f"{c.scale_outs} scale-outs, {c.scale_ins} scale-ins"]
+             f"{counted(c.scale_outs, 'scale-out')}, {counted(c.scale_ins, 'scale-in')}"]
     body: Sequence[tuple[str, ...]] = [HEADER, *rows(c)]
     widths = [max(len(r[k]) for r in body) for k in range(len(HEADER))]
     lines += ["  ".join(v.rjust(w) if k else v.ljust(w) for k, (v, w)

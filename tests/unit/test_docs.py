@@ -110,3 +110,34 @@ def test_readme_labels_the_namespace_as_the_docs_do_before_installing() -> None:
         assert label in text, page
         assert text.index(label) < text.index("helm install dispatcher"), page
         assert "--create-namespace" not in text.split(label)[0].split("```")[-1], page
+
+
+# A pointer in a comment: (FILE, "Section"), FILE a path of the repository.
+SECTION = re.compile(r"\(([\w./-]+), \"([^\"]+)\"")
+
+
+def test_the_charts_values_point_at_sections_that_exist() -> None:
+    values = REPO / "charts" / "dispatcher" / "values.yaml"
+    pointers = SECTION.findall(values.read_text())
+    assert pointers
+    for name, section in pointers:
+        page = REPO / name
+        assert page.is_file(), f"values.yaml points at {name}, not a file of the repository"
+        headings = [line.lstrip("#").strip() for line in page.read_text().splitlines()
+                    if line.startswith("#")]
+        assert section in headings, f"values.yaml points at {name}, \"{section}\": no such section"
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples").rglob("*.yaml")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_no_example_points_at_files_outside_the_repository(example: Path) -> None:
+    """A user's clone has no ../shared: an example's suggested command must not need it."""
+    found = OUTSIDE.findall(example.read_text())
+    assert not found, f"{example.relative_to(REPO)} mentions {found}"
+
+
+def test_the_home_page_links_every_page_of_the_site() -> None:
+    nav = re.findall(r":\s+([\w/.-]+\.md)$", (REPO / "mkdocs.yml").read_text(), re.M)
+    linked = set(LINK.findall((DOCS / "index.md").read_text()))
+    missing = [page for page in nav if page != "index.md" and page not in linked]
+    assert not missing, f"docs/index.md does not link {missing}"

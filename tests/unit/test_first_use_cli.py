@@ -198,3 +198,38 @@ def test_past_the_starvation_guard_the_wait_says_so() -> None:
         "BehindHeadOfLine       waiting behind team-b/pytorch-16 at the head of the line "
         "(backfill policy): the head has waited over 30m, past the starvation guard: "
         "nothing passes it until it starts\n") == 2
+
+
+@pytest.mark.parametrize("command", [["run"], ["simulate"], ["plan"]])
+def test_every_policy_flag_lists_the_built_in_policies(command: list[str]) -> None:
+    from dispatcher.policy_files import builtin_names
+
+    done = run("dispatcher", *command, "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    listed = text[text.index("--policy POLICY f") + len("--policy POLICY"):].split("(default")[0]
+    for name in builtin_names():
+        assert f"{name}," in listed or f"{name} " in listed, (name, listed)
+
+
+def test_offline_plan_names_the_victims_the_live_status_does_not() -> None:
+    """Offline the user gave the whole snapshot: the victim in another namespace is named.
+    A status (read in the preemptor's namespace) still only counts it."""
+    from dispatcher.preemption import named_in
+
+    done = run("dispatcher", "plan", "--cluster", EXAMPLES / "plan" / "quota" / "cluster.yaml",
+               "--policy", "priority-preemption", "--now", "2026-11-01T10:15:00Z",
+               EXAMPLES / "plan" / "quota" / "appwrappers.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "dispatch after preempting team-b/train-big (reclaiming the quota it borrows)" \
+        in done.stdout
+    assert "another namespace" not in done.stdout
+    keys = [("team-b", "train-big"), ("team-a", "old")]
+    assert named_in("team-a", keys) == ["team-a/old", "an AppWrapper in another namespace"]
+    assert named_in(None, keys) == ["team-b/train-big", "team-a/old"]
+
+
+def test_counts_of_one_are_singular() -> None:
+    from dispatcher.simulate.clusters import table
+
+    assert table([], 2, 1).splitlines()[0] == "2 clusters; 1 job larger than one cluster left out"

@@ -253,8 +253,8 @@ def test_plan_shows_preemption_quota_nodes_and_usage(capsys: pytest.CaptureFixtu
                         "1 wait, 0 invalid")
     assert lines[1].split() == ["#", "APPWRAPPER", "DECISION", "REASON", "QUOTA", "MESSAGE"]
     assert lines[2].split()[:5] == ["1", "team-a/urgent", "preempt", "Preempting", "team-a"]
-    assert ("dispatch after preempting an AppWrapper in another namespace (reclaiming the "
-            "quota it borrows); "
+    # Offline, the user gave the whole snapshot: the victim is named.
+    assert ("dispatch after preempting team-b/train-big (reclaiming the quota it borrows); "
             "then its pod fits: on gpu-1") in lines[2]
     assert lines[4].split()[:4] == ["3", "team-c/sweep", "wait", "QuotaExceeded"]
     assert "QuotaExceeded  team-c (no room)  team-c (tree quota_gpu) would use 12 of its 8" in (

@@ -41,7 +41,7 @@ def test_the_comparison_names_its_assumption_and_both_runs(
     assert (out["elasticJobs"], out["scaleOuts"], out["scaleIns"]) == (1, 1, 0)
     assert main(["simulate", "--trace", path, "--nodes", "2", "--elastic"]) == 0
     table = capsys.readouterr().out
-    assert "1 of 2 jobs elastic; 1 scale-outs, 0 scale-ins" in table
+    assert "1 of 2 jobs elastic; 1 scale-out, 0 scale-ins" in table
     assert "rigid" in table and "elastic" in table
 
 

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dispatcher.controller.kube.client import ApiError, Kube, Resource
+from dispatcher.wording import counted
 
 log = logging.getLogger("dispatcher.webhook")
 
@@ -107,11 +108,11 @@ def plan_renewal(certs: Certificates | None, hosts: Sequence[str], now: datetime
         return "no certificate yet"
     ca_left = _not_after(certs.ca_cert) - now
     if ca_left < CA_RENEW_BEFORE:
-        return f"the CA expires in {max(ca_left.days, 0)} days"
+        return f"the CA expires in {counted(max(ca_left.days, 0), 'day')}"
     serving = x509.load_pem_x509_certificate(certs.tls_cert)
     left = serving.not_valid_after_utc - now
     if left < SERVING_RENEW_BEFORE:
-        return f"the serving certificate expires in {max(left.days, 0)} days"
+        return f"the serving certificate expires in {counted(max(left.days, 0), 'day')}"
     if serving.issuer != x509.load_pem_x509_certificate(certs.ca_cert).subject:
         return "the serving certificate was not signed by the CA"
     missing = [h for h in hosts if h not in _names(serving)]
