@@ -22,7 +22,9 @@ Usage: python -m tests.pipeline [--dry-run]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -132,10 +134,40 @@ class Run:
         return all(self.plan[n].rc is not None for n in step.needs)
 
 
+class Stopped(Exception):
+    """The run was told to stop (SIGTERM, or SIGINT: Ctrl-C)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
 def execute(plan: dict[str, Step], lanes: Sequence[Sequence[str]], out: Path) -> int:
-    run = Run(plan, out)
-    queues = [list(lane) for lane in lanes]
+    """Run `plan`'s steps lane by lane; stopped, it stops every step under way (each runs
+    in a session of its own, so its whole process group) before it returns."""
     running: list[Step] = []
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _steps(Run(plan, out), lanes, running)
+    except Stopped as e:
+        print(f"[make test] stopped ({e}): stopping "
+              f"{', '.join(s.name for s in running) or 'nothing'}", flush=True)
+        for step in running:
+            assert step.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(step.process.pid, signal.SIGTERM)
+        for step in running:
+            assert step.process is not None
+            step.process.wait()
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _steps(run: Run, lanes: Sequence[Sequence[str]], running: list[Step]) -> int:
+    plan = run.plan
+    queues = [list(lane) for lane in lanes]
     while queues or running:
         for queue in queues:
             busy = any(s.name in lane for s in running for lane in lanes if queue[0] in lane)

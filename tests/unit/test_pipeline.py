@@ -3,7 +3,11 @@ a failure stopping only what needs it, and the run failing if any step failed.""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +70,47 @@ def test_the_shipped_plan_builds_everything_and_runs_every_suite() -> None:
     assert ignored == set(pipeline.PEER_TESTS) == {
         a for a in plan["peers"].argv if a.startswith("tests/cluster/")}
     assert {n for lane in pipeline.LANES for n in lane} == set(plan)
+
+
+def test_stopped_it_stops_every_step_under_way_and_their_children(tmp_path: Path) -> None:
+    # The steps run in sessions of their own (a build's go processes, a suite's cluster):
+    # stopping `make test` must stop them too, not leave them running.
+    child_pid = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(child_pid)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    runner = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tests.pipeline import Step, execute\n"
+        f"plan = {{'build': Step('build', [sys.executable, '-c', {script!r}], logged=True)}}\n"
+        f"sys.exit(execute(plan, [('build',)], Path({str(tmp_path)!r})))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", runner], cwd=pipeline.REPO,
+                            stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (child_pid.exists() and child_pid.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, "the step never started"
+        time.sleep(0.1)
+    pid = int(child_pid.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "stopped (SIGTERM): stopping build" in out
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the step's child is still running"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (stopped, not yet reaped by its parent) is not running.
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
