@@ -63,6 +63,48 @@ def test_the_readme_starts_with_the_two_commands_and_stays_short() -> None:
     assert len(text.splitlines()) <= 250
 
 
+#: What a newcomer sees before scrolling: the two commands, what it is, the try-out.
+FIRST_SCREEN = 60
+
+
+def test_the_first_screen_says_what_it_is_and_lets_one_try_it_without_go() -> None:
+    lines = README.read_text().splitlines()
+    first = "\n".join(lines[:FIRST_SCREEN])
+    assert "gang-scheduling queue dispatcher for Kubernetes" in first
+    # The try-out: a plain install, then plan and simulate on the shipped examples; no
+    # make, no Go, no cluster.
+    block = re.search(r"## Try it in two minutes[^\n]*\n(.*?)\n## ", "\n".join(lines),
+                      re.S)
+    assert block is not None and lines.index(block.group(0).splitlines()[0]) < 25
+    tryout = block.group(1)
+    assert "pip install" in tryout and "make" not in tryout and "go " not in tryout.lower()
+    for verb in ("plan", "simulate"):
+        assert f"dispatcher {verb} " in tryout
+    # Then the cluster demo, the web view it prints the address of, and the real node's.
+    assert "make demo" in first and "web view" in first and "make demo-real" in first
+
+
+def test_the_tryout_commands_run_as_written() -> None:
+    """The README's try-out `dispatcher ...` lines, run from the repository with the
+    installed command: each exits 0 and prints its report."""
+    text = README.read_text()
+    tryout = text.split("## Try it in two minutes", 1)[1].split("\n## ", 1)[0]
+    commands = [line for line in tryout.splitlines() if line.startswith("dispatcher ")]
+    assert commands
+    for command in commands:
+        argv = shlex.split(command)
+        argv[0] = str(Path(sys.executable).parent / "dispatcher")
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+        assert "3 started, 3 finished" in done.stdout or "dispatch" in done.stdout
+
+
+def test_the_trace_pages_say_where_the_itp_traces_are_published() -> None:
+    for page in (DOCS / "guide" / "simulate.md", DOCS / "benchmarks.md"):
+        assert "https://github.com/microsoft/elasticflow-traces" in page.read_text(), page
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_lead_to_files_of_the_repository(page: Path) -> None:
     for target in LINK.findall(page.read_text()):
