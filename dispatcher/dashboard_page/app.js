@@ -6,7 +6,7 @@
 const PAGE = 100;
 const REFRESH_MS = 5000;
 const state = { token: "", namespaces: "", offset: 0, version: null, filters: {},
-                timer: null, tab: "queue", detail: null };
+                timer: null, tab: "queue", detail: null, nowhere: "", shown: false };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -23,15 +23,17 @@ function showProblem(text) {
   p.hidden = !text;
 }
 
-async function api(path, params) {
+async function api(path, params, namespaces = state.namespaces) {
   const query = new URLSearchParams(params || {});
-  if (state.namespaces) query.set("namespaces", state.namespaces);
+  if (namespaces) query.set("namespaces", namespaces);
   const answer = await fetch(`api/${path}?${query}`, {
     headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store",
     credentials: "omit", referrerPolicy: "no-referrer" });
   if (!answer.ok) {
     const text = (await answer.text()).trim();
-    throw new Error(`${answer.status}: ${text}`);
+    const error = new Error(`${answer.status}: ${text}`);
+    error.status = answer.status;
+    throw error;
   }
   return answer.json();
 }
@@ -53,10 +55,9 @@ function fillSelect(id, values, chosen, words) {
 }
 
 function queueRow(item) {
-  const open = el("button", { type: "button", class: "link",
-                              "aria-label": `details of ${item.namespace}/${item.name}` },
+  const open = el("a", { href: wrapperAddress(item.namespace, item.name),
+                         "aria-label": `details of ${item.namespace}/${item.name}` },
                   `${item.namespace}/${item.name}`);
-  open.addEventListener("click", () => openDetail(item.namespace, item.name));
   const state = item.state === "held" ? `held by ${item.heldBy}` : "waiting";
   const eta = item.estimatedStart ? `${item.estimatedIn} (${item.estimatedStart})`
                                   : item.estimatedIn;
@@ -90,18 +91,15 @@ async function loadQueue() {
 
 function onFilter(name) {
   return (event) => {
-    if (event.target.value) state.filters[name] = event.target.value;
-    else delete state.filters[name];
-    state.offset = 0;
-    state.version = null;
-    refresh();
+    const filters = { ...state.filters };
+    if (event.target.value) filters[name] = event.target.value;
+    else delete filters[name];
+    go(queueAddress(filters, 0));
   };
 }
 
 function turnPage(by) {
-  state.offset = Math.max(0, state.offset + by);
-  state.version = null;
-  refresh();
+  go(queueAddress(state.filters, Math.max(0, state.offset + by)));
 }
 
 // --- timeline, teams, history ------------------------------------------------------------
@@ -189,10 +187,28 @@ function table(caption, head, rows) {
                                    : [el("tr", {}, el("td", { colspan: head.length }, "none"))])));
 }
 
+function notFound(ns, name, said) {
+  document.getElementById("detail-body").replaceChildren(
+    el("h2", {}, `${ns}/${name}`),
+    el("p", { id: "detail-missing" }, `Not found: ${said.replace(/^404: /, "")}. It may have `
+       + "been deleted, or the address names another AppWrapper."));
+}
+
 async function loadDetail() {
   if (!state.detail) return;
   const [ns, name] = state.detail;
-  const a = await api(`appwrappers/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
+  let a;
+  try {
+    // A shared link opened by a viewer who named no namespaces: asked as a viewer of the
+    // AppWrapper's own namespace, the right a tenant has.
+    a = await api(`appwrappers/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`, {},
+                  state.namespaces || ns);
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    notFound(ns, name, e.message);
+    return;
+  }
+  const here = wrapperAddress(a.namespace, a.name);
   const events = Array.isArray(a.events)
     ? table("Events", ["When", "Type", "Reason", "Count", "Message"],
             a.events.map((e) => [e.at, e.type, e.reason, e.count, e.message]))
@@ -206,6 +222,8 @@ async function loadDetail() {
        el("dt", {}, "Estimated start"), el("dd", {}, a.estimatedStart || "unknown"),
        el("dt", {}, "Wraps"), el("dd", {}, a.kinds.join(", ") || "-"),
        el("dt", {}, "Why it waits"), el("dd", { id: "detail-why" }, a.message || "-"),
+       el("dt", {}, "This page"), el("dd", {}, el("a", { href: here, id: "detail-address" },
+                                                 `${location.origin}${location.pathname}${here}`)),
        el("dt", {}, "If it were released"),
        el("dd", {}, "ask the planner: ", el("code", {}, a.whatIf))),
     table("Conditions, in order", ["When", "Type", "Status", "Reason", "Message"],
@@ -216,9 +234,118 @@ async function loadDetail() {
             .map(([k, v]) => `${k}=${v}`).join(" ")])));
 }
 
-function openDetail(ns, name) {
-  state.detail = [ns, name];
-  select("detail");
+// --- addresses ---------------------------------------------------------------------------
+// Each view has an address of its own in the fragment, so it can be bookmarked and sent:
+// #/queue (its filters and page after "?"), #/timeline, #/teams, #/history, #/aw (none
+// chosen) and #/aw/NAMESPACE/NAME. The addresses are built from the view alone: a token is
+// never written into one.
+
+const TITLES = { queue: "the queue", timeline: "the timeline", teams: "the teams",
+                 history: "the history" };
+const FILTERS = ["namespace", "team", "kind", "state"];
+const CREDENTIALS = ["token", "namespaces"];
+
+function wrapperAddress(ns, name) {
+  return `#/aw/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+}
+
+function queueAddress(filters, offset) {
+  const query = new URLSearchParams();
+  for (const name of FILTERS) if (filters[name]) query.set(name, filters[name]);
+  if (offset) query.set("offset", offset);
+  return `#/queue${query.toString() ? `?${query}` : ""}`;
+}
+
+function addressOf(tab) {
+  if (tab === "queue") return queueAddress(state.filters, state.offset);
+  if (tab === "detail") return state.detail ? wrapperAddress(...state.detail) : "#/aw";
+  return `#/${tab}`;
+}
+
+// The fragment as [path, its parameters]; "#token=..." (no path) is how
+// `kubectl appwrapper dashboard` passes a token.
+function splitFragment(fragment) {
+  const text = fragment.replace(/^#/, "");
+  if (!text.startsWith("/")) return ["", new URLSearchParams(text)];
+  const at = text.indexOf("?");
+  return at < 0 ? [text, new URLSearchParams()]
+                : [text.slice(0, at), new URLSearchParams(text.slice(at + 1))];
+}
+
+// Takes a token (and namespaces) out of the address into this tab's session storage, and
+// drops them from the address bar and the history.
+function takeCredentials() {
+  const [path, params] = splitFragment(location.hash);
+  if (!CREDENTIALS.some((name) => params.has(name))) return;
+  if (params.get("token")) sessionStorage.setItem("token", params.get("token"));
+  if (params.has("namespaces")) sessionStorage.setItem("namespaces", params.get("namespaces"));
+  for (const name of CREDENTIALS) params.delete(name);
+  const rest = params.toString() ? `?${params}` : "";
+  history.replaceState(null, "", path || rest ? `${location.pathname}#${path}${rest}`
+                                              : location.pathname);
+  state.token = sessionStorage.getItem("token") || "";
+  state.namespaces = sessionStorage.getItem("namespaces") || "";
+  document.getElementById("namespaces").value = state.namespaces;
+}
+
+function decoded(part) {
+  try { return decodeURIComponent(part); } catch { return null; }
+}
+
+// What the address names: { tab, detail, filters, offset }, or null when it names nothing.
+function route(fragment) {
+  const [given, params] = splitFragment(fragment);
+  const path = given === "/" ? "" : given;
+  const parts = path.split("/").slice(1).map(decoded);
+  const [view, ...rest] = path ? parts : ["queue"];
+  if (parts.includes(null) || parts.includes("")) return null;
+  if (view === "queue" && !rest.length) {
+    const offset = Number(params.get("offset") || 0);
+    const known = [...params.keys()].every((k) => k === "offset" || FILTERS.includes(k));
+    if (!known || !Number.isInteger(offset) || offset < 0) return null;
+    const filters = Object.fromEntries(FILTERS.filter((k) => params.get(k))
+                                              .map((k) => [k, params.get(k)]));
+    return { tab: "queue", detail: null, filters, offset };
+  }
+  if (params.toString()) return null;
+  if (view === "aw" && (rest.length === 0 || rest.length === 2)) {
+    return { tab: "detail", detail: rest.length ? rest : null };
+  }
+  if (view in TITLES && view !== "queue" && !rest.length) return { tab: view };
+  return null;
+}
+
+function follow() {
+  takeCredentials();
+  const to = route(location.hash);
+  if (to === null) {
+    state.nowhere = `No page at this address (${location.hash}): the views are #/queue, `
+      + "#/timeline, #/teams, #/history and #/aw/NAMESPACE/NAME.";
+    document.title = "dispatcher: no such page";
+    select(null);
+    return;
+  }
+  state.nowhere = "";
+  if (to.tab === "queue") {
+    state.filters = to.filters;
+    state.offset = to.offset;
+  }
+  if (to.tab === "detail") {
+    const same = to.detail && state.detail && to.detail.join("/") === state.detail.join("/");
+    if (!same) document.getElementById("detail-body").replaceChildren();
+    state.detail = to.detail;
+    document.getElementById("detail-empty").hidden = Boolean(to.detail);
+  }
+  document.title = `dispatcher: ${to.tab === "detail"
+    ? (state.detail ? state.detail.join("/") : "an AppWrapper") : TITLES[to.tab]}`;
+  select(to.tab);
+}
+
+// Shows the view at `address`: a new entry in the history (back returns), or the same
+// view asked again.
+function go(address) {
+  if (location.hash === address) follow();
+  else location.hash = address;  // hashchange follows it
 }
 
 // --- tabs, sign-in, refresh --------------------------------------------------------------
@@ -227,6 +354,10 @@ const LOADERS = { queue: loadQueue, timeline: loadTimeline, teams: loadTeams,
                   history: loadHistory, detail: loadDetail };
 
 async function refresh() {
+  if (state.nowhere) {
+    showProblem(state.nowhere);
+    return;
+  }
   if (!state.token) {
     showProblem("Enter a bearer token to see the queue.");
     return;
@@ -241,13 +372,15 @@ async function refresh() {
 
 function select(tab) {
   state.tab = tab;
-  for (const button of document.querySelectorAll("[role=tab]")) {
+  document.querySelectorAll("[role=tab]").forEach((button, i) => {
     const on = button.getAttribute("aria-controls") === tab;
     button.setAttribute("aria-selected", String(on));
-    button.tabIndex = on ? 0 : -1;
+    button.tabIndex = on || (tab === null && i === 0) ? 0 : -1;  // one reachable by Tab
     document.getElementById(button.getAttribute("aria-controls")).hidden = !on;
-    if (on) button.focus();
-  }
+    // The page opened at an address keeps the focus where the browser puts it.
+    if (on && state.shown) button.focus();
+  });
+  state.shown = true;
   state.version = null;
   refresh();
 }
@@ -258,7 +391,7 @@ function onTabKey(event) {
   const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: tabs.length - 1 }[event.key];
   if (to === undefined) return;
   event.preventDefault();
-  select(tabs[(to + tabs.length) % tabs.length].getAttribute("aria-controls"));
+  go(addressOf(tabs[(to + tabs.length) % tabs.length].getAttribute("aria-controls")));
 }
 
 function signIn(event) {
@@ -272,14 +405,6 @@ function signIn(event) {
 }
 
 function start() {
-  // `kubectl appwrapper dashboard` opens the page with the token in the fragment, which
-  // browsers never send: take it, then drop it from the address bar and history.
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  if (fragment.get("token")) {
-    sessionStorage.setItem("token", fragment.get("token"));
-    if (fragment.has("namespaces")) sessionStorage.setItem("namespaces", fragment.get("namespaces"));
-    history.replaceState(null, "", location.pathname);
-  }
   state.token = sessionStorage.getItem("token") || "";
   state.namespaces = sessionStorage.getItem("namespaces") || "";
   document.getElementById("namespaces").value = state.namespaces;
@@ -291,7 +416,7 @@ function start() {
     refresh();
   });
   for (const button of document.querySelectorAll("[role=tab]")) {
-    button.addEventListener("click", () => select(button.getAttribute("aria-controls")));
+    button.addEventListener("click", () => go(addressOf(button.getAttribute("aria-controls"))));
     button.addEventListener("keydown", onTabKey);
   }
   for (const name of ["namespace", "team", "kind", "state"]) {
@@ -299,7 +424,10 @@ function start() {
   }
   document.getElementById("prev").addEventListener("click", () => turnPage(-PAGE));
   document.getElementById("next").addEventListener("click", () => turnPage(PAGE));
-  refresh();
+  // `kubectl appwrapper dashboard` opens the page with the token in the fragment, which
+  // browsers never send: follow() takes it out of the address first.
+  window.addEventListener("hashchange", follow);
+  follow();
   state.timer = setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
 }
 

@@ -95,6 +95,8 @@ class FakeApi:
                 where = f" in {attrs['namespace']}" if attrs.get("namespace") else ""
                 wants = {f"{attrs['verb']} {attrs['group']} {resource} {attrs.get('name', '')}",
                          f"{attrs['verb']} {want}{where}"}
+                # A right in every namespace (a ClusterRoleBinding) is a right in each.
+                wants.add(f"{attrs['verb']} {want}")
         else:
             wants = {spec["nonResourceAttributes"]["path"]}
         return any(bool(wants & (rights := self.rights.get(str(s), set()))) or "*" in rights

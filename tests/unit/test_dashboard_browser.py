@@ -153,3 +153,142 @@ def test_markup_an_attacker_puts_in_an_annotation_is_shown_as_text() -> None:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+# --- addresses: each view and each AppWrapper's page has its own -----------------------------
+
+def shown_view(driver: Any) -> list[str]:
+    """The views whose tab is selected."""
+    return list(driver.execute_script(
+        "return [...document.querySelectorAll('[role=tab][aria-selected=true]')]"
+        ".map((t) => t.getAttribute('aria-controls'))"))
+
+
+def test_an_appwrappers_address_opens_its_page_for_a_tenant_sent_the_link(
+        page: str, tmp_path: Path) -> None:
+    """Alice was sent the address of her AppWrapper's page: she opens it, gives her token
+    (no namespaces: the page asks as a viewer of the AppWrapper's own namespace) and sees
+    that AppWrapper, at that address."""
+    with browser.chromium() as driver:
+        driver.get(page + "#/aw/team-a/a-high")
+        assert browser.wait_until("the sign-in prompt", lambda: browser.problem(driver)) \
+            == "Enter a bearer token to see the queue."
+        sign_in(driver, "alice-token")
+        detail = browser.wait_until("a-high's page", lambda: driver.find_element(
+            "id", "detail-body").text)
+        assert detail.startswith("team-a/a-high") and "Conditions, in order" in detail
+        assert shown_view(driver) == ["detail"]
+        assert driver.current_url == page + "#/aw/team-a/a-high"
+        assert driver.title == "dispatcher: team-a/a-high"
+        assert driver.find_element("id", "detail-address").text \
+            == page + "#/aw/team-a/a-high"
+        assert browser.problem(driver) == ""
+        driver.save_screenshot(str(tmp_path / "detail.png"))
+
+
+def test_views_change_the_address_and_back_and_forward_return(page: str,
+                                                             tmp_path: Path) -> None:
+    with browser.chromium() as driver:
+        driver.get(page + "#token=admin-token")
+        browser.wait_until("the rows", lambda: browser.rows(driver))
+        driver.find_element("id", "tab-teams").click()
+        browser.wait_until("the teams", lambda: "gold" in driver.find_element(
+            "id", "teams-table").text)
+        assert driver.current_url == page + "#/teams"
+        driver.find_element("id", "tab-history").click()
+        browser.wait_until("the history", lambda: driver.find_element(
+            "id", "history").is_displayed())
+        assert driver.current_url == page + "#/history"
+        driver.find_element("id", "tab-queue").click()
+        browser.wait_until("the rows", lambda: browser.rows(driver))
+        assert driver.current_url == page + "#/queue"
+        driver.find_element("link text", "team-b/b-high").click()
+        browser.wait_until("b-high's page", lambda: "team-b/b-high" in driver.find_element(
+            "id", "detail-body").text)
+        assert driver.current_url == page + "#/aw/team-b/b-high"
+        # A filter is part of the queue's address.
+        driver.back()
+        browser.wait_until("the queue again", lambda: shown_view(driver) == ["queue"])
+        from selenium.webdriver.support.ui import Select
+
+        Select(driver.find_element("id", "f-state")).select_by_value("held")
+        assert browser.wait_until("the held row", lambda: len(browser.rows(driver)) == 1
+                                  and browser.rows(driver))[0][1] == "team-a/a-held"
+        assert driver.current_url == page + "#/queue?state=held"
+        driver.back()
+        browser.wait_until("every row", lambda: len(browser.rows(driver)) == 4)
+        assert driver.current_url == page + "#/queue"
+        driver.back()
+        browser.wait_until("the history again", lambda: shown_view(driver) == ["history"])
+        assert driver.find_element("id", "history").is_displayed()
+        assert not driver.find_element("id", "queue").is_displayed()
+        driver.forward()
+        browser.wait_until("the queue again", lambda: shown_view(driver) == ["queue"])
+        driver.forward()
+        browser.wait_until("the held row again", lambda: len(browser.rows(driver)) == 1)
+        assert driver.current_url == page + "#/queue?state=held"
+        # Opened afresh, an address with a filter shows the queue filtered.
+        driver.get(page + "#/queue?state=held")
+        assert browser.wait_until("the held row", lambda: len(browser.rows(driver)) == 1
+                                  and browser.rows(driver))[0][1] == "team-a/a-held"
+        assert driver.find_element("id", "f-state").get_attribute("value") == "held"
+        driver.save_screenshot(str(tmp_path / "filtered.png"))
+
+
+def test_an_address_that_names_nothing_says_so(page: str, tmp_path: Path) -> None:
+    with browser.chromium() as driver:
+        driver.get(page + "#token=admin-token")
+        browser.wait_until("the rows", lambda: browser.rows(driver))
+        driver.get(page + "#/aw/team-a/nope")
+        said = browser.wait_until("not found", lambda: driver.find_element(
+            "id", "detail-body").text)
+        assert said == ("team-a/nope\nNot found: no AppWrapper team-a/nope is known to the "
+                        "dispatcher. It may have been deleted, or the address names another "
+                        "AppWrapper.")
+        assert shown_view(driver) == ["detail"]
+        driver.save_screenshot(str(tmp_path / "not-found.png"))
+        # The page of one that exists, then an unknown one: nothing of the first remains.
+        driver.get(page + "#/aw/team-a/a-low")
+        browser.wait_until("a-low's page", lambda: "Conditions" in driver.find_element(
+            "id", "detail-body").text)
+        driver.get(page + "#/aw/team-b/gone")
+        assert browser.wait_until("not found", lambda: "Not found" in driver.find_element(
+            "id", "detail-body").text and driver.find_element("id", "detail-body").text) \
+            .startswith("team-b/gone\nNot found: no AppWrapper team-b/gone")
+        for nowhere in ("#/nowhere", "#/aw/team-a", "#/teams/x", "#/queue?colour=red"):
+            driver.get(page + nowhere)
+            assert browser.wait_until(nowhere, lambda: browser.problem(driver)) == (
+                f"No page at this address ({nowhere}): the views are #/queue, #/timeline, "
+                "#/teams, #/history and #/aw/NAMESPACE/NAME.")
+            assert shown_view(driver) == []
+            assert not driver.find_element("id", "queue").is_displayed()
+        driver.save_screenshot(str(tmp_path / "nowhere.png"))
+        driver.find_element("id", "tab-queue").click()
+        browser.wait_until("the rows", lambda: browser.rows(driver))
+        assert browser.problem(driver) == ""
+
+
+LINKS = "return [location.href, ...[...document.querySelectorAll('a')].map((a) => a.href)]"
+
+
+def test_no_address_the_page_builds_carries_the_token(page: str) -> None:
+    with browser.chromium() as driver:
+        driver.get(page + "#/aw/team-a/a-high?token=admin-token&namespaces=team-a")
+        browser.wait_until("a-high's page", lambda: "Conditions" in driver.find_element(
+            "id", "detail-body").text)
+        assert driver.current_url == page + "#/aw/team-a/a-high"
+        seen = driver.execute_script(LINKS)
+        driver.find_element("id", "tab-queue").click()
+        browser.wait_until("the rows", lambda: len(browser.rows(driver)) == 3)
+        seen += driver.execute_script(LINKS)
+        for tab in ("timeline", "history", "detail"):
+            driver.find_element("id", f"tab-{tab}").click()
+            browser.wait_until(tab, lambda: shown_view(driver) == [tab])  # noqa: B023
+            seen += driver.execute_script(LINKS)
+        assert page + "#/aw/team-a/a-high" in seen and page + "#/aw/team-a/a-held" in seen
+        assert not [address for address in seen if "admin-token" in address
+                    or "token=" in address]
+        # Back through every address the tab visited: none carries it either.
+        for _ in range(6):
+            driver.back()
+            assert "token" not in driver.current_url
