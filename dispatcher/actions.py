@@ -6,17 +6,21 @@ dispatcher does with them); setting one takes ``patch`` on ``appwrappers`` in th
 AppWrapper's namespace, so plain RBAC decides who may. The name is the user the API server
 knows the caller as (a SelfSubjectReview). `why` prints what the dispatcher published in
 the AppWrapper's status — its condition, message, place in the queue and estimate — and
-the ones ahead of it, as they are; nothing is worked out again here.
+the ones ahead of it, as they are; nothing is worked out again here — and, given the
+dashboard's address (``--dashboard`` or ``$DISPATCHER_DASHBOARD``), the address of the
+AppWrapper's page there.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
 from dispatcher.api.models import API_GROUP, API_VERSION
@@ -33,9 +37,11 @@ from dispatcher.visibility import (
 from dispatcher.wording import printable, span
 
 EXIT_CLUSTER = 1
+EXIT_USAGE = 2  # as argparse's
 SHOWN_AHEAD = 5
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 FINISHED = frozenset({"Completed", "Failed"})
+DASHBOARD_ENV = "DISPATCHER_DASHBOARD"
 
 
 class Refused(RuntimeError):
@@ -134,7 +140,8 @@ async def cancel(kube: Any, namespace: str, name: str) -> str:
             "stays, Failed with reason Cancelled (kubectl delete removes it)")
 
 
-async def why(kube: Any, namespace: str, name: str, now: float) -> str:
+async def why(kube: Any, namespace: str, name: str, now: float,
+              dashboard: str | None = None) -> str:
     obj = await _get(kube, namespace, name)
     listing = None
     if is_pending(obj) and status_of(obj).queuePosition is not None:
@@ -142,7 +149,26 @@ async def why(kube: Any, namespace: str, name: str, now: float) -> str:
             listing = await list_appwrappers(kube, namespace)
         except ClusterError:
             listing = None  # the rest of the answer stands without the ones ahead
-    return explain(obj, listing, now)
+    return explain(obj, listing, now, dashboard)
+
+
+# --- the dashboard's page of one AppWrapper -------------------------------------------------
+
+def dashboard_base(given: str) -> str:
+    """The dashboard's address from what a user gives: the one `kubectl appwrapper
+    dashboard` printed, or an installation's. Its fragment, where that command puts the
+    user's token, is dropped: the address printed is one to share."""
+    parts = urlsplit(given.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an http(s) address: {given.split('#')[0]!r} (e.g. "
+                         "http://127.0.0.1:8080/dashboard/)")
+    path = parts.path if parts.path not in ("", "/") else "/dashboard/"
+    return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/") + "/", "", ""))
+
+
+def page_address(base: str, namespace: str, name: str) -> str:
+    """The address of an AppWrapper's page on the dashboard at `base` (dashboard_base's)."""
+    return f"{base}#/aw/{quote(namespace, safe='')}/{quote(name, safe='')}"
 
 
 # --- why: words from the status ------------------------------------------------------------
@@ -155,11 +181,14 @@ def _when(ts: datetime | None, now: float) -> str:
     return f"{ts.strftime('%Y-%m-%dT%H:%M:%SZ')} ({ago})"
 
 
-def explain(obj: Mapping[str, Any], listing: Listing | None, now: float) -> str:
+def explain(obj: Mapping[str, Any], listing: Listing | None, now: float,
+            dashboard: str | None = None) -> str:
     """Why the AppWrapper `obj` is where it is, from what the dispatcher published;
-    `listing`: AppWrappers to find the ones ahead of it in (None: not shown)."""
+    `listing`: AppWrappers to find the ones ahead of it in (None: not shown); `dashboard`:
+    the dashboard's address (dashboard_base's), to give the AppWrapper's page there."""
     meta = obj.get("metadata") or {}
-    key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    namespace = str(meta.get("namespace") or "default")
+    key = f"{namespace}/{meta.get('name')}"
     status = status_of(obj)
     condition, reason, message = why_of(status)
     if not condition:
@@ -189,6 +218,8 @@ def explain(obj: Mapping[str, Any], listing: Listing | None, now: float) -> str:
                                    if c.lastTransitionMicroTime else "")
                          for c in status.conditions)
     lines.append(f"  history    {history}")
+    if dashboard is not None:
+        lines.append(f"  dashboard  {page_address(dashboard, namespace, str(meta.get('name')))}")
     return "\n".join(printable(line) for line in lines)  # tenants' words, printed
 
 
@@ -243,22 +274,52 @@ def add_commands(sub: Any, prog: str) -> None:
         p.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, "
                        "in-cluster")
         p.add_argument("--context", help="the kubeconfig context to use (default: current)")
+        if command == "why":
+            p.add_argument("--dashboard", metavar="URL", type=_dashboard_option,
+                           help="the dashboard's address (as `kubectl appwrapper dashboard` "
+                           f"prints it; default: ${DASHBOARD_ENV}): also print the address "
+                           "of the AppWrapper's page there")
         p.set_defaults(func=run, action=command, prog=f"{prog} {command}")
+
+
+def _dashboard_option(given: str) -> str:
+    try:
+        return dashboard_base(given)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _dashboard(args: argparse.Namespace) -> str | None:
+    """--dashboard, else $DISPATCHER_DASHBOARD (a ValueError names it), else None."""
+    if args.dashboard is not None:
+        return str(args.dashboard)
+    given = os.environ.get(DASHBOARD_ENV, "").strip()
+    if not given:
+        return None
+    try:
+        return dashboard_base(given)
+    except ValueError as e:
+        raise ValueError(f"${DASHBOARD_ENV}: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    async def act() -> str:
+    async def act(dashboard: str | None) -> str:
         async with connected(args.kubeconfig, args.context) as (kube, default_ns):
             namespace = args.namespace or default_ns
             if args.action == "why":
-                return await why(kube, namespace, args.name, time.time())
+                return await why(kube, namespace, args.name, time.time(), dashboard)
             verb = {"hold": hold, "release": release, "cancel": cancel}[args.action]
             return await verb(kube, namespace, args.name)
 
     try:
-        print(asyncio.run(act()))
+        dashboard = _dashboard(args) if args.action == "why" else None
+    except ValueError as e:
+        print(f"{args.prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        print(asyncio.run(act(dashboard)))
     except (ClusterError, Refused) as e:
         print(f"{args.prog}: {e}", file=sys.stderr)
         return EXIT_CLUSTER

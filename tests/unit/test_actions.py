@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dispatcher import actions
+from dispatcher import actions, cli
 from dispatcher.api.labels import CANCELLED_BY_ANNOTATION, HELD_BY_ANNOTATION
 from dispatcher.controller.kube.client import ApiError
 from dispatcher.visibility import Listing, pending_queue, to_table
 
 from .fake_kube import merge
+from .stand_in_api import JsonHandler, stand_in
 from .test_queue_command import T0, at, aw
 
 
@@ -112,3 +115,72 @@ def test_what_a_tenant_wrote_reaches_queue_and_why_without_control_characters() 
         assert "root fake line" in text  # the words stay, the carriage return is a space
     why = actions.explain(held, Listing([held, ahead], "cluster", "team"), T0)
     assert "  held by    root fake line" in why
+
+
+# --- why gives the AppWrapper's page on the dashboard --------------------------------------
+
+class OneWrapperApi(JsonHandler):
+    """An API server holding AppWrappers of namespace `team`."""
+
+    objects: dict[str, dict[str, Any]] = {}
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        name = path.split("/appwrappers/")[-1] if "/appwrappers/" in path else None
+        if name is None:
+            self._send(200, {"kind": "AppWrapperList", "metadata": {},
+                             "items": list(self.objects.values())})
+        elif name in self.objects:
+            self._send(200, self.objects[name])
+        else:
+            self._send(404, {"kind": "Status", "reason": "NotFound", "message": "not found"})
+
+
+@pytest.fixture
+def one_wrapper(tmp_path: Path) -> Iterator[Path]:
+    OneWrapperApi.objects = {"mine": aw("mine", status=at(2)),
+                             "head": aw("head", status=at(1))}
+    with stand_in(OneWrapperApi, tmp_path, namespace="team") as kubeconfig:
+        yield kubeconfig
+
+
+# What `kubectl appwrapper dashboard` prints: the address, the user's token in its fragment.
+PRINTED = "http://127.0.0.1:40123/dashboard/#token=eyJhbGciOi.secret"
+
+
+def test_why_prints_the_address_of_the_appwrappers_page_without_the_token(
+        one_wrapper: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(actions.DASHBOARD_ENV, raising=False)
+    assert cli.main(["why", "mine", "--kubeconfig", str(one_wrapper)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("team/mine: Pending") and "dashboard" not in out  # none known
+    assert cli.main(["why", "mine", "--kubeconfig", str(one_wrapper),
+                     "--dashboard", PRINTED]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] \
+        == "  dashboard  http://127.0.0.1:40123/dashboard/#/aw/team/mine"
+    assert "secret" not in out and "token" not in out
+    # An installation's address, set once for everyone in the environment.
+    monkeypatch.setenv(actions.DASHBOARD_ENV, "https://gpus.example.com")
+    assert cli.kubectl_plugin(["why", "mine", "--kubeconfig", str(one_wrapper)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] \
+        == "  dashboard  https://gpus.example.com/dashboard/#/aw/team/mine"
+    monkeypatch.setenv(actions.DASHBOARD_ENV, "https://gpus.example.com/queue/dashboard")
+    assert cli.main(["why", "head", "--kubeconfig", str(one_wrapper)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] \
+        == "  dashboard  https://gpus.example.com/queue/dashboard/#/aw/team/head"
+
+
+def test_a_dashboard_address_that_is_not_one_is_refused_by_name(
+        one_wrapper: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(actions.DASHBOARD_ENV, "127.0.0.1:8080#token=secret")
+    assert cli.main(["why", "mine", "--kubeconfig", str(one_wrapper)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("dispatcher why: $DISPATCHER_DASHBOARD: not an http(s) address: "
+                   "'127.0.0.1:8080' (e.g. http://127.0.0.1:8080/dashboard/)\n")
+    with pytest.raises(SystemExit) as exited:
+        cli.kubectl_plugin(["why", "mine", "--dashboard", "dashboard/"])
+    assert exited.value.code == 2
+    assert "--dashboard: not an http(s) address: 'dashboard/'" in capsys.readouterr().err
