@@ -89,9 +89,13 @@ def event_about(k: Kubectl, namespace: str, name: str, reason: str) -> None:
 
 def open_first(driver: Any, namespace: str) -> str:
     """Opens the first row's AppWrapper page; its text once its conditions are shown."""
-    driver.find_element("css selector", "#queue-table tbody button").click()
-    return str(wait_for(lambda: "Conditions, in order" in (t := driver.find_element(
+    link = driver.find_element("css selector", "#queue-table tbody a")
+    key = link.text
+    link.click()
+    shown = str(wait_for(lambda: "Conditions, in order" in (t := driver.find_element(
         "id", "detail-body").text) and t, 60, f"the first AppWrapper's page in {namespace}"))
+    assert driver.current_url.endswith(f"#/aw/{key}")  # its own address, no token in it
+    return shown
 
 
 def wrapper(name: str, gpus: int, priority: int, held: bool = False) -> dict[str, Any]:
@@ -144,6 +148,13 @@ def test_a_tenant_and_an_administrator_see_the_queue_in_the_browser(
             assert f"Events: shown to users who may list Events in namespace {namespace}" \
                 in detail, detail
             assert "CheckedByHand" not in detail
+        with browser.chromium() as driver:
+            # Its page's address, opened afresh with the token alone (no namespaces named):
+            # asked as a viewer of its namespace, the tenant's right.
+            driver.get(f"{page}#/aw/{namespace}/big-p9?token={tenant}")
+            wait_for(lambda: "Conditions, in order" in driver.find_element(
+                "id", "detail-body").text, 60, "big-p9's page at its address")
+            assert driver.current_url == f"{page}#/aw/{namespace}/big-p9"
         with browser.chromium() as driver:
             # A viewer who may list Events there too sees them, read by the controller
             # within deploy/'s RBAC.
