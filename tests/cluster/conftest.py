@@ -184,11 +184,11 @@ def k(kubectl: Kubectl, namespace: str) -> Kubectl:
 def node_profile(local_cluster: Cluster) -> Iterator[Callable[[str], list[str]]]:
     applied: list[str] = []
 
-    def use(name: str) -> list[str]:
+    def use(name: str, timeout: float = 60) -> list[str]:
         applied.append(name)
         # Through the cluster, which records the profile: a run interrupted here leaves a
         # cluster whose next `up` knows to put the default nodes back.
-        return local_cluster.use_profile(name)
+        return local_cluster.use_profile(name, timeout=timeout)
 
     yield use
     if applied:
